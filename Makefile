@@ -1,0 +1,37 @@
+# docfs: build, run and test.
+#   make run    install what is missing, build release, serve a demo store and mount it on Mount/
+#   make test   install what is missing, build, unit tests, then integration tests through /dev/fuse
+
+SWIFT  ?= swift
+PYTHON ?= python3
+
+.PHONY: all setup build release run test unit-test integration-test clean
+
+all: build
+
+setup:
+	@bash scripts/setup.sh
+
+build:
+	$(SWIFT) build
+
+release:
+	$(SWIFT) build -c release
+
+run: setup release
+	@bash scripts/run-demo.sh .build/release/docfs
+
+test: setup
+	$(SWIFT) build --build-tests
+	$(MAKE) --no-print-directory unit-test
+	$(MAKE) --no-print-directory integration-test
+
+unit-test:
+	$(SWIFT) test
+
+integration-test:
+	DOCFS_BIN="$(CURDIR)/.build/debug/docfs" $(PYTHON) -m pytest -v Tests/integration
+
+clean:
+	$(SWIFT) package clean
+	rm -rf demo-store

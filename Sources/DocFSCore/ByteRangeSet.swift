@@ -1,0 +1,65 @@
+import DocFSStore
+
+/// Which byte ranges of a file a local copy holds: a sorted list of disjoint, non-adjacent
+/// half-open ranges. A local copy is filled chunk by chunk (and, later, range by range for
+/// streaming reads); a read may be served only from bytes this set covers.
+public struct ByteRangeSet: Sendable, Equatable, CustomStringConvertible {
+    public private(set) var ranges: [ByteRange] = []
+
+    public init() {}
+
+    public init(_ ranges: [ByteRange]) {
+        for range in ranges { insert(range) }
+    }
+
+    public var isEmpty: Bool { ranges.isEmpty }
+
+    /// Total number of bytes held.
+    public var count: Int64 { ranges.reduce(0) { $0 + ($1.upperBound - $1.lowerBound) } }
+
+    /// Adds `range`, merging it with every range it overlaps or touches.
+    public mutating func insert(_ range: ByteRange) {
+        guard !range.isEmpty else { return }
+        var lower = range.lowerBound
+        var upper = range.upperBound
+        var merged: [ByteRange] = []
+        merged.reserveCapacity(ranges.count + 1)
+        var placed = false
+        for existing in ranges {
+            if existing.upperBound < lower {
+                merged.append(existing)
+            } else if existing.lowerBound > upper {
+                if !placed { merged.append(lower..<upper); placed = true }
+                merged.append(existing)
+            } else {
+                lower = min(lower, existing.lowerBound)
+                upper = max(upper, existing.upperBound)
+            }
+        }
+        if !placed { merged.append(lower..<upper) }
+        ranges = merged
+    }
+
+    /// Whether every byte of `range` is held.
+    public func contains(_ range: ByteRange) -> Bool {
+        if range.isEmpty { return true }
+        return ranges.contains { $0.lowerBound <= range.lowerBound && range.upperBound <= $0.upperBound }
+    }
+
+    /// The parts of `range` not held yet, in order.
+    public func missing(in range: ByteRange) -> [ByteRange] {
+        var result: [ByteRange] = []
+        var cursor = range.lowerBound
+        for held in ranges where held.upperBound > cursor && held.lowerBound < range.upperBound {
+            if held.lowerBound > cursor { result.append(cursor..<held.lowerBound) }
+            cursor = max(cursor, held.upperBound)
+            if cursor >= range.upperBound { break }
+        }
+        if cursor < range.upperBound { result.append(cursor..<range.upperBound) }
+        return result
+    }
+
+    public var description: String {
+        ranges.map { "\($0.lowerBound)-\($0.upperBound)" }.joined(separator: ",")
+    }
+}

@@ -1,0 +1,86 @@
+import DocFSStore
+import Foundation
+import Logging
+
+/// Fills the catalog with directory listings from the store: File Provider's
+/// `enumerator(for:)` with its pages.
+///
+/// A directory never listed is listed before the caller gets an answer. A directory listed
+/// before (in this mount or an earlier one: the catalog persists) answers from the catalog at
+/// once; when its listing is older than the TTL, or from an earlier mount, a refresh runs in
+/// the background (stale-while-revalidate), so a remount shows the cached tree without waiting
+/// for the server, and a stopped server leaves the cached tree browsable.
+/// Concurrent requests for the same directory share one listing.
+public actor DirectoryEnumerator {
+    private let store: any Store
+    private let catalog: Catalog
+    private let ttl: Double
+    private let retry: RetryPolicy
+    private let logger: Logger
+    private let startedAt = Date().timeIntervalSince1970
+    private var inFlight: [Inode: Task<Void, any Error>] = [:]
+
+    public init(store: any Store, catalog: Catalog, ttl: Double, retry: RetryPolicy = .interactive, logger: Logger) {
+        self.store = store
+        self.catalog = catalog
+        self.ttl = ttl
+        self.retry = retry
+        self.logger = logger
+    }
+
+    /// Makes sure the catalog can answer for `directory`'s children.
+    public func ensureListed(_ directory: Item) async throws(FSError) {
+        guard directory.isDirectory else { throw .notADirectory }
+        if let listedAt = directory.listedAt {
+            let now = Date().timeIntervalSince1970
+            if listedAt < startedAt || now - listedAt >= ttl {
+                _ = listing(directory)
+            }
+            return
+        }
+        do {
+            try await listing(directory).value
+        } catch {
+            throw (error as? FSError) ?? .io("\(error)")
+        }
+    }
+
+    /// Lists `directory` now and waits for it (used by tests and explicit refreshes).
+    public func refresh(_ directory: Item) async throws(FSError) {
+        do {
+            try await listing(directory).value
+        } catch {
+            throw (error as? FSError) ?? .io("\(error)")
+        }
+    }
+
+    private func listing(_ directory: Item) -> Task<Void, any Error> {
+        if let task = inFlight[directory.inode] { return task }
+        let task = Task { [store, catalog, retry, logger] in
+            defer { self.finished(directory.inode) }
+            do {
+                var entries: [RemoteEntry] = []
+                var page: PageToken? = nil
+                repeat {
+                    let token = page
+                    let result = try await retry.run { () async throws(StoreError) -> ListPage in
+                        try await store.list(directory.path, page: token)
+                    }
+                    entries.append(contentsOf: result.entries)
+                    page = result.next
+                } while page != nil
+                try catalog.applyListing(of: directory.inode, entries: entries, listedAt: Date().timeIntervalSince1970)
+                logger.debug("listed", metadata: ["path": "\(directory.path)", "entries": "\(entries.count)"])
+            } catch let error as StoreError {
+                logger.warning("listing failed", metadata: ["path": "\(directory.path)", "error": "\(error)"])
+                throw FSError(error)
+            }
+        }
+        inFlight[directory.inode] = task
+        return task
+    }
+
+    private func finished(_ inode: Inode) {
+        inFlight[inode] = nil
+    }
+}

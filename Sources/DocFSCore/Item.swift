@@ -1,0 +1,53 @@
+import DocFSStore
+
+/// The inode number the kernel sees. Stable for an item for the catalog's whole life.
+public typealias Inode = UInt64
+
+/// One file, directory or symlink of the store, as the catalog knows it: the placeholder's
+/// metadata plus the state of its local copy. Identity (`id`, `inode`) is separate from the
+/// path, so a rename keeps both.
+public struct Item: Sendable, Equatable {
+    public static let rootInode: Inode = 1
+
+    public enum Kind: Int, Sendable, Equatable {
+        case file = 0
+        case directory = 1
+        case symlink = 2
+    }
+
+    public var inode: Inode
+    /// A stable identifier (UUID), the `NSFileProviderItemIdentifier` of docfs.
+    public var id: String
+    /// The parent directory's inode; nil only for the root.
+    public var parent: Inode?
+    public var name: String
+    /// Where the item lives in the store.
+    public var path: StorePath
+    public var kind: Kind
+    public var size: Int64
+    public var modified: Double
+    public var etag: ETag?
+    public var symlinkTarget: String?
+    /// Permission bits the store carries, if any.
+    public var mode: UInt32?
+    public var state: ItemState
+    /// Directories: when the children were last listed from the store (nil: never).
+    public var listedAt: Double?
+
+    public var isDirectory: Bool { kind == .directory }
+}
+
+/// Where an item's content is. Persisted in the catalog, shown as `user.docfs.state`.
+///
+/// `placeholder -> downloading -> local -> placeholder` is the provide/evict cycle.
+/// Directories are always `.directory`: their content is the catalog itself.
+public enum ItemState: String, Sendable, Equatable, CaseIterable {
+    /// Metadata only: no byte of content on local disk.
+    case placeholder
+    /// A fetch into the local copy is under way.
+    case downloading
+    /// The whole content is in the local copy and matches the store.
+    case local
+    /// Not a file.
+    case directory
+}

@@ -1,0 +1,56 @@
+import Crypto
+import DocFSStore
+import Foundation
+
+/// Where a mount keeps its state: the catalog under `$XDG_STATE_HOME/docfs/<key>/` and local
+/// copies under `$XDG_CACHE_HOME/docfs/<key>/` (0700). The key is derived from the store's
+/// credential-free identity, so a remount of the same store finds its placeholders again.
+public struct MountLayout: Sendable, Equatable {
+    public var key: String
+    public var stateDirectory: String
+    public var cacheDirectory: String
+    public var catalogPath: String { stateDirectory + "/catalog.sqlite" }
+
+    public init(store: StoreIdentity, environment: [String: String], cacheDirectoryOverride: String? = nil) {
+        let home = environment["HOME"] ?? NSHomeDirectory()
+        let stateHome = environment["XDG_STATE_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.local/state"
+        let cacheHome = environment["XDG_CACHE_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.cache"
+        key = MountLayout.key(for: store)
+        stateDirectory = stateHome + "/docfs/" + key
+        cacheDirectory = (cacheDirectoryOverride ?? cacheHome + "/docfs") + "/" + key
+    }
+
+    /// A readable, filesystem-safe key: `webdav-127.0.0.1-8080-docs-1a2b3c4d5e6f`.
+    public static func key(for store: StoreIdentity) -> String {
+        let readable = (store.kind + "-" + store.location)
+            .replacingOccurrences(of: "://", with: "-")
+            .map { $0.isLetter || $0.isNumber || $0 == "." || $0 == "-" ? String($0) : "-" }
+            .joined()
+            .split(separator: "-", omittingEmptySubsequences: true)
+            .joined(separator: "-")
+        let digest = SHA256.hash(data: Data(store.description.utf8)).map { String(format: "%02x", $0) }.joined()
+        return String(readable.prefix(60)) + "-" + digest.prefix(12)
+    }
+
+    /// Creates both directories with private permissions.
+    public func createDirectories() throws(FSError) {
+        for directory in [stateDirectory, cacheDirectory] {
+            do {
+                try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
+                                                        attributes: [.posixPermissions: 0o700])
+                _ = chmod(directory, 0o700)
+            } catch {
+                throw .local(errno: EACCES, "cannot create \(directory): \(error.localizedDescription)")
+            }
+        }
+    }
+
+    /// Removes every file in the cache directory: local copies left by a crash. (Clean copies
+    /// only, for now: their content is on the store.)
+    @discardableResult
+    public func clearCache() -> Int {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: cacheDirectory) else { return 0 }
+        for name in names { unlink(cacheDirectory + "/" + name) }
+        return names.count
+    }
+}

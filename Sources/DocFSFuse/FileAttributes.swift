@@ -1,0 +1,42 @@
+import DocFSCore
+import Glibc
+
+/// How an item looks to `stat(2)`: the placeholder's metadata, with `st_blocks` counting
+/// only what is really on local disk (0 for a placeholder), so `du` tells what is local.
+struct FileAttributes {
+    var owner: uid_t
+    var group: gid_t
+
+    func stat(for item: Item, localBlocks: Int64) -> Glibc.stat {
+        var st = Glibc.stat()
+        st.st_ino = ino_t(item.inode)
+        switch item.kind {
+        case .directory:
+            st.st_mode = S_IFDIR | (item.mode ?? 0o755)
+            st.st_nlink = 2
+        case .file:
+            st.st_mode = S_IFREG | (item.mode ?? 0o644)
+            st.st_nlink = 1
+        case .symlink:
+            st.st_mode = S_IFLNK | 0o777
+            st.st_nlink = 1
+        }
+        st.st_uid = owner
+        st.st_gid = group
+        st.st_size = item.kind == .symlink ? off_t(item.symlinkTarget?.utf8.count ?? 0) : off_t(item.size)
+        st.st_blksize = 4096
+        st.st_blocks = blkcnt_t(localBlocks)
+        let time = timespec(modified: item.modified)
+        st.st_mtim = time
+        st.st_ctim = time
+        st.st_atim = time
+        return st
+    }
+}
+
+extension timespec {
+    init(modified: Double) {
+        let seconds = modified.rounded(.down)
+        self.init(tv_sec: Int(seconds), tv_nsec: Int(((modified - seconds) * 1_000_000_000).rounded()))
+    }
+}

@@ -1,0 +1,279 @@
+import CFuse
+import DocFSCore
+import Glibc
+import Logging
+import Synchronization
+
+/// Turns kernel requests into calls on the core and the core's answers into replies.
+///
+/// Handlers copy their C arguments into Swift values first (libfuse frees `name` and `fi`
+/// when the callback returns), answer at once what the catalog or a local copy can answer,
+/// and hand anything that may touch the network to a Swift task, replying from there: a FUSE
+/// worker thread never waits on the network.
+final class FuseAdapter: Sendable {
+    let fs: DocFileSystem
+    let logger: Logger
+    private let attributes: FileAttributes
+    private let cacheDirectory: String
+    /// How long the kernel may trust an entry or attributes before asking again.
+    private let entryTimeout: Double = 1.0
+    private let attributeTimeout: Double = 1.0
+
+    /// Kernel references per inode (lookup count): incremented by every entry we hand out,
+    /// decremented by forget. Inodes are stable catalog row ids, so this is bookkeeping only.
+    private let lookups = Mutex<[Inode: UInt64]>([:])
+    /// Open directory handles: a snapshot of the children taken at opendir, so successive
+    /// readdir calls see one consistent listing with stable offsets.
+    private let directories = Mutex(DirectoryHandles())
+
+    struct DirectoryEntry: Sendable {
+        var name: String
+        var item: Item?
+        var inode: Inode
+        var isDirectory: Bool
+    }
+
+    struct DirectoryHandles {
+        var next: UInt64 = 1
+        var open: [UInt64: [DirectoryEntry]] = [:]
+    }
+
+    init(fs: DocFileSystem, cacheDirectory: String, logger: Logger) {
+        self.fs = fs
+        self.logger = logger
+        self.cacheDirectory = cacheDirectory
+        self.attributes = FileAttributes(owner: getuid(), group: getgid())
+    }
+
+    /// Runs `work` in a Swift task; `work` owns the request and must reply.
+    func respond(_ req: fuse_req_t, _ work: @escaping @Sendable (consuming FuseRequest) async -> Void) {
+        let token = RequestToken(raw: req)
+        Task { await work(FuseRequest(token)) }
+    }
+
+    // MARK: Entries and attributes
+
+    func attributes(of item: Item) -> stat {
+        attributes.stat(for: item, localBlocks: item.kind == .file ? fs.localBlocks(of: item.inode) : 0)
+    }
+
+    /// An entry for the kernel, counting one more lookup reference.
+    func entry(for item: Item) -> fuse_entry_param {
+        lookups.withLock { $0[item.inode, default: 0] += 1 }
+        var entry = fuse_entry_param()
+        entry.ino = item.inode
+        entry.generation = 0
+        entry.attr = attributes(of: item)
+        entry.attr_timeout = attributeTimeout
+        entry.entry_timeout = entryTimeout
+        return entry
+    }
+
+    func forget(_ inode: Inode, count: UInt64) {
+        lookups.withLock { table in
+            let remaining = (table[inode] ?? 0) &- min(count, table[inode] ?? 0)
+            table[inode] = remaining == 0 ? nil : remaining
+        }
+    }
+
+    // MARK: Handlers
+
+    func lookup(_ request: consuming FuseRequest, parent: Inode, name: String) async {
+        do {
+            let item = try await fs.lookup(parent: parent, name: name)
+            request.replyEntry(entry(for: item))
+        } catch {
+            request.fail(error)
+        }
+    }
+
+    func getattr(_ request: consuming FuseRequest, inode: Inode) {
+        do {
+            request.replyAttributes(attributes(of: try fs.item(inode)), timeout: attributeTimeout)
+        } catch {
+            request.fail(error)
+        }
+    }
+
+    func readlink(_ request: consuming FuseRequest, inode: Inode) {
+        do {
+            let item = try fs.item(inode)
+            guard item.kind == .symlink, let target = item.symlinkTarget else { throw FSError.invalidArgument }
+            request.replyReadlink(target)
+        } catch {
+            request.fail(error)
+        }
+    }
+
+    func open(_ request: consuming FuseRequest, inode: Inode, flags: Int32) async {
+        let accessMode = flags & O_ACCMODE
+        let writing = accessMode == O_WRONLY || accessMode == O_RDWR || flags & O_TRUNC != 0
+        do {
+            let (handle, _) = try await fs.open(inode, forWriting: writing)
+            request.replyOpen(handle: handle)
+        } catch {
+            logger.info("open failed", metadata: ["inode": "\(inode)", "error": "\(error)"])
+            request.fail(error)
+        }
+    }
+
+    func read(_ request: consuming FuseRequest, handle: UInt64, offset: Int64, size: Int) {
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: max(size, 1), alignment: 16)
+        defer { buffer.deallocate() }
+        do {
+            let count = try fs.read(handle: handle, offset: offset, into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<size]))
+            request.replyBuffer(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
+        } catch {
+            request.fail(error)
+        }
+    }
+
+    func release(_ request: consuming FuseRequest, handle: UInt64) async {
+        await fs.release(handle: handle)
+        request.reply(errno: 0)
+    }
+
+    func opendir(_ request: consuming FuseRequest, inode: Inode) async {
+        do {
+            let directory = try fs.item(inode)
+            guard directory.isDirectory else { throw FSError.notADirectory }
+            let children = try await fs.children(of: inode)
+            var entries = [
+                DirectoryEntry(name: ".", item: nil, inode: inode, isDirectory: true),
+                DirectoryEntry(name: "..", item: nil, inode: directory.parent ?? inode, isDirectory: true),
+            ]
+            entries.reserveCapacity(children.count + 2)
+            for child in children {
+                entries.append(DirectoryEntry(name: child.name, item: child, inode: child.inode, isDirectory: child.isDirectory))
+            }
+            let handle = directories.withLock { table in
+                let handle = table.next
+                table.next += 1
+                table.open[handle] = entries
+                return handle
+            }
+            request.replyOpen(handle: handle)
+        } catch {
+            request.fail(error)
+        }
+    }
+
+    /// Fills one readdir(plus) reply from the handle's snapshot, starting after `offset`.
+    func readdir(_ request: consuming FuseRequest, raw: fuse_req_t, handle: UInt64, offset: Int64, size: Int, plus: Bool) {
+        guard let entries = directories.withLock({ $0.open[handle] }) else {
+            request.fail(.invalidArgument)
+            return
+        }
+        let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: max(size, 1))
+        defer { buffer.deallocate() }
+        var used = 0
+        var index = Int(max(offset, 0))
+        while index < entries.count {
+            let entry = entries[index]
+            let remaining = size - used
+            let needed: Int
+            if plus {
+                if let item = entry.item {
+                    // Count the lookup only if the entry fits (else the kernel never sees it).
+                    var param = fuse_entry_param()
+                    param.ino = item.inode
+                    param.attr = attributes(of: item)
+                    param.attr_timeout = attributeTimeout
+                    param.entry_timeout = entryTimeout
+                    needed = fuse_add_direntry_plus(raw, buffer + used, remaining, entry.name, &param, off_t(index + 1))
+                    if needed <= remaining { lookups.withLock { $0[item.inode, default: 0] += 1 } }
+                } else {
+                    var param = fuse_entry_param()
+                    param.attr.st_ino = ino_t(entry.inode)
+                    param.attr.st_mode = S_IFDIR
+                    needed = fuse_add_direntry_plus(raw, buffer + used, remaining, entry.name, &param, off_t(index + 1))
+                }
+            } else {
+                var st = stat()
+                st.st_ino = ino_t(entry.inode)
+                st.st_mode = entry.isDirectory ? S_IFDIR : (entry.item?.kind == .symlink ? S_IFLNK : S_IFREG)
+                needed = fuse_add_direntry(raw, buffer + used, remaining, entry.name, &st, off_t(index + 1))
+            }
+            if needed > remaining { break }
+            used += needed
+            index += 1
+        }
+        request.replyBuffer(UnsafeRawBufferPointer(start: buffer, count: used))
+    }
+
+    func releasedir(_ request: consuming FuseRequest, handle: UInt64) {
+        _ = directories.withLock { $0.open.removeValue(forKey: handle) }
+        request.reply(errno: 0)
+    }
+
+    func statfs(_ request: consuming FuseRequest) {
+        var host = statvfs()
+        _ = statvfs(cacheDirectory, &host)
+        var result = statvfs()
+        result.f_bsize = 4096
+        result.f_frsize = 4096
+        let scale = UInt(max(host.f_frsize, 1)) 
+        result.f_blocks = fsblkcnt_t(UInt(host.f_blocks) * scale / 4096)
+        result.f_bfree = fsblkcnt_t(UInt(host.f_bfree) * scale / 4096)
+        result.f_bavail = fsblkcnt_t(UInt(host.f_bavail) * scale / 4096)
+        let items = (try? fs.catalog.itemCount()) ?? 0
+        result.f_files = fsfilcnt_t(items)
+        result.f_ffree = fsfilcnt_t(1 << 32)
+        result.f_favail = result.f_ffree
+        result.f_namemax = 255
+        request.replyStatfs(result)
+    }
+
+    func getxattr(_ request: consuming FuseRequest, inode: Inode, name: String, size: Int) {
+        do {
+            let value = try fs.extendedAttribute(name, of: inode)
+            if size == 0 {
+                request.replyXattrSize(value.count)
+            } else if size < value.count {
+                request.fail(.rangeTooSmall)
+            } else {
+                request.replyBytes(value)
+            }
+        } catch {
+            request.fail(error)
+        }
+    }
+
+    func listxattr(_ request: consuming FuseRequest, inode: Inode, size: Int) {
+        do {
+            var list: [UInt8] = []
+            for name in try fs.extendedAttributeNames(of: inode) {
+                list.append(contentsOf: name.utf8)
+                list.append(0)
+            }
+            if size == 0 {
+                request.replyXattrSize(list.count)
+            } else if size < list.count {
+                request.fail(.rangeTooSmall)
+            } else {
+                request.replyBytes(list)
+            }
+        } catch {
+            request.fail(error)
+        }
+    }
+
+    func access(_ request: consuming FuseRequest, inode: Inode, mask: Int32) {
+        do {
+            _ = try fs.item(inode)
+            if mask & W_OK != 0 && fs.readOnly {
+                request.fail(.readOnly)
+            } else {
+                request.reply(errno: 0)
+            }
+        } catch {
+            request.fail(error)
+        }
+    }
+}
+
+extension FuseRequest {
+    consuming func fail(_ error: any Error) {
+        fail((error as? FSError) ?? .io("\(error)"))
+    }
+}

@@ -1,0 +1,102 @@
+import CFuse
+import DocFSCore
+import Foundation
+import Glibc
+import Logging
+
+/// Why mounting failed, said in one line.
+public enum FuseMountError: Error, CustomStringConvertible {
+    case session(String)
+    case mount(String)
+
+    public var description: String {
+        switch self {
+        case .session(let message), .mount(let message): return message
+        }
+    }
+}
+
+/// One FUSE session: mount, serve requests until unmounted, tear down.
+///
+/// The loop runs on a dedicated thread with libfuse's multi-threaded loop; it ends when the
+/// kernel side goes away (`docfs unmount`, `fusermount3 -u`, or `requestUnmount()` on a signal).
+public final class FuseMount: @unchecked Sendable {
+    // @unchecked: `session` is set once in `mount()` before the loop starts and cleared in
+    // `finish()` after it ended; libfuse's session calls are made from those two points only.
+    private var session: OpaquePointer?
+    private let adapter: FuseAdapter
+    private let retained: Unmanaged<FuseAdapter>
+    public let mountpoint: String
+    private let options: [String]
+    private var arguments: [UnsafeMutablePointer<CChar>?] = []
+
+    public init(filesystem: DocFileSystem, mountpoint: String, options: [String], cacheDirectory: String, logger: Logger) {
+        self.adapter = FuseAdapter(fs: filesystem, cacheDirectory: cacheDirectory, logger: logger)
+        self.retained = Unmanaged.passRetained(adapter)
+        self.mountpoint = mountpoint
+        self.options = options
+    }
+
+    deinit {
+        for argument in arguments { free(argument) }
+        retained.release()
+    }
+
+    /// Creates the session and mounts it. `options` are `-o` mount options (`ro`, `fsname=…`).
+    public func mount() throws(FuseMountError) {
+        var argv = ["docfs"]
+        if !options.isEmpty { argv += ["-o", options.joined(separator: ",")] }
+        arguments = argv.map { strdup($0) } + [nil]
+        var args = arguments.withUnsafeMutableBufferPointer { docfs_args_init(Int32(argv.count), $0.baseAddress) }
+        var ops = FuseOperations.table()
+        guard let session = fuse_session_new(&args, &ops, MemoryLayout<fuse_lowlevel_ops>.size, retained.toOpaque()) else {
+            throw .session("cannot create the FUSE session (bad -o option?)")
+        }
+        guard fuse_session_mount(session, mountpoint) == 0 else {
+            fuse_session_destroy(session)
+            throw .mount("cannot mount on \(mountpoint) (is /dev/fuse available and fuse3 installed?)")
+        }
+        self.session = session
+    }
+
+    /// Serves requests on a dedicated thread until the filesystem is unmounted.
+    /// Returns libfuse's loop result (0 on a clean unmount).
+    public func run() async -> Int32 {
+        guard let session else { return -1 }
+        let box = SessionBox(session: session)
+        return await withCheckedContinuation { continuation in
+            let thread = Thread {
+                let result = docfs_session_loop_mt(box.session, 10, 64)
+                continuation.resume(returning: result)
+            }
+            thread.name = "docfs-fuse-loop"
+            thread.start()
+        }
+    }
+
+    /// Ends the kernel side of the mount (lazily, so a busy mount goes away too); the loop
+    /// then returns. Used on SIGINT/SIGTERM.
+    public func requestUnmount() {
+        if umount2(mountpoint, Int32(MNT_DETACH)) != 0 {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/bin/fusermount3")
+            process.arguments = ["-u", "-z", mountpoint]
+            try? process.run()
+            process.waitUntilExit()
+        }
+    }
+
+    /// Unmounts (if still mounted) and destroys the session.
+    public func finish() {
+        guard let session else { return }
+        fuse_session_unmount(session)
+        fuse_session_destroy(session)
+        self.session = nil
+    }
+}
+
+/// Carries the session pointer to the loop thread. Safe: the pointer is only used by that
+/// thread until the loop returns.
+private struct SessionBox: @unchecked Sendable {
+    let session: OpaquePointer
+}

@@ -1,0 +1,57 @@
+/// What a store says about one entry: the metadata a placeholder shows.
+public struct RemoteEntry: Sendable, Equatable {
+    public enum Kind: Sendable, Equatable {
+        case file
+        case directory
+        case symlink(target: String)
+    }
+
+    public var path: StorePath
+    public var kind: Kind
+    /// Size in bytes (0 for directories).
+    public var size: Int64
+    /// Modification time, seconds since 1970.
+    public var modified: Double
+    /// The store's version of the content (WebDAV/S3 ETag, or a local fingerprint).
+    public var etag: ETag?
+    /// POSIX mode bits the store carries, if any (permission bits only).
+    public var mode: UInt32?
+
+    public init(path: StorePath, kind: Kind, size: Int64, modified: Double, etag: ETag? = nil, mode: UInt32? = nil) {
+        self.path = path
+        self.kind = kind
+        self.size = size
+        self.modified = modified
+        self.etag = etag
+        self.mode = mode
+    }
+
+    public var name: String { path.name }
+    public var isDirectory: Bool { kind == .directory }
+}
+
+/// An opaque content version, compared byte for byte (quotes included, as the server sent it).
+public struct ETag: Sendable, Hashable, CustomStringConvertible {
+    public var value: String
+    public init(_ value: String) { self.value = value }
+    public var description: String { value }
+}
+
+/// A half-open byte range `[lowerBound, upperBound)`.
+public typealias ByteRange = Range<Int64>
+
+/// Continues a listing where the previous page stopped. Opaque to the core.
+public struct PageToken: Sendable, Hashable {
+    public var value: String
+    public init(_ value: String) { self.value = value }
+}
+
+/// One page of a listing.
+public struct ListPage: Sendable {
+    public var entries: [RemoteEntry]
+    public var next: PageToken?
+    public init(entries: [RemoteEntry], next: PageToken?) {
+        self.entries = entries
+        self.next = next
+    }
+}

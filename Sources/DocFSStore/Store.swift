@@ -1,0 +1,85 @@
+/// The one protocol every remote side of docfs speaks.
+///
+/// It is deliberately small (list, stat, read, write, mkdir, delete, move) so that a local
+/// directory, a WebDAV server and an S3 bucket can all map their own protocol onto it, and so
+/// that the core can be tested against an in-memory or failure-injecting store. A store knows
+/// nothing of the catalog, of local copies or of FUSE.
+///
+/// Every call may be slow or fail: implementations bound each call in time (their own
+/// timeouts) and report failures as `StoreError`, whose cases say whether a retry can help.
+public protocol Store: Sendable {
+    /// A short, credential-free description of the store, for logs and for naming its catalog.
+    var identity: StoreIdentity { get }
+
+    /// What this store can do; the core refuses what it cannot.
+    var capabilities: StoreCapabilities { get }
+
+    /// One page of a directory's children. Pass the previous page's `next` to continue;
+    /// a page with `next == nil` is the last. Throws `.notFound` / `.notADirectory`.
+    func list(_ directory: StorePath, page: PageToken?) async throws(StoreError) -> ListPage
+
+    /// Metadata of one entry, without its content.
+    func stat(_ path: StorePath) async throws(StoreError) -> RemoteEntry
+
+    /// Streams content into `sink`, whole or only `range`, in order, as it arrives.
+    ///
+    /// When `ifMatch` is given and the entry's version differs, throws `.versionMismatch`
+    /// before any byte is delivered (or as soon as the store can tell). Returns the entry's
+    /// metadata as the store reported it with the content.
+    @discardableResult
+    func read(_ path: StorePath, range: ByteRange?, ifMatch: ETag?, into sink: any ContentSink) async throws(StoreError) -> RemoteEntry
+
+    /// Uploads the whole content of the local file at `localFile` to `path`, if `condition` holds
+    /// (else `.versionMismatch` for a changed version, `.alreadyExists` for `.mustNotExist`).
+    /// Returns the new entry, with its new version when the store tells it.
+    func write(_ path: StorePath, fromLocalFile localFile: String, condition: WriteCondition) async throws(StoreError) -> RemoteEntry
+
+    /// Creates one directory; its parent must exist. `.alreadyExists` if it does.
+    func makeDirectory(_ path: StorePath) async throws(StoreError) -> RemoteEntry
+
+    /// Removes a file, or an empty directory (`.notEmpty` otherwise).
+    func delete(_ path: StorePath, isDirectory: Bool) async throws(StoreError)
+
+    /// Moves a file or directory. With `replace` false an existing target gives `.alreadyExists`.
+    func move(_ source: StorePath, to target: StorePath, replace: Bool) async throws(StoreError) -> RemoteEntry
+}
+
+/// When an upload may go ahead.
+public enum WriteCondition: Sendable, Equatable {
+    /// Unconditionally.
+    case always
+    /// Only while the store still has this version (WebDAV `If-Match`, S3 conditional write).
+    case ifMatch(ETag)
+    /// Only if nothing exists at the path yet (`If-None-Match: *`).
+    case mustNotExist
+}
+
+/// Where downloaded bytes go. Implemented by the core's local copy; a store calls `write`
+/// with consecutive chunks, each at its absolute offset in the file.
+public protocol ContentSink: Sendable {
+    func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(StoreError)
+}
+
+/// What a store supports beyond reading.
+public struct StoreCapabilities: Sendable, Equatable {
+    public var canWrite: Bool
+    public var canRename: Bool
+    public var hasRangeReads: Bool
+
+    public init(canWrite: Bool, canRename: Bool, hasRangeReads: Bool) {
+        self.canWrite = canWrite
+        self.canRename = canRename
+        self.hasRangeReads = hasRangeReads
+    }
+}
+
+/// A credential-free name for a store: its scheme and location, e.g. `webdav http://127.0.0.1:8080/docs`.
+public struct StoreIdentity: Sendable, Hashable, CustomStringConvertible {
+    public var kind: String
+    public var location: String
+    public init(kind: String, location: String) {
+        self.kind = kind
+        self.location = location
+    }
+    public var description: String { "\(kind) \(location)" }
+}

@@ -1,0 +1,238 @@
+// HTTPTransport: the HTTP side of WebDAVStore. It owns the one HTTPClient of a store, its
+// timeouts, the Basic auth header, and the mapping of transport failures and HTTP statuses onto
+// StoreError. Logs name the method and the store path only: never a URL, never a header.
+
+import AsyncHTTPClient
+import DocFSStore
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP1
+
+struct HTTPTransport: Sendable {
+    let client: HTTPClient
+    /// `Basic …`, or nil. Never logged.
+    private let authorization: String?
+    let logger: Logger
+
+    init(authorization: String?, logger: Logger) {
+        let configuration = HTTPClient.Configuration(
+            redirectConfiguration: .disallow,
+            timeout: .init(connect: .seconds(10), read: .seconds(60), write: .seconds(60)),
+            decompression: .disabled
+        )
+        self.client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+        self.authorization = authorization
+        self.logger = logger
+    }
+
+    func shutdown() async {
+        do {
+            try await client.shutdown()
+        } catch {
+            logger.debug("HTTP client shutdown: \(error)")
+        }
+    }
+
+    /// A whole answer of a metadata call: status, headers and (bounded) body.
+    struct Answer: Sendable {
+        var status: Int
+        var reason: String
+        var headers: HTTPHeaders
+        var body: Data
+
+        init(status: Int, reason: String, headers: HTTPHeaders, body: Data) {
+            self.status = status
+            self.reason = reason
+            self.headers = headers
+            self.body = body
+        }
+
+        /// Reads at most 64 KiB of an answer we will not use, for its status.
+        init(consuming response: HTTPClientResponse) async {
+            var body = Data()
+            do {
+                for try await buffer in response.body {
+                    if body.count < 64 * 1024 { body.append(contentsOf: buffer.readableBytesView) } else { break }
+                }
+            } catch {}
+            self.init(status: Int(response.status.code), reason: response.status.reasonPhrase, headers: response.headers, body: body)
+        }
+
+        /// The error for a status the caller has no special meaning for.
+        func error(method: String, path: StorePath) -> StoreError {
+            HTTPTransport.statusError(status, reason: reason, method: method, path: path)
+        }
+    }
+
+    /// Sends a request and returns as soon as the response head is in; the caller streams the body.
+    func start(_ method: HTTPMethod, url: String, path: StorePath, headers: [String: String],
+               body: HTTPClientRequest.Body?, timeout: TimeAmount) async throws(StoreError) -> HTTPClientResponse {
+        var request = HTTPClientRequest(url: url)
+        request.method = method
+        if let authorization { request.headers.add(name: "Authorization", value: authorization) }
+        for (name, value) in headers { request.headers.add(name: name, value: value) }
+        request.body = body
+        logger.debug("\(method.rawValue) \(path)")
+        do {
+            let response = try await client.execute(request, timeout: timeout)
+            logger.debug("\(method.rawValue) \(path) -> \(response.status.code)")
+            return response
+        } catch {
+            let mapped = HTTPTransport.storeError(error, method: method.rawValue, path: path)
+            logger.debug("\(method.rawValue) \(path) failed: \(mapped)")
+            throw mapped
+        }
+    }
+
+    /// Sends a request and reads its whole (bounded) answer, all within `timeout`.
+    func metadata(_ method: HTTPMethod, url: String, path: StorePath, headers: [String: String],
+                  body: HTTPClientRequest.Body?, timeout: TimeAmount,
+                  maximumBodyBytes: Int = WebDAVStore.maximumMultistatusBytes) async throws(StoreError) -> Answer {
+        let seconds = Double(timeout.nanoseconds) / 1_000_000_000
+        let what = "\(method.rawValue) \(path) took longer than \(Int(seconds)) s"
+        do {
+            return try await HTTPTransport.withDeadline(seconds: seconds, what: what) {
+                let response = try await self.start(method, url: url, path: path, headers: headers, body: body, timeout: timeout)
+                let buffer: ByteBuffer
+                do {
+                    buffer = try await response.body.collect(upTo: maximumBodyBytes)
+                } catch let error as NIOTooManyBytesError {
+                    _ = error
+                    throw StoreError.protocolError("\(method.rawValue) \(path): answer larger than \(maximumBodyBytes) bytes")
+                }
+                return Answer(status: Int(response.status.code), reason: response.status.reasonPhrase,
+                              headers: response.headers, body: Data(buffer.readableBytesView))
+            }
+        } catch {
+            throw HTTPTransport.storeError(error, method: method.rawValue, path: path)
+        }
+    }
+
+    /// Drops an answer we do not use (a short error body is read so the connection can be reused).
+    static func discard(_ response: HTTPClientResponse) async {
+        _ = await Answer(consuming: response)
+    }
+
+    /// Runs `body`, failing with `.timedOut(what)` when it is not done after `seconds`.
+    static func withDeadline<T: Sendable>(seconds: Double, what: String,
+                                          _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+        try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask { try await body() }
+            group.addTask {
+                try await Task.sleep(nanoseconds: UInt64(seconds * 1_000_000_000))
+                return nil
+            }
+            defer { group.cancelAll() }
+            guard let first = try await group.next(), let value = first else { throw StoreError.timedOut(what) }
+            return value
+        }
+    }
+
+    /// The one table of HTTP statuses without a call-specific meaning.
+    static func statusError(_ status: Int, reason: String, method: String, path: StorePath) -> StoreError {
+        switch status {
+        case 401, 403: return .accessDenied("\(method) \(path): HTTP \(status) \(reason)")
+        case 404, 410: return .notFound(path)
+        case 423: return .accessDenied("\(method) \(path): locked on the server (HTTP 423)")
+        case 405, 501: return .notSupported("\(method) \(path): HTTP \(status) \(reason)")
+        case 500..<600: return .serverError(status: status, message: "\(method) \(path): \(reason)")
+        default: return .protocolError("\(method) \(path): unexpected HTTP \(status) \(reason)")
+        }
+    }
+
+    /// The one table of transport failures.
+    static func storeError(_ error: any Error, method: String, path: StorePath) -> StoreError {
+        if let error = error as? StoreError { return error }
+        if let error = error as? HTTPClientError {
+            switch error {
+            case .connectTimeout, .deadlineExceeded, .readTimeout, .writeTimeout, .getConnectionFromPoolTimeout,
+                 .tlsHandshakeTimeout, .socksHandshakeTimeout, .httpProxyHandshakeTimeout:
+                return .timedOut("\(method) \(path): \(error)")
+            case .cancelled:
+                return .timedOut("\(method) \(path): cancelled")
+            case .invalidURL, .emptyHost, .emptyScheme:
+                return .protocolError("\(method) \(path): \(error)")
+            default:
+                return .unreachable("\(method) \(path): \(error)")
+            }
+        }
+        if let error = error as? ChannelError, case .connectTimeout = error {
+            return .timedOut("\(method) \(path): connect timed out")
+        }
+        if error is CancellationError { return .timedOut("\(method) \(path): cancelled") }
+        return .unreachable("\(method) \(path): \(error)")
+    }
+}
+
+/// The content of a local file as a stream of chunks read with `pread`, for an upload of a known
+/// length. Fails (instead of sending a short body) if the file shrinks while it is read.
+struct LocalFileChunks: AsyncSequence, Sendable {
+    typealias Element = ByteBuffer
+
+    /// Owns the descriptor; closes it when the last user lets go.
+    /// `@unchecked Sendable`: the descriptor never changes, and `pread` takes its own offset, so
+    /// reads from any thread are safe.
+    final class OpenFile: @unchecked Sendable {
+        let fd: Int32
+        let path: String
+        init(fd: Int32, path: String) { self.fd = fd; self.path = path }
+        deinit { close(fd) }
+    }
+
+    let file: OpenFile
+    let size: Int64
+
+    init(path: String) throws(StoreError) {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            let code = errno
+            throw .localIO(errno: code, message: "open \(path): \(String(cString: strerror(code)))")
+        }
+        let file = OpenFile(fd: fd, path: path)
+        var info = stat()
+        guard fstat(fd, &info) == 0 else {
+            let code = errno
+            throw .localIO(errno: code, message: "stat \(path): \(String(cString: strerror(code)))")
+        }
+        guard (info.st_mode & S_IFMT) == S_IFREG else { throw .localIO(errno: EINVAL, message: "\(path) is not a regular file") }
+        self.file = file
+        self.size = Int64(info.st_size)
+    }
+
+    struct AsyncIterator: AsyncIteratorProtocol {
+        let file: OpenFile
+        let size: Int64
+        var offset: Int64 = 0
+
+        mutating func next() async throws -> ByteBuffer? {
+            guard offset < size else { return nil }
+            let want = Int(Swift.min(Int64(LocalDirectoryStore.chunkSize), size - offset))
+            var buffer = ByteBufferAllocator().buffer(capacity: want)
+            let fd = file.fd
+            let at = offset
+            var failure: Int32 = 0
+            while buffer.readableBytes < want {
+                let already = buffer.readableBytes
+                let got = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: want - already) { pointer in
+                    let count = pread(fd, pointer.baseAddress, want - already, off_t(at) + off_t(already))
+                    if count < 0 { failure = errno; return 0 }
+                    return count
+                }
+                if failure == EINTR { failure = 0; continue }
+                if failure != 0 {
+                    throw StoreError.localIO(errno: failure, message: "read \(file.path): \(String(cString: strerror(failure)))")
+                }
+                if got == 0 {
+                    throw StoreError.localIO(errno: EIO, message: "\(file.path) shrank while it was uploaded")
+                }
+            }
+            offset += Int64(want)
+            return buffer
+        }
+    }
+
+    func makeAsyncIterator() -> AsyncIterator {
+        AsyncIterator(file: file, size: size)
+    }
+}

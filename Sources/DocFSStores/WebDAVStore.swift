@@ -1,0 +1,492 @@
+// WebDAVStore: the store protocol over WebDAV (RFC 4918), for Nextcloud, ownCloud, Apache,
+// rclone serve and `docfs serve`. It owns the mapping of store calls onto HTTP methods and of
+// HTTP statuses onto StoreError; the wire helpers (XML, percent-encoding, dates) live in
+// WebDAVMultistatus.swift, the transport (timeouts, auth, error mapping) in HTTPClient+Store.swift.
+//
+// Paths: names are percent-encoded on the wire (every byte but `A-Za-z0-9-._~`), hrefs in
+// answers are decoded and compared component by component with the requested collection, so
+// servers that encode differently (or answer with absolute URLs) are understood, and a hostile
+// name (`..`, `a%2Fb`) is skipped with a warning instead of escaping the collection.
+//
+// Credentials: sent as Basic auth on every request, never part of a URL, a log line or an error.
+
+import AsyncHTTPClient
+import DocFSStore
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP1
+
+public final class WebDAVStore: Store {
+    public let identity: StoreIdentity
+    /// `scheme://host[:port]`, without credentials.
+    let origin: String
+    /// The decoded components of the base URL's path: the store's root.
+    let baseComponents: [String]
+    let transport: HTTPTransport
+    let logger: Logger
+
+    /// Deadline of a metadata call (PROPFIND, MKCOL, DELETE, MOVE, HEAD), body included.
+    static let metadataTimeout: TimeAmount = .seconds(30)
+    /// Deadline until the response head of a download; the body is then bounded by the read-idle timeout.
+    static let downloadHeadTimeout: TimeAmount = .seconds(60)
+    /// Deadline of an upload until its response head (the upload itself is bounded by the write/read-idle timeouts).
+    static let uploadTimeout: TimeAmount = .hours(24)
+    /// A PROPFIND answer larger than this is refused.
+    static let maximumMultistatusBytes = 256 * 1024 * 1024
+
+    static let propfindBody = """
+        <?xml version="1.0" encoding="utf-8"?>
+        <D:propfind xmlns:D="DAV:"><D:prop><D:resourcetype/><D:getcontentlength/><D:getlastmodified/><D:getetag/></D:prop></D:propfind>
+        """
+
+    /// - Parameters:
+    ///   - baseURL: `http(s)://host[:port]/path/`; credentials in it are taken out (and used when
+    ///     `username` is nil).
+    public init(baseURL: String, username: String? = nil, password: String? = nil,
+                logger: Logger = Logger(label: "docfs.store.webdav")) throws(StoreError) {
+        let parsed = try WebDAVURL(baseURL)
+        self.origin = parsed.origin
+        self.baseComponents = parsed.components
+        let user = username ?? parsed.username
+        let pass = password ?? parsed.password
+        var authorization: String?
+        if let user {
+            authorization = "Basic " + Data("\(user):\(pass ?? "")".utf8).base64EncodedString()
+        }
+        self.transport = HTTPTransport(authorization: authorization, logger: logger)
+        self.logger = logger
+        let location = parsed.origin + "/" + parsed.components.map(WebDAVMultistatus.percentEncode).joined(separator: "/")
+        self.identity = StoreIdentity(kind: "webdav", location: location)
+    }
+
+    /// Closes the HTTP client. Call once, when done with the store (a debug build traps if an
+    /// HTTP client is released without it).
+    public func shutdown() async {
+        await transport.shutdown()
+    }
+
+    public var capabilities: StoreCapabilities {
+        StoreCapabilities(canWrite: true, canRename: true, hasRangeReads: true)
+    }
+
+    /// The wire URL of `path` (a collection's ends with `/`).
+    func url(_ path: StorePath, collection: Bool = false) -> String {
+        let components = baseComponents + path.components
+        var url = origin + "/" + components.map(WebDAVMultistatus.percentEncode).joined(separator: "/")
+        if collection, !components.isEmpty { url += "/" }
+        return url
+    }
+
+    // MARK: - list
+
+    public func list(_ directory: StorePath, page: PageToken?) async throws(StoreError) -> ListPage {
+        let listing = try await propfindChildren(directory)
+        return ListPage(entries: listing.children, next: nil)
+    }
+
+    struct Listing {
+        var children: [RemoteEntry]
+        /// Members the server listed that we could not accept (unsafe or undecodable names).
+        var skipped: Int
+    }
+
+    func propfindChildren(_ directory: StorePath) async throws(StoreError) -> Listing {
+        let answer = try await transport.metadata(.PROPFIND, url: url(directory, collection: true), path: directory,
+                                                  headers: ["Depth": "1", "Content-Type": "application/xml; charset=utf-8"],
+                                                  body: .bytes(ByteBuffer(string: Self.propfindBody)), timeout: Self.metadataTimeout)
+        switch answer.status {
+        case 207: break
+        case 404, 409:
+            // Listing a file with a trailing slash gives 404 on some servers: say what it is.
+            if let entry = try? await stat(directory), entry.kind != .directory { throw .notADirectory(directory) }
+            throw .notFound(directory)
+        default: throw answer.error(method: "PROPFIND", path: directory)
+        }
+        let responses = try WebDAVMultistatus.parse(answer.body)
+        let prefix = baseComponents + directory.components
+        var children: [RemoteEntry] = []
+        var seen = Set<String>()
+        var skipped = 0
+        for response in responses {
+            guard let components = WebDAVMultistatus.decodedComponents(ofHref: response.href) else {
+                logger.warning("skipping an href that does not decode to UTF-8", metadata: ["directory": "\(directory)"])
+                skipped += 1
+                continue
+            }
+            guard components.count >= prefix.count, Array(components[0..<prefix.count]) == prefix else {
+                logger.warning("skipping an href outside the listed collection",
+                               metadata: ["directory": "\(directory)", "href": "\(response.href.debugDescription)"])
+                skipped += 1
+                continue
+            }
+            let rest = components[prefix.count...]
+            if rest.isEmpty {
+                if !response.isCollection, response.status == nil { throw .notADirectory(directory) }
+                continue
+            }
+            if let status = response.status, !(200..<300).contains(status) { continue }
+            guard rest.count == 1, let name = rest.first, StorePath.isValidName(name) else {
+                logger.warning("skipping an unsafe name", metadata: ["directory": "\(directory)", "href": "\(response.href.debugDescription)"])
+                skipped += 1
+                continue
+            }
+            guard seen.insert(name).inserted else { continue }
+            children.append(entry(StorePath(validated: directory.components + [name]), response))
+        }
+        return Listing(children: children, skipped: skipped)
+    }
+
+    func entry(_ path: StorePath, _ response: WebDAVResponse) -> RemoteEntry {
+        RemoteEntry(path: path,
+                    kind: response.isCollection ? .directory : .file,
+                    size: response.isCollection ? 0 : max(0, response.contentLength ?? 0),
+                    modified: response.lastModified.flatMap(WebDAVDate.parse) ?? 0,
+                    etag: response.etag.map(Self.normalizedETag))
+    }
+
+    /// ETags as `"…"` (or `W/"…"`): some servers send them unquoted in PROPFIND and quoted in headers.
+    static func normalizedETag(_ raw: String) -> ETag {
+        let value = raw.trimmingCharacters(in: .whitespaces)
+        if value.hasPrefix("\"") || value.hasPrefix("W/\"") { return ETag(value) }
+        return ETag("\"" + value + "\"")
+    }
+
+    /// Two ETags name the same version (the weak marker aside).
+    static func sameVersion(_ a: ETag, _ b: ETag) -> Bool {
+        func strong(_ e: ETag) -> Substring { e.value.hasPrefix("W/") ? e.value.dropFirst(2) : Substring(e.value) }
+        return strong(a) == strong(b)
+    }
+
+    // MARK: - stat
+
+    public func stat(_ path: StorePath) async throws(StoreError) -> RemoteEntry {
+        let answer = try await transport.metadata(.PROPFIND, url: url(path, collection: path.isRoot), path: path,
+                                                  headers: ["Depth": "0", "Content-Type": "application/xml; charset=utf-8"],
+                                                  body: .bytes(ByteBuffer(string: Self.propfindBody)), timeout: Self.metadataTimeout)
+        switch answer.status {
+        case 207: break
+        case 405: return try await head(path)
+        default: throw answer.error(method: "PROPFIND", path: path)
+        }
+        let responses = try WebDAVMultistatus.parse(answer.body)
+        let wanted = baseComponents + path.components
+        let match = responses.first { WebDAVMultistatus.decodedComponents(ofHref: $0.href) == wanted }
+            ?? (responses.count == 1 ? responses.first : nil)
+        guard let match else { throw .protocolError("PROPFIND of \(path) did not describe it") }
+        if let status = match.status, !(200..<300).contains(status) {
+            if status == 404 { throw .notFound(path) }
+            throw .protocolError("PROPFIND of \(path) answered status \(status)")
+        }
+        return entry(path, match)
+    }
+
+    /// The entry at `path`, or nil when there is none.
+    func statIfExists(_ path: StorePath) async throws(StoreError) -> RemoteEntry? {
+        do {
+            return try await stat(path)
+        } catch .notFound {
+            return nil
+        }
+    }
+
+    private func head(_ path: StorePath) async throws(StoreError) -> RemoteEntry {
+        let answer = try await transport.metadata(.HEAD, url: url(path), path: path, headers: [:], body: nil, timeout: Self.metadataTimeout)
+        guard answer.status == 200 else { throw answer.error(method: "HEAD", path: path) }
+        return RemoteEntry(path: path, kind: .file,
+                           size: answer.headers.first(name: "Content-Length").flatMap { Int64($0) } ?? 0,
+                           modified: answer.headers.first(name: "Last-Modified").flatMap(WebDAVDate.parse) ?? 0,
+                           etag: answer.headers.first(name: "ETag").map(Self.normalizedETag))
+    }
+
+    // MARK: - read
+
+    @discardableResult
+    public func read(_ path: StorePath, range: ByteRange?, ifMatch: ETag?, into sink: any ContentSink) async throws(StoreError) -> RemoteEntry {
+        if let range, range.isEmpty || range.lowerBound < 0 {
+            let entry = try await stat(path)
+            if let ifMatch, let etag = entry.etag, !Self.sameVersion(etag, ifMatch) { throw .versionMismatch(path) }
+            return entry
+        }
+        var headers: [String: String] = [:]
+        if let range { headers["Range"] = "bytes=\(range.lowerBound)-\(range.upperBound - 1)" }
+        if let ifMatch { headers["If-Match"] = ifMatch.value }
+        let response = try await transport.start(.GET, url: url(path), path: path, headers: headers, body: nil,
+                                                 timeout: Self.downloadHeadTimeout)
+        let status = Int(response.status.code)
+        switch status {
+        case 200, 206: break
+        case 412:
+            await HTTPTransport.discard(response)
+            throw .versionMismatch(path)
+        case 416:
+            // The range starts at or after the end: nothing to deliver.
+            await HTTPTransport.discard(response)
+            let entry = try await stat(path)
+            if let ifMatch, let etag = entry.etag, !Self.sameVersion(etag, ifMatch) { throw .versionMismatch(path) }
+            return entry
+        default:
+            let answer = await HTTPTransport.Answer(consuming: response)
+            throw answer.error(method: "GET", path: path)
+        }
+        let headerETag = response.headers.first(name: "ETag").map(Self.normalizedETag)
+        if let ifMatch, let headerETag, !Self.sameVersion(headerETag, ifMatch) {
+            // The server ignored If-Match; we do not.
+            await HTTPTransport.discard(response)
+            throw .versionMismatch(path)
+        }
+        if let encoding = response.headers.first(name: "Content-Encoding"), encoding.lowercased() != "identity" {
+            await HTTPTransport.discard(response)
+            throw .protocolError("GET \(path): unexpected Content-Encoding \(encoding)")
+        }
+        let contentLength = response.headers.first(name: "Content-Length").flatMap { Int64($0) }
+        let modified = response.headers.first(name: "Last-Modified").flatMap(WebDAVDate.parse) ?? 0
+
+        // Where the body starts in the file, which part of it we want, and the file's size.
+        var bodyStart: Int64 = 0
+        var wanted: Range<Int64> = 0..<Int64.max
+        var expectedEnd: Int64?  // the offset the body must reach, when known
+        var totalSize: Int64?
+        if status == 206 {
+            guard let range else {
+                await HTTPTransport.discard(response)
+                throw .protocolError("GET \(path): 206 to a request without Range")
+            }
+            guard let header = response.headers.first(name: "Content-Range"), let contentRange = ContentRange(header) else {
+                await HTTPTransport.discard(response)
+                throw .protocolError("GET \(path): 206 without a usable Content-Range")
+            }
+            guard contentRange.first == range.lowerBound else {
+                await HTTPTransport.discard(response)
+                throw .protocolError("GET \(path): asked bytes from \(range.lowerBound), got \(contentRange.first)")
+            }
+            bodyStart = contentRange.first
+            wanted = range
+            expectedEnd = min(contentRange.last + 1, range.upperBound)
+            totalSize = contentRange.total
+        } else {
+            totalSize = contentLength
+            if let range {
+                // A 200 to a range request: the whole content comes; keep only the range.
+                wanted = range
+                expectedEnd = contentLength.map { min($0, range.upperBound) } ?? nil
+            } else {
+                expectedEnd = contentLength
+            }
+        }
+
+        var position = bodyStart
+        let end = expectedEnd ?? wanted.upperBound
+        do {
+            for try await buffer in response.body {
+                let chunkStart = position
+                let chunkEnd = position + Int64(buffer.readableBytes)
+                position = chunkEnd
+                let from = max(chunkStart, wanted.lowerBound)
+                let to = min(chunkEnd, wanted.upperBound, end)
+                if from < to {
+                    try buffer.withUnsafeReadableBytes { (bytes) throws(StoreError) in
+                        let slice = UnsafeRawBufferPointer(rebasing: bytes[Int(from - chunkStart)..<Int(to - chunkStart)])
+                        try sink.write(slice, at: from)
+                    }
+                }
+                if position >= end { break }
+            }
+        } catch {
+            throw HTTPTransport.storeError(error, method: "GET", path: path)
+        }
+        if let expectedEnd, position < expectedEnd {
+            throw .unreachable("GET \(path): the connection ended after \(position - bodyStart) of \(expectedEnd - bodyStart) bytes")
+        }
+        var size = position
+        if let totalSize {
+            size = totalSize
+        } else if range != nil {
+            size = try await stat(path).size
+        }
+        return RemoteEntry(path: path, kind: .file, size: size, modified: modified, etag: headerETag)
+    }
+
+    // MARK: - write
+
+    public func write(_ path: StorePath, fromLocalFile localFile: String, condition: WriteCondition) async throws(StoreError) -> RemoteEntry {
+        guard !path.isRoot else { throw .isADirectory(path) }
+        let file = try LocalFileChunks(path: localFile)
+        var headers: [String: String] = [:]
+        // The condition goes to the server (atomic where it is honoured) and is also checked
+        // here first, because some servers (rclone's, for one) ignore If-Match on PUT.
+        switch condition {
+        case .always: break
+        case .ifMatch(let etag):
+            headers["If-Match"] = etag.value
+            let current = try await statIfExists(path)
+            guard let current, current.kind == .file, let currentETag = current.etag, Self.sameVersion(currentETag, etag) else {
+                if current?.kind == .directory { throw .isADirectory(path) }
+                throw .versionMismatch(path)
+            }
+        case .mustNotExist:
+            headers["If-None-Match"] = "*"
+            if try await statIfExists(path) != nil { throw .alreadyExists(path) }
+        }
+        let body = HTTPClientRequest.Body.stream(file, length: .known(file.size))
+        let answer = try await transport.metadata(.PUT, url: url(path), path: path, headers: headers, body: body,
+                                                  timeout: Self.uploadTimeout)
+        switch answer.status {
+        case 200, 201, 204: break
+        case 412:
+            if case .mustNotExist = condition { throw .alreadyExists(path) }
+            throw .versionMismatch(path)
+        case 404, 405, 409:
+            // A collection at the path, or no parent: say which.
+            if let existing = try? await stat(path), existing.kind == .directory { throw .isADirectory(path) }
+            if answer.status == 405 { throw answer.error(method: "PUT", path: path) }
+            throw .notFound(path.parent ?? .root)
+        default: throw answer.error(method: "PUT", path: path)
+        }
+        if let etag = answer.headers.first(name: "ETag").map(Self.normalizedETag) {
+            let modified = answer.headers.first(name: "Last-Modified").flatMap(WebDAVDate.parse) ?? Date().timeIntervalSince1970
+            return RemoteEntry(path: path, kind: .file, size: file.size, modified: modified, etag: etag)
+        }
+        return try await stat(path)
+    }
+
+    // MARK: - makeDirectory
+
+    public func makeDirectory(_ path: StorePath) async throws(StoreError) -> RemoteEntry {
+        guard !path.isRoot else { throw .alreadyExists(path) }
+        // Some servers (rclone's) answer 201 to MKCOL of an existing collection: look first.
+        if try await statIfExists(path) != nil { throw .alreadyExists(path) }
+        let answer = try await transport.metadata(.MKCOL, url: url(path, collection: true), path: path, headers: [:], body: nil,
+                                                  timeout: Self.metadataTimeout)
+        switch answer.status {
+        case 200, 201, 204: break
+        case 405: throw .alreadyExists(path)
+        case 409: throw .notFound(path.parent ?? .root)
+        case 415: throw .notSupported("MKCOL with a body")
+        default: throw answer.error(method: "MKCOL", path: path)
+        }
+        if let entry = try? await stat(path) { return entry }
+        return RemoteEntry(path: path, kind: .directory, size: 0, modified: Date().timeIntervalSince1970)
+    }
+
+    // MARK: - delete
+
+    public func delete(_ path: StorePath, isDirectory: Bool) async throws(StoreError) {
+        guard !path.isRoot else { throw .accessDenied("refusing to delete the store's root") }
+        // WebDAV DELETE of a collection is recursive: check first, so that neither an rmdir nor an
+        // unlink that meets a directory can remove a tree.
+        if isDirectory {
+            let listing = try await propfindChildren(path)
+            if !listing.children.isEmpty || listing.skipped > 0 { throw .notEmpty(path) }
+        } else {
+            let entry = try await stat(path)
+            if entry.kind == .directory { throw .isADirectory(path) }
+        }
+        let answer = try await transport.metadata(.DELETE, url: url(path, collection: isDirectory), path: path, headers: [:], body: nil,
+                                                  timeout: Self.metadataTimeout)
+        switch answer.status {
+        case 200, 202, 204: return
+        default: throw answer.error(method: "DELETE", path: path)
+        }
+    }
+
+    // MARK: - move
+
+    public func move(_ source: StorePath, to target: StorePath, replace: Bool) async throws(StoreError) -> RemoteEntry {
+        guard !source.isRoot else { throw .accessDenied("refusing to move the store's root") }
+        guard !target.isRoot else { throw .alreadyExists(target) }
+        if replace {
+            // `Overwrite: T` deletes a target collection with all it holds; rename(2) would not.
+            if let existing = try await statIfExists(target), existing.kind == .directory {
+                let sourceEntry = try await stat(source)
+                if sourceEntry.kind != .directory { throw .isADirectory(target) }
+                let listing = try await propfindChildren(target)
+                if !listing.children.isEmpty || listing.skipped > 0 { throw .notEmpty(target) }
+            }
+        }
+        let headers = ["Destination": url(target), "Overwrite": replace ? "T" : "F"]
+        let answer = try await transport.metadata(.MOVE, url: url(source), path: source, headers: headers, body: nil,
+                                                  timeout: Self.metadataTimeout)
+        switch answer.status {
+        case 200, 201, 204: break
+        case 412: throw .alreadyExists(target)
+        case 404: throw .notFound(source)
+        case 409: throw .notFound(target.parent ?? .root)
+        case 403:
+            // Some servers say 403 when the target's parent is missing.
+            if let parent = target.parent, try await statIfExists(parent) == nil { throw .notFound(parent) }
+            throw answer.error(method: "MOVE", path: source)
+        default: throw answer.error(method: "MOVE", path: source)
+        }
+        return try await stat(target)
+    }
+}
+
+/// `Content-Range: bytes first-last/total` (total may be `*`).
+struct ContentRange {
+    var first: Int64
+    var last: Int64
+    var total: Int64?
+
+    init?(_ header: String) {
+        let value = header.trimmingCharacters(in: .whitespaces)
+        guard value.lowercased().hasPrefix("bytes ") else { return nil }
+        let spec = value.dropFirst(6).trimmingCharacters(in: .whitespaces)
+        let halves = spec.split(separator: "/", maxSplits: 1)
+        guard halves.count == 2 else { return nil }
+        let bounds = halves[0].split(separator: "-", maxSplits: 1)
+        guard bounds.count == 2, let first = Int64(bounds[0]), let last = Int64(bounds[1]), first <= last else { return nil }
+        self.first = first
+        self.last = last
+        self.total = halves[1] == "*" ? nil : Int64(halves[1])
+    }
+}
+
+/// A base URL taken apart: origin, decoded path components and credentials.
+struct WebDAVURL {
+    var origin: String
+    var components: [String]
+    var username: String?
+    var password: String?
+
+    init(_ string: String) throws(StoreError) {
+        guard let schemeEnd = string.range(of: "://") else { throw .protocolError("not a URL: \(WebDAVURL.redacted(string))") }
+        let scheme = string[..<schemeEnd.lowerBound].lowercased()
+        guard scheme == "http" || scheme == "https" else { throw .notSupported("URL scheme \(scheme)") }
+        let rest = string[schemeEnd.upperBound...]
+        let authorityEnd = rest.firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) ?? rest.endIndex
+        var authority = rest[..<authorityEnd]
+        let pathPart = rest[authorityEnd...]
+        guard !pathPart.contains("?"), !pathPart.contains("#") else {
+            throw .protocolError("a store URL cannot have a query or fragment: \(WebDAVURL.redacted(string))")
+        }
+        if let at = authority.lastIndex(of: "@") {
+            let userinfo = authority[..<at]
+            authority = authority[authority.index(after: at)...]
+            if let colon = userinfo.firstIndex(of: ":") {
+                username = WebDAVMultistatus.percentDecode(userinfo[..<colon])
+                password = WebDAVMultistatus.percentDecode(userinfo[userinfo.index(after: colon)...])
+            } else {
+                username = WebDAVMultistatus.percentDecode(userinfo)
+            }
+        }
+        guard !authority.isEmpty else { throw .protocolError("no host in \(WebDAVURL.redacted(string))") }
+        origin = scheme + "://" + authority
+        guard let decoded = WebDAVMultistatus.decodedComponents(ofHref: String(pathPart)) else {
+            throw .protocolError("undecodable path in \(WebDAVURL.redacted(string))")
+        }
+        for component in decoded where !StorePath.isValidName(component) {
+            throw .invalidName(component)
+        }
+        components = decoded
+    }
+
+    /// The URL with any `user:password@` removed, for messages.
+    static func redacted(_ string: String) -> String {
+        guard let schemeEnd = string.range(of: "://") else { return string }
+        let rest = string[schemeEnd.upperBound...]
+        let authorityEnd = rest.firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) ?? rest.endIndex
+        guard let at = rest[..<authorityEnd].lastIndex(of: "@") else { return string }
+        return String(string[..<schemeEnd.upperBound]) + String(rest[rest.index(after: at)...])
+    }
+}

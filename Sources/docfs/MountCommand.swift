@@ -1,0 +1,199 @@
+import ArgumentParser
+import DocFSCore
+import DocFSFuse
+import DocFSStore
+import DocFSStores
+import Dispatch
+import Foundation
+import Logging
+
+/// `docfs mount STORE MOUNTPOINT`: mount a store with placeholders.
+struct MountCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "mount",
+        abstract: "Mount a store on a directory.",
+        discussion: """
+            STORE is a WebDAV URL (http://, https://, webdav://, webdavs://) or a local \
+            directory (a path or file:///path). Without --foreground, docfs returns once the \
+            mount is ready and keeps serving it in the background (log: --log-file, default \
+            in the state directory).
+
+            Credentials for WebDAV come from DOCFS_USER and DOCFS_PASSWORD, or from \
+            --credentials FILE (lines user=NAME and password=SECRET; the file must not be \
+            readable by group or others).
+
+            Examples:
+              docfs mount http://127.0.0.1:8080/ ~/docs
+              docfs mount webdavs://cloud.example.org/remote.php/dav/files/me/ ~/cloud --credentials ~/.config/docfs/cloud
+              docfs mount /srv/archive ~/archive --read-only
+              docfs mount http://127.0.0.1:8080/ Mount --foreground --dir-cache-ttl 5
+            """
+    )
+
+    @Argument(help: "The store: a WebDAV URL or a local directory.")
+    var store: String
+
+    @Argument(help: "An existing, empty directory to mount on.")
+    var mountpoint: String
+
+    @Flag(help: "Stay in the foreground (Ctrl-C unmounts).")
+    var foreground = false
+
+    @Flag(help: "Refuse every change (EROFS).")
+    var readOnly = false
+
+    @Option(help: "Seconds a directory listing is trusted before it is revalidated in the background.")
+    var dirCacheTtl: Double = 30
+
+    @Option(help: "Where local copies are kept (default: $XDG_CACHE_HOME/docfs).")
+    var cacheDir: String?
+
+    @Option(help: "A file with user= and password= lines for the store (mode 0600).")
+    var credentials: String?
+
+    @Option(help: "Where the background daemon logs (default: the mount's state directory).")
+    var logFile: String?
+
+    @Option(name: .customShort("o"), help: "FUSE mount options, comma-separated (e.g. allow_other).")
+    var options: [String] = []
+
+    @Flag(name: .shortAndLong, help: "Log more (debug level).")
+    var verbose = false
+
+    @Flag(help: .hidden)
+    var daemonChild = false
+
+    func validate() throws {
+        let path = absolutePath(mountpoint)
+        var isDirectory: ObjCBool = false
+        if !FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) {
+            if errno == ENOTCONN {
+                throw ValidationError("\(path) is a stale docfs mount: run 'docfs unmount \(mountpoint)' first")
+            }
+            throw ValidationError("mount point does not exist: \(path)")
+        }
+        guard isDirectory.boolValue else { throw ValidationError("mount point is not a directory: \(path)") }
+        guard dirCacheTtl >= 0 else { throw ValidationError("--dir-cache-ttl must be 0 or more seconds") }
+    }
+
+    func run() async throws {
+        let path = absolutePath(mountpoint)
+        if let existing = MountTable.entry(at: path) {
+            fail("\(path) is already a mount point (\(existing.type) from \(existing.source))")
+        }
+        if !foreground && !daemonChild {
+            try Daemon.start(arguments: Array(CommandLine.arguments.dropFirst()) + ["--daemon-child"], mountpoint: path)
+        }
+        if daemonChild { _ = setsid() }
+
+        let environment = ProcessInfo.processInfo.environment
+        var logger = Logger(label: "docfs")
+        logger.logLevel = verbose ? .debug : (Logger.Level(rawValue: environment["DOCFS_LOG_LEVEL"] ?? "") ?? .info)
+
+        let store: any Store
+        do {
+            store = try StoreLocator.store(for: self.store, credentialsFile: credentials, environment: environment, logger: logger)
+        } catch {
+            fail("\(error)")
+        }
+        let layout = MountLayout(store: store.identity, environment: environment, cacheDirectoryOverride: cacheDir)
+        let catalog: Catalog
+        do {
+            try layout.createDirectories()
+            catalog = try Catalog(path: layout.catalogPath)
+            // No handle survives a restart: every clean local copy left behind goes.
+            try catalog.resetTransientStates()
+            layout.clearCache()
+        } catch {
+            await StoreLocator.shutdownIfNeeded(store)
+            fail("\(error)")
+        }
+
+        // A store we cannot reach is an error, unless we have its placeholders already.
+        do {
+            _ = try await RetryPolicy.interactive.run { () async throws(StoreError) -> RemoteEntry in
+                try await store.stat(.root)
+            }
+        } catch {
+            let hasCache = (try? catalog.item(Item.rootInode))??.listedAt != nil
+            if error.isTransient && hasCache {
+                logger.warning("store unreachable, serving cached placeholders", metadata: ["error": "\(error)"])
+                printError("docfs: warning: \(store.identity) is unreachable (\(error)); showing cached placeholders")
+            } else {
+                await StoreLocator.shutdownIfNeeded(store)
+                fail("cannot use \(store.identity): \(error)")
+            }
+        }
+
+        let filesystem = DocFileSystem(store: store, catalog: catalog, cacheDirectory: layout.cacheDirectory,
+                                       directoryTTL: dirCacheTtl, readOnly: true, logger: logger)
+        // Writes are not supported yet: the kernel refuses them with EROFS.
+        var mountOptions = ["fsname=docfs", "subtype=docfs", "default_permissions", "ro"]
+        mountOptions += options.flatMap { $0.split(separator: ",").map(String.init) }
+        let mount = FuseMount(filesystem: filesystem, mountpoint: path, options: mountOptions,
+                              cacheDirectory: layout.cacheDirectory, logger: logger)
+        do {
+            try mount.mount()
+        } catch {
+            await StoreLocator.shutdownIfNeeded(store)
+            fail("\(error)")
+        }
+        let environmentForRegistry = environment
+        try? MountRegistry.save(MountRecord(pid: getpid(), mountpoint: path, store: store.identity.description,
+                                            stateDirectory: layout.stateDirectory, cacheDirectory: layout.cacheDirectory),
+                                environment: environmentForRegistry)
+
+        let signals = SignalHandlers(signals: [SIGINT, SIGTERM, SIGHUP]) { [logger] signal in
+            logger.info("signal \(signal): unmounting")
+            mount.requestUnmount()
+        }
+        logger.info("mounted", metadata: ["store": "\(store.identity)", "mountpoint": "\(path)"])
+        if daemonChild {
+            Daemon.detach(logFile: logFile ?? layout.stateDirectory + "/docfs.log")
+        } else {
+            print("docfs: \(store.identity) mounted on \(path) (Ctrl-C or 'docfs unmount \(mountpoint)' to unmount)")
+            fflush(nil)
+        }
+
+        let result = await mount.run()
+        logger.info("unmounted, evicting local copies", metadata: ["loop": "\(result)"])
+        await filesystem.shutdown()
+        mount.finish()
+        layout.clearCache()
+        MountRegistry.remove(path, environment: environmentForRegistry)
+        signals.cancel()
+        await StoreLocator.shutdownIfNeeded(store)
+        logger.info("stopped")
+    }
+}
+
+/// Prints `docfs: reason` on stderr and exits 1.
+func fail(_ reason: String) -> Never {
+    printError("docfs: \(reason)")
+    exit(1)
+}
+
+func printError(_ line: String) {
+    FileHandle.standardError.write(Data((line + "\n").utf8))
+}
+
+/// SIGINT/SIGTERM/SIGHUP through dispatch sources, so a signal is handled on a queue of ours
+/// whatever thread it hits (libfuse's own handlers cannot wake a loop that runs on another thread).
+// @unchecked: the sources are created in init and only cancelled afterwards; DispatchSource is thread-safe.
+final class SignalHandlers: @unchecked Sendable {
+    private let sources: [any DispatchSourceSignal]
+
+    init(signals: [Int32], handler: @escaping @Sendable (Int32) -> Void) {
+        sources = signals.map { number in
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler { handler(number) }
+            source.resume()
+            return source
+        }
+    }
+
+    func cancel() {
+        for source in sources { source.cancel() }
+    }
+}

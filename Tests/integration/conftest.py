@@ -1,0 +1,436 @@
+"""Fixtures for docfs's integration tests: real mounts through /dev/fuse against real servers.
+
+- `docfs` binary: $DOCFS_BIN, default .build/debug/docfs.
+- `xdg`: per-test XDG_STATE_HOME / XDG_CACHE_HOME, so the catalog and the cache dir can be inspected.
+- `docfs_serve(tree)`, `rclone_serve(tree)`, and `store_server(tree)` parametrized over both.
+  Each server keeps a request log the tests read to count GETs.
+- `mount(store, ...)`: mounts on a fresh temp mount point and ALWAYS unmounts at teardown
+  (`docfs unmount`, then `fusermount3 -uz`, then kill the daemon), then asserts nothing is left
+  in /proc/mounts.
+- A per-test watchdog (DOCFS_TEST_TIMEOUT, default 300 s) aborts the FUSE connection of a hung
+  mount, so a docfs bug fails a test instead of hanging CI.
+
+Set DOCFS_NO_FUSE=1 on a machine without /dev/fuse: the mount tests are then skipped, loudly.
+"""
+from __future__ import annotations
+
+import faulthandler
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import (Request, Tree, abort_fuse_connection, docfs_bin, free_port, is_mounted,
+                     make_big_tree, make_content_tree, mount_entries, normalize_path, pids_for,
+                     port_open, proc_mounts_lines, process_alive, regular_files_under, summarize,
+                     wait_until)
+
+TEST_TIMEOUT = float(os.environ.get("DOCFS_TEST_TIMEOUT", "300"))
+NO_FUSE = os.environ.get("DOCFS_NO_FUSE", "") not in ("", "0")
+
+
+# --- collection: the `fuse` marker, the loud skip ------------------------------------------
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "fuse: the test mounts through /dev/fuse")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not NO_FUSE:
+        return
+    skip = pytest.mark.skip(reason="DOCFS_NO_FUSE is set: this machine has no FUSE, mount tests skipped")
+    for item in items:
+        if "fuse" in item.keywords:
+            item.add_marker(skip)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if NO_FUSE:
+        terminalreporter.write_sep("!", "DOCFS_NO_FUSE is set: every test that mounts was SKIPPED", red=True)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, "rep_" + report.when, report)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _check_binary():
+    binary = docfs_bin()
+    if not os.access(binary, os.X_OK):
+        pytest.exit(f"docfs binary not found at {binary}: run `swift build` or set DOCFS_BIN", returncode=2)
+    if not NO_FUSE and not os.path.exists("/dev/fuse"):
+        pytest.exit("/dev/fuse is missing: set DOCFS_NO_FUSE=1 to skip the mount tests explicitly",
+                    returncode=2)
+
+
+# --- running things with timeouts ----------------------------------------------------------
+
+def run(cmd, timeout=60, env=None, check=False, **kwargs) -> subprocess.CompletedProcess:
+    """Runs a command with a timeout; output captured as text (undecodable bytes replaced)."""
+    try:
+        result = subprocess.run(cmd, capture_output=True, timeout=timeout, env=env,
+                                stdin=subprocess.DEVNULL, **kwargs)
+    except subprocess.TimeoutExpired as error:
+        raise AssertionError(f"{cmd!r} did not finish within {timeout} s "
+                             f"(stdout so far: {error.stdout!r}, stderr: {error.stderr!r})") from None
+    result.stdout = result.stdout.decode(errors="replace") if isinstance(result.stdout, bytes) else result.stdout
+    result.stderr = result.stderr.decode(errors="replace") if isinstance(result.stderr, bytes) else result.stderr
+    if check and result.returncode != 0:
+        raise AssertionError(f"{cmd!r} exited {result.returncode}\nstdout: {result.stdout}\nstderr: {result.stderr}")
+    return result
+
+
+# --- per-test state dirs -------------------------------------------------------------------
+
+class XDG:
+    def __init__(self, base: Path):
+        self.base = base
+        self.state_home = base / "state"
+        self.cache_home = base / "cache"
+        self.state_home.mkdir(parents=True)
+        self.cache_home.mkdir(parents=True)
+        self.env = dict(os.environ, XDG_STATE_HOME=str(self.state_home), XDG_CACHE_HOME=str(self.cache_home))
+        self.env.pop("DOCFS_USER", None)
+        self.env.pop("DOCFS_PASSWORD", None)
+
+    @property
+    def cache_root(self) -> Path:
+        return self.cache_home / "docfs"
+
+    def cache_files(self) -> list[str]:
+        """Regular files in the cache dir's mount-key subdirectories: local copies."""
+        files = []
+        if self.cache_root.is_dir():
+            for key in self.cache_root.iterdir():
+                if key.is_dir():
+                    files += regular_files_under(key)
+        return files
+
+    def docfs(self, *args, timeout=60) -> subprocess.CompletedProcess:
+        return run([docfs_bin(), *map(str, args)], timeout=timeout, env=self.env)
+
+
+@pytest.fixture
+def xdg(tmp_path) -> XDG:
+    return XDG(tmp_path / "xdg")
+
+
+# --- servers -------------------------------------------------------------------------------
+
+class Server:
+    kind = "?"
+
+    def __init__(self, root: Path, workdir: Path):
+        self.root = root
+        self.workdir = workdir
+        self.proc: subprocess.Popen | None = None
+        self.url = ""
+        self.port = 0
+        self.log_path = workdir / "requests.log"
+        self.out_path = workdir / "stdout.log"
+        self.err_path = workdir / "stderr.log"
+
+    def requests(self) -> list[Request]:
+        raise NotImplementedError
+
+    def gets(self, rel: str | None = None) -> list[Request]:
+        want = None if rel is None else normalize_path("/" + rel, decode=False)
+        return [r for r in self.requests() if r.method == "GET" and (want is None or r.path == want)]
+
+    def wait_for_gets(self, rel: str, count: int, timeout: float = 20, settle: float = 0.5) -> list[Request]:
+        """Waits until `count` GETs of rel are logged, then a moment more to catch extra ones."""
+        wait_until(lambda: len(self.gets(rel)) >= count, timeout,
+                   f"{count} GET(s) of /{rel} in the {self.kind} log (have: {summarize(self.requests())})")
+        time.sleep(settle)
+        return self.gets(rel)
+
+    def _spawn(self, cmd):
+        self.proc = subprocess.Popen(cmd, stdout=open(self.out_path, "wb"), stderr=open(self.err_path, "wb"),
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def diagnostics(self) -> str:
+        out = self.out_path.read_text(errors="replace") if self.out_path.exists() else ""
+        err = self.err_path.read_text(errors="replace") if self.err_path.exists() else ""
+        return f"{self.kind} server stdout:\n{out[-3000:]}\nstderr:\n{err[-3000:]}"
+
+    def stop(self):
+        """Stops the server by its PID (SIGTERM, then SIGKILL)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+class DocfsServer(Server):
+    """`docfs serve DIR --port 0 --request-log FILE`; the URL is parsed from its first stdout line."""
+    kind = "docfs-serve"
+    LINE = re.compile(r"docfs serve: serving .* at (https?://\S+)")
+
+    def start(self):
+        self._spawn([docfs_bin(), "serve", str(self.root), "--port", "0", "--host", "127.0.0.1",
+                     "--request-log", str(self.log_path)])
+
+        def listening():
+            if not self.alive():
+                raise AssertionError(f"docfs serve exited {self.proc.returncode}\n{self.diagnostics()}")
+            m = self.LINE.search(self.out_path.read_text(errors="replace"))
+            return m.group(1) if m else None
+
+        try:
+            self.url = wait_until(listening, 30, "docfs serve's 'serving ... at URL' line on stdout")
+        except AssertionError as error:
+            self.stop()
+            raise AssertionError(f"{error}\n{self.diagnostics()}") from None
+        if not self.url.endswith("/"):
+            self.url += "/"
+        self.port = int(re.search(r":(\d+)/", self.url).group(1))
+        return self
+
+    def requests(self) -> list[Request]:
+        if not self.log_path.exists():
+            return []
+        out = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            fields = line.split("\t")
+            if len(fields) < 5:
+                continue
+            method, path, status, _bytes, rng = fields[:5]
+            out.append(Request(method, normalize_path(path, decode=True),
+                               int(status) if status.isdigit() else None, None if rng == "-" else rng))
+        return out
+
+
+class RcloneServer(Server):
+    """`rclone serve webdav DIR --addr 127.0.0.1:PORT -v --log-file FILE`.
+
+    rclone 1.60 logs one INFO line per HTTP request once it is handled, e.g.
+        2026/11/22 05:41:28 INFO  : /sub/b c.txt: GET from 127.0.0.1:53756
+    with the path decoded and the method exact (GET and HEAD are distinct), which is all we
+    need to count content GETs — so no counting proxy is needed. It does not log the status.
+    """
+    kind = "rclone"
+    LINE = re.compile(r"^\S+ \S+ INFO\s+: (.*): ([A-Z]+) from (\S+)\s*$")
+
+    def start(self):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        self._spawn(["rclone", "serve", "webdav", str(self.root), "--addr", f"127.0.0.1:{self.port}",
+                     "-v", "--log-file", str(self.log_path), "--config", str(self.workdir / "rclone.conf")])
+
+        def listening():
+            if not self.alive():
+                raise AssertionError(f"rclone exited {self.proc.returncode}\n{self.diagnostics()}")
+            return port_open(self.port)
+
+        try:
+            wait_until(listening, 30, f"rclone serve webdav to listen on {self.url}")
+        except AssertionError as error:
+            self.stop()
+            raise AssertionError(f"{error}\n{self.diagnostics()}") from None
+        return self
+
+    def requests(self) -> list[Request]:
+        if not self.log_path.exists():
+            return []
+        out = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            m = self.LINE.match(line)
+            if m:
+                out.append(Request(m.group(2), normalize_path(m.group(1), decode=False), None, None))
+        return out
+
+    def diagnostics(self) -> str:
+        log = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return super().diagnostics() + f"\nlog:\n{log[-3000:]}"
+
+
+def _server_factory(cls, tmp_path):
+    servers: list[Server] = []
+
+    def start(tree: Tree | Path) -> Server:
+        root = tree.root if isinstance(tree, Tree) else Path(tree)
+        workdir = tmp_path / f"{cls.kind}-{len(servers)}"
+        workdir.mkdir()
+        server = cls(root, workdir)
+        servers.append(server)
+        return server.start()
+
+    return start, servers
+
+
+@pytest.fixture
+def docfs_serve(tmp_path):
+    start, servers = _server_factory(DocfsServer, tmp_path)
+    yield start
+    for s in servers:
+        s.stop()
+
+
+@pytest.fixture
+def rclone_serve(tmp_path):
+    start, servers = _server_factory(RcloneServer, tmp_path)
+    yield start
+    for s in servers:
+        s.stop()
+
+
+@pytest.fixture(params=["docfs-serve", "rclone"])
+def store_server(request, tmp_path):
+    """Parametrizes a test over both WebDAV servers: call it with a tree to start one."""
+    cls = DocfsServer if request.param == "docfs-serve" else RcloneServer
+    start, servers = _server_factory(cls, tmp_path)
+    yield start
+    for s in servers:
+        s.stop()
+
+
+# --- trees (built once per session, read-only for the tests) -------------------------------
+
+@pytest.fixture(scope="session")
+def big_tree(tmp_path_factory) -> Tree:
+    return make_big_tree(tmp_path_factory.mktemp("big-tree") / "store")
+
+
+@pytest.fixture(scope="session")
+def content_tree(tmp_path_factory) -> Tree:
+    return make_content_tree(tmp_path_factory.mktemp("content-tree") / "store")
+
+
+# --- mounts --------------------------------------------------------------------------------
+
+_ACTIVE_MOUNTS: set[str] = set()
+
+
+class Mount:
+    def __init__(self, path: Path, store: str, xdg: XDG, log_file: Path):
+        self.path = path
+        self.store = store
+        self.xdg = xdg
+        self.log_file = log_file
+
+    def __truediv__(self, rel) -> Path:
+        return self.path / rel
+
+    def is_mounted(self) -> bool:
+        return is_mounted(self.path)
+
+    def daemon_pids(self) -> list[int]:
+        return pids_for(str(self.path))
+
+    def log_tail(self, n=4000) -> str:
+        if self.log_file.exists():
+            return self.log_file.read_text(errors="replace")[-n:]
+        return "(no log file)"
+
+    def unmount(self, timeout=60) -> subprocess.CompletedProcess:
+        return self.xdg.docfs("unmount", self.path, timeout=timeout)
+
+
+def cleanup_mount(mountpoint: Path, xdg: XDG) -> list[str]:
+    """Unmounts by every means available; returns what had to be done beyond `docfs unmount`."""
+    notes = []
+    if is_mounted(mountpoint):
+        try:
+            result = xdg.docfs("unmount", mountpoint, timeout=60)
+            if result.returncode != 0:
+                notes.append(f"`docfs unmount` exited {result.returncode}: {result.stderr.strip()}")
+        except AssertionError as error:
+            notes.append(str(error))
+            abort_fuse_connection(mountpoint)
+    if is_mounted(mountpoint):
+        notes.append("still mounted after `docfs unmount`: used fusermount3 -uz")
+        run(["fusermount3", "-uz", str(mountpoint)], timeout=30)
+    pids = pids_for(str(mountpoint))
+    if pids:
+        try:
+            wait_until(lambda: not any(process_alive(p) for p in pids_for(str(mountpoint))), 10,
+                       "the docfs daemon to exit after unmount")
+        except AssertionError:
+            notes.append(f"docfs daemon still running after unmount (pids {pids}): killed")
+            for pid in pids_for(str(mountpoint)):
+                for sig in (signal.SIGTERM, signal.SIGKILL):
+                    try:
+                        os.kill(pid, sig)
+                    except ProcessLookupError:
+                        break
+                    time.sleep(1)
+    if is_mounted(mountpoint):
+        run(["fusermount3", "-uz", str(mountpoint)], timeout=30)
+    return notes
+
+
+@pytest.fixture
+def mount(request, tmp_path, xdg):
+    """mount(store, *options, mountpoint=None) -> Mount; always unmounted at teardown."""
+    mounts: list[Mount] = []
+
+    def do_mount(store, *options, mountpoint: Path | None = None, timeout=60) -> Mount:
+        mp = mountpoint or tmp_path / f"mnt{len(mounts)}"
+        mp.mkdir(exist_ok=True)
+        log = tmp_path / f"mount{len(mounts)}.log"
+        m = Mount(mp, str(store), xdg, log)
+        mounts.append(m)
+        _ACTIVE_MOUNTS.add(str(mp))
+        result = xdg.docfs("mount", store, mp, "--log-file", log, *options, timeout=timeout)
+        assert result.returncode == 0, (
+            f"docfs mount {store} {mp} exited {result.returncode}\nstderr: {result.stderr}\n"
+            f"stdout: {result.stdout}\nlog:\n{m.log_tail()}")
+        assert m.is_mounted(), (f"docfs mount returned 0 but {mp} is not in /proc/self/mountinfo yet "
+                                f"(it must return once the mount is ready)\nlog:\n{m.log_tail()}")
+        return m
+
+    yield do_mount
+
+    failed = getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed
+    problems = []
+    for m in mounts:
+        if failed:
+            sys.stderr.write(f"\n--- docfs log for {m.path} ---\n{m.log_tail()}\n")
+        notes = cleanup_mount(m.path, xdg)
+        _ACTIVE_MOUNTS.discard(str(m.path))
+        if notes and not failed:
+            problems += [f"{m.path}: {n}" for n in notes]
+        left = proc_mounts_lines(m.path)
+        if left:
+            problems.append(f"{m.path} is still in /proc/mounts after cleanup: {left}")
+    assert not problems, "teardown: " + "; ".join(problems)
+
+
+# --- watchdog ------------------------------------------------------------------------------
+
+@pytest.fixture(autouse=True)
+def _watchdog(request):
+    """If a test runs longer than DOCFS_TEST_TIMEOUT, abort its FUSE connections so it fails."""
+    fired = threading.Event()
+
+    def on_timeout():
+        fired.set()
+        sys.__stderr__.write(f"\n!!! {request.node.nodeid} exceeded {TEST_TIMEOUT:.0f} s: "
+                             f"aborting FUSE connections {sorted(_ACTIVE_MOUNTS)}\n")
+        faulthandler.dump_traceback(file=sys.__stderr__, all_threads=True)
+        for mp in list(_ACTIVE_MOUNTS):
+            abort_fuse_connection(mp)
+
+    timer = threading.Timer(TEST_TIMEOUT, on_timeout)
+    timer.daemon = True
+    timer.start()
+    yield
+    timer.cancel()
+    assert not fired.is_set(), f"test exceeded {TEST_TIMEOUT:.0f} s (DOCFS_TEST_TIMEOUT) and was aborted"

@@ -1,0 +1,297 @@
+"""Helpers shared by the integration tests: polling, trees, hashing, /proc/mounts, servers' logs.
+
+Nothing here talks to FUSE by itself; conftest.py builds the fixtures on top of it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import random
+import re
+import socket
+import stat
+import subprocess
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Callable, Iterable
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def docfs_bin() -> str:
+    path = os.environ.get("DOCFS_BIN") or str(REPO / ".build" / "debug" / "docfs")
+    return path
+
+
+# --- waiting -------------------------------------------------------------------------------
+
+def wait_until(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.05):
+    """Polls `predicate` until it returns something truthy; fails with `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while True:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except Exception as error:  # noqa: BLE001 - reported below if we time out
+            last_error = error
+        if time.monotonic() > deadline:
+            detail = f" (last error: {last_error!r})" if last_error else ""
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{detail}")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def closed_port() -> int:
+    """A port nobody listens on (bound and closed again; good enough on a quiet machine)."""
+    return free_port()
+
+
+def port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+# --- mounts and processes ------------------------------------------------------------------
+
+def _unescape_mount_field(field: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def mount_entries(mountpoint: str | os.PathLike) -> list[dict]:
+    """Entries of /proc/self/mountinfo for this mount point (a list, since mounts can stack)."""
+    target = os.path.realpath(mountpoint) if os.path.exists(mountpoint) else os.path.abspath(mountpoint)
+    raw = os.path.abspath(mountpoint)
+    entries = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            fields = left.split()
+            point = _unescape_mount_field(fields[4])
+            if point in (target, raw):
+                fstype, source = right.split()[:2]
+                entries.append({"mountpoint": point, "device": fields[2], "fstype": fstype,
+                                "source": _unescape_mount_field(source), "line": line.strip()})
+    return entries
+
+
+def is_mounted(mountpoint) -> bool:
+    return bool(mount_entries(mountpoint))
+
+
+def proc_mounts_lines(mountpoint) -> list[str]:
+    """Lines of /proc/mounts naming this mount point (what `mount` shows)."""
+    raw = os.path.abspath(mountpoint)
+    with open("/proc/mounts") as f:
+        return [l.strip() for l in f if _unescape_mount_field(l.split()[1]) == raw]
+
+
+def pids_for(unique: str) -> list[int]:
+    """PIDs whose command line contains `unique` (a per-test temp path), never our own."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if unique in cmdline and "docfs" in cmdline:
+            pids.append(int(entry))
+    return pids
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def abort_fuse_connection(mountpoint) -> None:
+    """Last resort for a hung mount: abort its FUSE connection so blocked syscalls return."""
+    for entry in mount_entries(mountpoint):
+        minor = entry["device"].split(":")[1]
+        abort = Path(f"/sys/fs/fuse/connections/{minor}/abort")
+        if not abort.exists() and os.geteuid() == 0:
+            subprocess.run(["mount", "-t", "fusectl", "fusectl", "/sys/fs/fuse/connections"],
+                           capture_output=True, timeout=10)
+        try:
+            abort.write_text("1")
+        except OSError:
+            subprocess.run(["umount", "-f", entry["mountpoint"]], capture_output=True, timeout=10)
+
+
+# --- files ---------------------------------------------------------------------------------
+
+def sha256_file(path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(chunk)
+            if not block:
+                break
+            h.update(block)
+    return h.hexdigest()
+
+
+def regular_files_under(root) -> list[str]:
+    """Every regular file below `root` (recursively); [] if root does not exist."""
+    found = []
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            p = os.path.join(dirpath, name)
+            try:
+                if stat.S_ISREG(os.lstat(p).st_mode):
+                    found.append(p)
+            except FileNotFoundError:
+                pass
+    return found
+
+
+def xattr_state(path) -> str:
+    return os.getxattr(path, "user.docfs.state").rstrip(b"\0").decode().strip()
+
+
+def write_file(path: Path, data: bytes, mtime: int | None = None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    if mtime is not None:
+        os.utime(path, (mtime, mtime))
+
+
+def pseudo_random_bytes(n: int, seed: int) -> bytes:
+    return random.Random(seed).randbytes(n)
+
+
+@dataclasses.dataclass
+class Tree:
+    """A store directory and what the tests expect to find in it (relative POSIX paths)."""
+    root: Path
+    files: dict[str, int]           # path -> size
+    mtimes: dict[str, int]          # path -> mtime (whole seconds)
+    dirs: set[str]
+    hashes: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def entries(self) -> set[str]:
+        return set(self.files) | self.dirs
+
+
+def make_big_tree(root: Path, dirs: int = 20, files_per_dir: int = 50) -> Tree:
+    """dirs x files_per_dir small files, plus a nested level with a few more: >= 1,000 entries."""
+    rng = random.Random(1234)
+    files: dict[str, int] = {}
+    mtimes: dict[str, int] = {}
+    dirset: set[str] = set()
+    base = 1_600_000_000
+    n = 0
+    for d in range(dirs):
+        dname = f"dir{d:02d}"
+        dirset.add(dname)
+        for i in range(files_per_dir):
+            rel = f"{dname}/file{i:03d}.txt"
+            size = rng.randrange(0, 3000)
+            mtime = base + n * 3601
+            write_file(root / rel, rng.randbytes(size), mtime)
+            files[rel], mtimes[rel] = size, mtime
+            n += 1
+        nested = f"{dname}/nested"
+        dirset.add(nested)
+        dirset.add(f"{nested}/deeper")
+        for rel in (f"{nested}/a.md", f"{nested}/deeper/b.bin"):
+            size = rng.randrange(1, 5000)
+            mtime = base + n * 3601
+            write_file(root / rel, rng.randbytes(size), mtime)
+            files[rel], mtimes[rel] = size, mtime
+            n += 1
+    return Tree(root, files, mtimes, dirset)
+
+
+# Names that stress URL encoding, for the byte-identical tests.
+SPECIAL_NAMES = [
+    "with space.txt",
+    "résumé 日本.txt",
+    "100% sure.txt",
+    "a%20b.txt",
+    "hash #1 & plus+semi;colon.txt",
+    "dir with space/ünïcødé dir/inner file.txt",
+]
+
+BIG_SIZE = 64 * 1024 * 1024 + 12345
+
+
+def make_content_tree(root: Path) -> Tree:
+    """Files for the byte-identity tests: empty, 1 byte, >= 64 MiB, awkward names, a few MiB."""
+    specs: dict[str, bytes] = {
+        "empty.txt": b"",
+        "one.bin": b"\x7f",
+        "small.txt": b"hello, docfs\n" * 100,
+        "medium.bin": pseudo_random_bytes(8 * 1024 * 1024 + 7, 7),
+        "big.bin": pseudo_random_bytes(BIG_SIZE, 64),
+        "sub/dir/nested.txt": b"nested\n",
+    }
+    for i, name in enumerate(SPECIAL_NAMES):
+        specs[name] = f"content of {name!r}\n".encode() * (i + 1)
+    tree = Tree(root, {}, {}, set())
+    base = 1_700_000_000
+    for i, (rel, data) in enumerate(specs.items()):
+        write_file(root / rel, data, base + i * 60)
+        tree.files[rel] = len(data)
+        tree.mtimes[rel] = base + i * 60
+        tree.hashes[rel] = hashlib.sha256(data).hexdigest()
+        parts = rel.split("/")[:-1]
+        for k in range(1, len(parts) + 1):
+            tree.dirs.add("/".join(parts[:k]))
+    return tree
+
+
+def walk_relative(root) -> set[str]:
+    """All entries below root as relative POSIX paths (what `find` would print, minus root)."""
+    out = set()
+    for dirpath, dirs, files in os.walk(root):
+        for name in dirs + files:
+            out.add(os.path.relpath(os.path.join(dirpath, name), root))
+    return out
+
+
+# --- request logs ---------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    method: str
+    path: str        # decoded, leading '/', no trailing '/' (except the root)
+    status: int | None
+    range: str | None
+
+
+def normalize_path(path: str, decode: bool) -> str:
+    path = path.split("?", 1)[0]
+    if path.startswith("http://") or path.startswith("https://"):
+        path = urllib.parse.urlsplit(path).path
+    if decode:
+        path = urllib.parse.unquote(path)
+    if not path.startswith("/"):
+        path = "/" + path
+    if len(path) > 1:
+        path = path.rstrip("/")
+    return path
+
+
+def summarize(requests: Iterable[Request]) -> str:
+    counts: dict[str, int] = {}
+    for r in requests:
+        counts[r.method] = counts.get(r.method, 0) + 1
+    return ", ".join(f"{m}={c}" for m, c in sorted(counts.items())) or "no requests"

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what docfs needs to build, run and test, and only what is missing:
+# Debian packages (FUSE 3, its headers, pkg-config, rclone for interop tests, attr for getfattr)
+# and Python's pytest. Idempotent; silent when everything is there.
+set -euo pipefail
+
+packages=(fuse3 libfuse3-dev pkg-config rclone attr)
+
+missing=()
+for p in "${packages[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$'; then
+        missing+=("$p")
+    fi
+done
+
+if ((${#missing[@]})); then
+    sudo=()
+    if [[ $(id -u) -ne 0 ]]; then sudo=(sudo); fi
+    echo "setup: installing Debian packages: ${missing[*]}"
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! python3 -c 'import pytest' 2>/dev/null; then
+    echo "setup: installing pytest"
+    python3 -m pip install --quiet pytest 2>/dev/null \
+        || python3 -m pip install --quiet --break-system-packages pytest
+fi
+
+if [[ ! -e /dev/fuse ]]; then
+    echo "setup: warning: /dev/fuse is missing; mounting will not work on this machine" >&2
+fi
