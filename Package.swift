@@ -82,9 +82,14 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // Fakes for tests: an in-memory, failure-injecting store.
+        .target(
+            name: "DocFSTesting",
+            dependencies: ["DocFSStore"]
+        ),
         .testTarget(
             name: "DocFSCoreTests",
-            dependencies: ["DocFSCore", "DocFSStore", "DocFSStores"]
+            dependencies: ["DocFSCore", "DocFSStore", "DocFSTesting"]
         ),
         .testTarget(name: "DocFSServeTests", dependencies: ["DocFSServe", .product(name: "AsyncHTTPClient", package: "async-http-client")]),
         .testTarget(

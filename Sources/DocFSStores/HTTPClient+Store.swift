@@ -16,11 +16,14 @@ struct HTTPTransport: Sendable {
     let logger: Logger
 
     init(authorization: String?, logger: Logger) {
-        let configuration = HTTPClient.Configuration(
+        var configuration = HTTPClient.Configuration(
             redirectConfiguration: .disallow,
             timeout: .init(connect: .seconds(10), read: .seconds(60), write: .seconds(60)),
             decompression: .disabled
         )
+        // A refused connection fails the call at once: the core retries with its own policy,
+        // so a stopped server gives a clear error in a second or two, not at the deadline.
+        configuration.connectionPool.retryConnectionEstablishment = false
         self.client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
         self.authorization = authorization
         self.logger = logger

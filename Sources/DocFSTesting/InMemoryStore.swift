@@ -1,0 +1,205 @@
+import DocFSStore
+import Foundation
+import Synchronization
+
+/// A store held in memory, for testing the core without a server. It counts the calls the
+/// core makes (so tests can say "no download on stat", "one download for two opens") and
+/// can be told to fail, stall or cut a download short, like a bad network would.
+public final class InMemoryStore: Store, Sendable {
+    public let identity = StoreIdentity(kind: "memory", location: "test")
+    public let capabilities = StoreCapabilities(canWrite: true, canRename: true, hasRangeReads: true)
+
+    private let state = Mutex(State())
+
+    /// What the next `read` calls do instead of succeeding.
+    public enum ReadFault: Sendable {
+        /// Throw this error.
+        case fail(StoreError)
+        /// Deliver only this many bytes, then report success (a server that lies about the length).
+        case truncate(after: Int)
+    }
+
+    private struct File {
+        var content: [UInt8]
+        var version: Int
+        var modified: Double
+    }
+
+    private struct State {
+        var files: [StorePath: File] = [:]
+        var directories: Set<StorePath> = [.root]
+        var reads: [StorePath: Int] = [:]
+        var lists: [StorePath: Int] = [:]
+        var readFaults: [ReadFault] = []
+        var listFault: StoreError?
+        var readGate: (@Sendable () async -> Void)?
+    }
+
+    public init() {}
+
+    // MARK: Arranging
+
+    public func addFile(_ path: String, _ content: [UInt8], modified: Double = 1_700_000_000) {
+        let path = try! StorePath(path)
+        state.withLock { state in
+            var parent = path.parent
+            while let directory = parent, !directory.isRoot {
+                state.directories.insert(directory)
+                parent = directory.parent
+            }
+            let version = (state.files[path]?.version ?? 0) + 1
+            state.files[path] = File(content: content, version: version, modified: modified)
+        }
+    }
+
+    public func addDirectory(_ path: String) {
+        let path = try! StorePath(path)
+        _ = state.withLock { $0.directories.insert(path) }
+    }
+
+    public func remove(_ path: String) {
+        let path = try! StorePath(path)
+        state.withLock { state in
+            state.files[path] = nil
+            state.directories.remove(path)
+        }
+    }
+
+    /// The next reads fail or misbehave, one fault per read, in order.
+    public func injectReadFaults(_ faults: [ReadFault]) {
+        state.withLock { $0.readFaults = faults }
+    }
+
+    /// Every listing fails with `error` (nil: listings work again).
+    public func failListings(with error: StoreError?) {
+        state.withLock { $0.listFault = error }
+    }
+
+    /// Every read waits on `gate` before delivering anything.
+    public func holdReads(until gate: (@Sendable () async -> Void)?) {
+        state.withLock { $0.readGate = gate }
+    }
+
+    public func readCount(_ path: String) -> Int {
+        let path = try! StorePath(path)
+        return state.withLock { $0.reads[path] ?? 0 }
+    }
+
+    public var totalReads: Int { state.withLock { $0.reads.values.reduce(0, +) } }
+    public var totalListings: Int { state.withLock { $0.lists.values.reduce(0, +) } }
+
+    // MARK: Store
+
+    public func list(_ directory: StorePath, page: PageToken?) async throws(StoreError) -> ListPage {
+        try state.withLock { state throws(StoreError) -> ListPage in
+            if let fault = state.listFault { throw fault }
+            state.lists[directory, default: 0] += 1
+            guard state.directories.contains(directory) else {
+                throw state.files[directory] == nil ? .notFound(directory) : .notADirectory(directory)
+            }
+            var entries: [RemoteEntry] = []
+            for (path, file) in state.files where path.parent == directory {
+                entries.append(Self.entry(path, file))
+            }
+            for path in state.directories where path.parent == directory {
+                entries.append(RemoteEntry(path: path, kind: .directory, size: 0, modified: 1_700_000_000))
+            }
+            return ListPage(entries: entries.sorted { $0.path < $1.path }, next: nil)
+        }
+    }
+
+    public func stat(_ path: StorePath) async throws(StoreError) -> RemoteEntry {
+        try state.withLock { state throws(StoreError) -> RemoteEntry in
+            if let file = state.files[path] { return Self.entry(path, file) }
+            if state.directories.contains(path) { return RemoteEntry(path: path, kind: .directory, size: 0, modified: 0) }
+            throw .notFound(path)
+        }
+    }
+
+    public func read(_ path: StorePath, range: ByteRange?, ifMatch: ETag?, into sink: any ContentSink) async throws(StoreError) -> RemoteEntry {
+        let gate = state.withLock { state -> (@Sendable () async -> Void)? in
+            state.reads[path, default: 0] += 1
+            return state.readGate
+        }
+        if let gate { await gate() }
+        let (file, fault) = try state.withLock { state throws(StoreError) -> (File, ReadFault?) in
+            guard let file = state.files[path] else { throw .notFound(path) }
+            let fault = state.readFaults.isEmpty ? nil : state.readFaults.removeFirst()
+            return (file, fault)
+        }
+        let entry = Self.entry(path, file)
+        if let etag = ifMatch, etag != entry.etag { throw .versionMismatch(path) }
+        let lower = Int(range?.lowerBound ?? 0)
+        var upper = min(Int(range?.upperBound ?? Int64(file.content.count)), file.content.count)
+        switch fault {
+        case .fail(let error)?: throw error
+        case .truncate(let count)?: upper = min(upper, lower + count)
+        case nil: break
+        }
+        // Deliver in chunks, as a network would.
+        var offset = lower
+        while offset < upper {
+            let end = min(offset + 4096, upper)
+            let chunk = Array(file.content[offset..<end])
+            let failure = chunk.withUnsafeBytes { bytes -> StoreError? in
+                do throws(StoreError) { try sink.write(bytes, at: Int64(offset)) } catch { return error }
+                return nil
+            }
+            if let failure { throw failure }
+            offset = end
+        }
+        return entry
+    }
+
+    public func write(_ path: StorePath, fromLocalFile localFile: String, condition: WriteCondition) async throws(StoreError) -> RemoteEntry {
+        guard let data = FileManager.default.contents(atPath: localFile) else { throw .localIO(errno: ENOENT, message: localFile) }
+        return try state.withLock { state throws(StoreError) -> RemoteEntry in
+            let existing = state.files[path]
+            switch condition {
+            case .always: break
+            case .mustNotExist: if existing != nil { throw .alreadyExists(path) }
+            case .ifMatch(let etag): if existing.map({ Self.entry(path, $0).etag }) != etag { throw .versionMismatch(path) }
+            }
+            let file = File(content: Array(data), version: (existing?.version ?? 0) + 1, modified: Date().timeIntervalSince1970)
+            state.files[path] = file
+            return Self.entry(path, file)
+        }
+    }
+
+    public func makeDirectory(_ path: StorePath) async throws(StoreError) -> RemoteEntry {
+        try state.withLock { state throws(StoreError) -> RemoteEntry in
+            if state.directories.contains(path) || state.files[path] != nil { throw .alreadyExists(path) }
+            state.directories.insert(path)
+            return RemoteEntry(path: path, kind: .directory, size: 0, modified: Date().timeIntervalSince1970)
+        }
+    }
+
+    public func delete(_ path: StorePath, isDirectory: Bool) async throws(StoreError) {
+        try state.withLock { state throws(StoreError) in
+            if isDirectory {
+                guard state.directories.contains(path) else { throw .notFound(path) }
+                if state.files.keys.contains(where: { $0.parent == path }) || state.directories.contains(where: { $0.parent == path }) {
+                    throw .notEmpty(path)
+                }
+                state.directories.remove(path)
+            } else {
+                guard state.files.removeValue(forKey: path) != nil else { throw .notFound(path) }
+            }
+        }
+    }
+
+    public func move(_ source: StorePath, to target: StorePath, replace: Bool) async throws(StoreError) -> RemoteEntry {
+        try state.withLock { state throws(StoreError) -> RemoteEntry in
+            guard let file = state.files[source] else { throw .notFound(source) }
+            if !replace && state.files[target] != nil { throw .alreadyExists(target) }
+            state.files[source] = nil
+            state.files[target] = file
+            return Self.entry(target, file)
+        }
+    }
+
+    private static func entry(_ path: StorePath, _ file: File) -> RemoteEntry {
+        RemoteEntry(path: path, kind: .file, size: Int64(file.content.count), modified: file.modified,
+                    etag: ETag("\"v\(file.version)\""))
+    }
+}

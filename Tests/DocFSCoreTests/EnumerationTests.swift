@@ -1,0 +1,76 @@
+import DocFSCore
+import DocFSStore
+import DocFSTesting
+import Foundation
+import Testing
+
+@Suite("Directory listings are cached and revalidated")
+struct EnumerationTests {
+    @Test func aDirectoryIsListedOnceWithinTheTTL() async throws {
+        let fixture = try CoreFixture(ttl: 60)
+        fixture.store.addFile("a", [1])
+        _ = try await fixture.fs.children(of: Item.rootInode)
+        _ = try await fixture.fs.children(of: Item.rootInode)
+        _ = try await fixture.lookup("a")
+        #expect(fixture.store.totalListings == 1)
+    }
+
+    @Test func concurrentListingsShareOneRequest() async throws {
+        let fixture = try CoreFixture()
+        for index in 0..<50 { fixture.store.addFile("f\(index)", [1]) }
+        async let a = fixture.fs.children(of: Item.rootInode)
+        async let b = fixture.fs.children(of: Item.rootInode)
+        let (first, second) = try await (a, b)
+        #expect(first.count == 50 && second.count == 50)
+        #expect(fixture.store.totalListings == 1)
+    }
+
+    @Test func aRemountShowsTheCachedTreeEvenWhenTheStoreIsDown() async throws {
+        let store = InMemoryStore()
+        store.addFile("docs/a.txt", [1, 2, 3])
+        let first = try CoreFixture(store: store)
+        _ = try await first.lookup("docs/a.txt")
+
+        store.failListings(with: .unreachable("connection refused"))
+        let second = try CoreFixture(store: store, reuse: first.directory)
+        let docs = try await second.lookup("docs")
+        let children = try await second.fs.children(of: docs.inode)
+        #expect(children.map(\.name) == ["a.txt"])
+        #expect(children[0].size == 3)
+    }
+
+    @Test func aStaleListingIsRefreshedInTheBackground() async throws {
+        let fixture = try CoreFixture(ttl: 0)
+        fixture.store.addFile("a", [1])
+        _ = try await fixture.fs.children(of: Item.rootInode)
+        fixture.store.addFile("b", [2])
+        // Answered from the catalog at once; the refresh lands shortly after.
+        _ = try await fixture.fs.children(of: Item.rootInode)
+        var names: [String] = []
+        for _ in 0..<100 {
+            names = try fixture.catalog.children(of: Item.rootInode).map(\.name)
+            if names == ["a", "b"] { break }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(names == ["a", "b"])
+    }
+
+    @Test func aNeverListedDirectoryFailsWhenTheStoreIsDown() async throws {
+        let fixture = try CoreFixture()
+        fixture.store.failListings(with: .unreachable("refused"))
+        await #expect(throws: FSError.storeUnreachable("refused")) {
+            _ = try await fixture.fs.children(of: Item.rootInode)
+        }
+    }
+
+    @Test func removedEntriesDisappearAfterRelisting() async throws {
+        let fixture = try CoreFixture(ttl: 0)
+        fixture.store.addFile("a", [1])
+        fixture.store.addFile("b", [1])
+        _ = try await fixture.fs.children(of: Item.rootInode)
+        fixture.store.remove("b")
+        try await fixture.fs.enumerator.refresh(try fixture.fs.item(Item.rootInode))
+        #expect(try fixture.catalog.children(of: Item.rootInode).map(\.name) == ["a"])
+        await #expect(throws: FSError.notFound) { _ = try await fixture.lookup("b") }
+    }
+}

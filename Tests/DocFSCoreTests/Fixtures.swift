@@ -1,0 +1,61 @@
+import DocFSCore
+import DocFSStore
+import DocFSTesting
+import Foundation
+import Logging
+
+/// A fresh catalog and cache directory in a temporary folder, with the core wired to an
+/// in-memory store.
+struct CoreFixture {
+    let directory: String
+    let store: InMemoryStore
+    let catalog: Catalog
+    let fs: DocFileSystem
+    var cacheDirectory: String { directory + "/cache" }
+
+    init(store: InMemoryStore = InMemoryStore(), ttl: Double = 30, reuse directory: String? = nil) throws {
+        let directory = directory ?? FileManager.default.temporaryDirectory.appendingPathComponent("docfs-core-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: directory + "/cache", withIntermediateDirectories: true)
+        self.directory = directory
+        self.store = store
+        catalog = try Catalog(path: directory + "/catalog.sqlite")
+        var logger = Logger(label: "test")
+        logger.logLevel = .critical
+        fs = DocFileSystem(store: store, catalog: catalog, cacheDirectory: directory + "/cache", directoryTTL: ttl,
+                           readOnly: true, logger: logger)
+    }
+
+    /// Files in the cache directory: local copies on disk.
+    func cachedFiles() -> [String] {
+        (try? FileManager.default.contentsOfDirectory(atPath: cacheDirectory)) ?? []
+    }
+
+    func lookup(_ path: String) async throws -> Item {
+        var inode = Item.rootInode
+        var item = try fs.item(inode)
+        for name in path.split(separator: "/") {
+            item = try await fs.lookup(parent: inode, name: String(name))
+            inode = item.inode
+        }
+        return item
+    }
+
+    /// Reads a whole open file through the handle, as the kernel would.
+    func readAll(handle: UInt64, size: Int64) throws -> [UInt8] {
+        var result: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        var offset: Int64 = 0
+        while offset < size {
+            let count = try buffer.withUnsafeMutableBytes { try fs.read(handle: handle, offset: offset, into: $0) }
+            if count == 0 { break }
+            result += buffer[0..<count]
+            offset += Int64(count)
+        }
+        return result
+    }
+}
+
+func randomBytes(_ count: Int) -> [UInt8] {
+    var generator = SystemRandomNumberGenerator()
+    return (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
+}
