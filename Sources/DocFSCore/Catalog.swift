@@ -46,6 +46,18 @@ public final class Catalog: Sendable {
                     VALUES (1, 'root', NULL, '', '/', 1, 'directory');
                 """)
         }
+        migrator.registerMigration("v2-changes") { db in
+            try db.execute(sql: """
+                ALTER TABLE item ADD COLUMN onStore INTEGER NOT NULL DEFAULT 1;
+                ALTER TABLE item ADD COLUMN owner INTEGER;
+                ALTER TABLE item ADD COLUMN "group" INTEGER;
+                ALTER TABLE item ADD COLUMN accessed REAL;
+                ALTER TABLE item ADD COLUMN changed REAL;
+                ALTER TABLE item ADD COLUMN uploadError TEXT;
+                ALTER TABLE item ADD COLUMN conflictCopy TEXT;
+                CREATE INDEX item_by_state ON item(state);
+                """)
+        }
         return migrator
     }
 
@@ -103,11 +115,17 @@ public final class Catalog: Sendable {
                 guard !seen.contains(name) else { continue }
                 seen.insert(name)
                 let kind = Catalog.kind(of: entry)
+                if let row = existing[name], Catalog.hasLocalChanges(row) {
+                    // A local change wins until it is uploaded; the upload detects any conflict.
+                    continue
+                }
                 if let row = existing[name], (row["kind"] as Int) == kind.rawValue {
+                    // A time set here (utimensat) stays until the content itself changes.
                     try db.execute(sql: """
-                        UPDATE item SET size = ?, modified = ?, etag = ?, symlinkTarget = ?, mode = COALESCE(?, mode)
+                        UPDATE item SET size = ?, modified = CASE WHEN etag IS NOT NULL AND etag = ? THEN modified ELSE ? END,
+                            etag = ?, symlinkTarget = ?, mode = COALESCE(?, mode), onStore = 1
                         WHERE inode = ?
-                        """, arguments: [entry.size, entry.modified, entry.etag?.value, Catalog.target(of: entry),
+                        """, arguments: [entry.size, entry.etag?.value, entry.modified, entry.etag?.value, Catalog.target(of: entry),
                                          entry.mode.map { Int64($0) }, row["inode"] as Int64])
                 } else {
                     if let row = existing[name] {
@@ -123,6 +141,8 @@ public final class Catalog: Sendable {
                 }
             }
             for (name, row) in existing where !seen.contains(name) {
+                // Never drop what holds unsynced changes (a new file, an edit, or a folder with one).
+                if try Catalog.holdsLocalChanges(db, row) { continue }
                 try db.execute(sql: "DELETE FROM item WHERE inode = ?", arguments: [row["inode"] as Int64])
             }
             try db.execute(sql: "UPDATE item SET listedAt = ? WHERE inode = ?", arguments: [listedAt, Int64(bitPattern: directory)])
@@ -132,8 +152,114 @@ public final class Catalog: Sendable {
     /// Records what the store said about an item's content (after a fetch: the ETag may be new).
     public func updateMetadata(of inode: Inode, from entry: RemoteEntry) throws(FSError) {
         try write { db in
-            try db.execute(sql: "UPDATE item SET size = ?, modified = ?, etag = COALESCE(?, etag) WHERE inode = ?",
-                           arguments: [entry.size, entry.modified, entry.etag?.value, Int64(bitPattern: inode)])
+            try db.execute(sql: """
+                UPDATE item SET size = ?, modified = CASE WHEN etag IS NOT NULL AND etag = ? THEN modified ELSE ? END,
+                    etag = COALESCE(?, etag) WHERE inode = ?
+                """, arguments: [entry.size, entry.etag?.value, entry.modified, entry.etag?.value, Int64(bitPattern: inode)])
+        }
+    }
+
+    /// Adds an item created here (mkdir, create). A file not uploaded yet has `onStore` false.
+    public func createItem(in parent: Inode, name: String, kind: Item.Kind, size: Int64 = 0, modified: Double,
+                           etag: ETag? = nil, mode: UInt32?, owner: UInt32? = nil, group: UInt32? = nil,
+                           state: ItemState, onStore: Bool, listedAt: Double? = nil) throws(FSError) -> Item {
+        let inode: Int64 = try write { db in
+            guard let parentRow = try Row.fetchOne(db, sql: "SELECT path FROM item WHERE inode = ?", arguments: [Int64(bitPattern: parent)]) else {
+                throw FSError.notFound
+            }
+            try db.execute(sql: """
+                INSERT INTO item (id, parent, name, path, kind, size, modified, etag, mode, owner, "group", state, onStore, listedAt, changed, accessed)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """, arguments: [UUID().uuidString, Int64(bitPattern: parent), name, Catalog.join(parentRow["path"], name),
+                                 kind.rawValue, size, modified, etag?.value, mode.map { Int64($0) }, owner.map { Int64($0) },
+                                 group.map { Int64($0) }, state.rawValue, onStore, listedAt, modified, modified])
+            return db.lastInsertedRowID
+        }
+        guard let item = try item(Inode(bitPattern: inode)) else { throw .io("catalog: created item vanished") }
+        return item
+    }
+
+    /// Removes an item and its subtree.
+    public func removeItem(_ inode: Inode) throws(FSError) {
+        try write { db in try db.execute(sql: "DELETE FROM item WHERE inode = ?", arguments: [Int64(bitPattern: inode)]) }
+    }
+
+    /// Moves an item (and, for a directory, every path below it) to `name` in `parent`,
+    /// replacing whatever was there. Inode and identifier stay: a rename keeps identity.
+    public func moveItem(_ inode: Inode, to parent: Inode, name: String, changed: Double) throws(FSError) {
+        try write { db in
+            guard let row = try Row.fetchOne(db, sql: "SELECT path FROM item WHERE inode = ?", arguments: [Int64(bitPattern: inode)]),
+                  let parentRow = try Row.fetchOne(db, sql: "SELECT path FROM item WHERE inode = ?", arguments: [Int64(bitPattern: parent)])
+            else { throw FSError.notFound }
+            let oldPath: String = row["path"]
+            let newPath = Catalog.join(parentRow["path"], name)
+            try db.execute(sql: "DELETE FROM item WHERE parent = ? AND name = ? AND inode != ?",
+                           arguments: [Int64(bitPattern: parent), name, Int64(bitPattern: inode)])
+            try db.execute(sql: "UPDATE item SET parent = ?, name = ?, path = ?, changed = ? WHERE inode = ?",
+                           arguments: [Int64(bitPattern: parent), name, newPath, changed, Int64(bitPattern: inode)])
+            // SQLite's substr counts characters (code points), hence unicodeScalars below.
+            try db.execute(sql: """
+                UPDATE item SET path = ? || substr(path, ?) WHERE substr(path, 1, ?) = ?
+                """, arguments: [newPath, oldPath.unicodeScalars.count + 1, oldPath.unicodeScalars.count + 1, oldPath + "/"])
+        }
+    }
+
+    /// Records the local copy's size and times after a change (before close/fsync returns).
+    public func recordLocalChange(of inode: Inode, size: Int64, modified: Double) throws(FSError) {
+        try write { db in
+            try db.execute(sql: """
+                UPDATE item SET size = ?, modified = ?, changed = ?, state = 'modified' WHERE inode = ?
+                """, arguments: [size, modified, modified, Int64(bitPattern: inode)])
+        }
+    }
+
+    /// The store confirmed an upload: the item now matches `entry`'s version.
+    public func recordUpload(of inode: Inode, etag: ETag?, state: ItemState) throws(FSError) {
+        try write { db in
+            try db.execute(sql: """
+                UPDATE item SET etag = ?, onStore = 1, state = ?, uploadError = NULL WHERE inode = ?
+                """, arguments: [etag?.value, state.rawValue, Int64(bitPattern: inode)])
+        }
+    }
+
+    public func recordUploadError(of inode: Inode, _ message: String?) throws(FSError) {
+        try write { db in
+            try db.execute(sql: "UPDATE item SET uploadError = ? WHERE inode = ?", arguments: [message, Int64(bitPattern: inode)])
+        }
+    }
+
+    /// After a conflict: the item shows the store's version again, and names the kept copy.
+    public func recordConflict(of inode: Inode, storeVersion entry: RemoteEntry?, conflictCopy: String) throws(FSError) {
+        try write { db in
+            if let entry {
+                try db.execute(sql: """
+                    UPDATE item SET size = ?, modified = ?, etag = ?, onStore = 1, state = 'placeholder', uploadError = NULL, conflictCopy = ?
+                    WHERE inode = ?
+                    """, arguments: [entry.size, entry.modified, entry.etag?.value, conflictCopy, Int64(bitPattern: inode)])
+            } else {
+                try db.execute(sql: """
+                    UPDATE item SET state = 'placeholder', uploadError = NULL, conflictCopy = ?, onStore = 0 WHERE inode = ?
+                    """, arguments: [conflictCopy, Int64(bitPattern: inode)])
+            }
+        }
+    }
+
+    /// chmod/chown/utimensat results; nil leaves a value as it is. `changed` is the new ctime.
+    public func setAttributes(of inode: Inode, mode: UInt32? = nil, owner: UInt32? = nil, group: UInt32? = nil,
+                              modified: Double? = nil, accessed: Double? = nil, changed: Double) throws(FSError) {
+        try write { db in
+            try db.execute(sql: """
+                UPDATE item SET mode = COALESCE(?, mode), owner = COALESCE(?, owner), "group" = COALESCE(?, "group"),
+                    modified = COALESCE(?, modified), accessed = COALESCE(?, accessed), changed = ? WHERE inode = ?
+                """, arguments: [mode.map { Int64($0) }, owner.map { Int64($0) }, group.map { Int64($0) },
+                                 modified, accessed, changed, Int64(bitPattern: inode)])
+        }
+    }
+
+    /// Sets a directory's listing time (a directory made here is complete: it is empty).
+    public func markListed(_ inode: Inode, at time: Double) throws(FSError) {
+        try write { db in
+            try db.execute(sql: "UPDATE item SET listedAt = ? WHERE inode = ?", arguments: [time, Int64(bitPattern: inode)])
         }
     }
 
@@ -148,6 +274,8 @@ public final class Catalog: Sendable {
     public func resetTransientStates() throws(FSError) {
         try write { db in
             try db.execute(sql: "UPDATE item SET state = 'placeholder' WHERE state IN ('downloading', 'local')")
+            // An upload cut short by the crash is simply pending again.
+            try db.execute(sql: "UPDATE item SET state = 'modified' WHERE state = 'uploading'")
         }
     }
 
@@ -159,6 +287,21 @@ public final class Catalog: Sendable {
 
     private func write<T>(_ body: (Database) throws -> T) throws(FSError) -> T {
         do { return try db.write(body) } catch { throw .io("catalog: \(error)") }
+    }
+
+    private static func hasLocalChanges(_ row: Row) -> Bool {
+        let state: String = row["state"]
+        return state == ItemState.modified.rawValue || state == ItemState.uploading.rawValue
+    }
+
+    /// Whether `row`, or anything below it, holds unsynced changes.
+    private static func holdsLocalChanges(_ db: Database, _ row: Row) throws -> Bool {
+        if hasLocalChanges(row) { return true }
+        guard (row["kind"] as Int) == Item.Kind.directory.rawValue else { return false }
+        let path: String = row["path"]
+        return try Bool.fetchOne(db, sql: """
+            SELECT EXISTS(SELECT 1 FROM item WHERE state IN ('modified', 'uploading') AND substr(path, 1, ?) = ?)
+            """, arguments: [path.unicodeScalars.count + 1, path + "/"]) ?? false
     }
 
     private static func join(_ dir: String, _ name: String) -> String {
@@ -197,7 +340,14 @@ public final class Catalog: Sendable {
             symlinkTarget: row["symlinkTarget"],
             mode: mode.map { UInt32(truncatingIfNeeded: $0) },
             state: ItemState(rawValue: row["state"]) ?? .placeholder,
-            listedAt: row["listedAt"]
+            listedAt: row["listedAt"],
+            onStore: row["onStore"],
+            owner: (row["owner"] as Int64?).map { UInt32(truncatingIfNeeded: $0) },
+            group: (row["group"] as Int64?).map { UInt32(truncatingIfNeeded: $0) },
+            accessed: row["accessed"],
+            changed: row["changed"],
+            uploadError: row["uploadError"],
+            conflictCopy: row["conflictCopy"]
         )
     }
 }

@@ -4,22 +4,57 @@ import Logging
 import Synchronization
 
 /// The filesystem as the FUSE adapter sees it, in FUSE-free terms: items by inode, open
-/// handles, reads, attributes. It ties the catalog (metadata), the enumerator (listings) and
-/// the provider (local copies) together. Everything that may touch the network is `async`;
-/// what only touches the catalog or a local copy is synchronous and cheap.
+/// handles, reads and writes, attributes and namespace changes. It ties the catalog
+/// (metadata), the enumerator (listings), the provider (local copies) and the uploader
+/// (changes going back) together. Everything that may touch the network is `async`; what only
+/// touches the catalog or a local copy is synchronous and cheap.
 public final class DocFileSystem: Sendable {
     public let catalog: Catalog
     public let provider: Provider
     public let enumerator: DirectoryEnumerator
+    public let uploader: Uploader
     public let readOnly: Bool
+    private let store: any Store
     private let logger: Logger
     private let handles = Mutex(HandleTable())
 
-    /// An open file: which item, and the local copy it reads.
+    /// An open file: which item, the local copy it reads and writes, and how it was opened.
     public struct OpenFile: Sendable {
         public var inode: Inode
         public var copy: LocalCopy
-        public var size: Int64
+        public var writable: Bool
+        /// Whether this handle has already marked the item as modified in the catalog.
+        public var markedModified = false
+    }
+
+    /// How a file is opened.
+    public struct OpenMode: Sendable, Equatable {
+        public var writable: Bool
+        public var truncate: Bool
+        public init(writable: Bool, truncate: Bool) {
+            self.writable = writable
+            self.truncate = truncate
+        }
+        public static let read = OpenMode(writable: false, truncate: false)
+    }
+
+    /// What a setattr changes; nil leaves a value alone.
+    public struct AttributeChanges: Sendable {
+        public var mode: UInt32?
+        public var owner: UInt32?
+        public var group: UInt32?
+        public var size: Int64?
+        public var accessed: Double?
+        public var modified: Double?
+        public init(mode: UInt32? = nil, owner: UInt32? = nil, group: UInt32? = nil, size: Int64? = nil,
+                    accessed: Double? = nil, modified: Double? = nil) {
+            self.mode = mode
+            self.owner = owner
+            self.group = group
+            self.size = size
+            self.accessed = accessed
+            self.modified = modified
+        }
     }
 
     private struct HandleTable {
@@ -27,18 +62,27 @@ public final class DocFileSystem: Sendable {
         var open: [UInt64: OpenFile] = [:]
     }
 
-    public init(store: any Store, catalog: Catalog, cacheDirectory: String, directoryTTL: Double, readOnly: Bool, logger: Logger) {
+    public init(store: any Store, catalog: Catalog, cacheDirectory: String, directoryTTL: Double, readOnly: Bool,
+                uploadBackoff: Duration = .seconds(15), logger: Logger) {
+        self.store = store
         self.catalog = catalog
         self.readOnly = readOnly
         self.logger = logger
         self.provider = Provider(store: store, catalog: catalog, cacheDirectory: cacheDirectory, logger: logger)
         self.enumerator = DirectoryEnumerator(store: store, catalog: catalog, ttl: directoryTTL, logger: logger)
+        self.uploader = Uploader(store: store, catalog: catalog, provider: provider, maximumBackoff: uploadBackoff, logger: logger)
     }
 
     // MARK: Metadata
 
+    /// An item as `stat` should show it: an item with local changes shows its local copy's
+    /// size and modification time.
     public func item(_ inode: Inode) throws(FSError) -> Item {
-        guard let item = try catalog.item(inode) else { throw .notFound }
+        guard var item = try catalog.item(inode) else { throw .notFound }
+        if item.hasUnsyncedChanges, let copy = provider.presentCopies.withLock({ $0[inode] }) {
+            item.size = copy.length
+            item.modified = copy.modificationTime
+        }
         return item
     }
 
@@ -48,7 +92,7 @@ public final class DocFileSystem: Sendable {
         let directory = try item(parent)
         try await enumerator.ensureListed(directory)
         guard let child = try catalog.child(of: parent, named: name) else { throw .notFound }
-        return child
+        return try item(child.inode)
     }
 
     /// The children of a directory, listing it first if it never was.
@@ -65,38 +109,268 @@ public final class DocFileSystem: Sendable {
 
     // MARK: Content
 
-    /// Opens a file for reading: provides its local copy. Returns the handle number.
-    public func open(_ inode: Inode, forWriting: Bool) async throws(FSError) -> (handle: UInt64, file: OpenFile) {
-        if forWriting { throw .readOnly }
+    /// Opens a file: provides its local copy (without a download when truncating).
+    public func open(_ inode: Inode, mode: OpenMode) async throws(FSError) -> UInt64 {
+        if mode.writable && readOnly { throw .readOnly }
         let item = try item(inode)
-        let (copy, size) = try await provider.open(item)
-        let file = OpenFile(inode: inode, copy: copy, size: size)
-        let handle = handles.withLock { table in
-            let handle = table.next
-            table.next += 1
-            table.open[handle] = file
-            return handle
+        let copy = try await provider.open(item, intent: mode.truncate && mode.writable ? .empty : .content)
+        let handle = register(OpenFile(inode: inode, copy: copy, writable: mode.writable))
+        if mode.truncate && mode.writable {
+            try markModified(handle: handle)
         }
-        return (handle, file)
+        return handle
+    }
+
+    /// Creates a new file in `parent` and opens it. No download, nothing on the store until
+    /// the last close (or fsync) uploads it with `If-None-Match: *`.
+    public func create(in parent: Inode, name: String, mode: UInt32, owner: UInt32, group: UInt32,
+                       exclusive: Bool, truncate: Bool) async throws(FSError) -> (item: Item, handle: UInt64) {
+        if readOnly { throw .readOnly }
+        guard name.utf8.count <= 255 else { throw .nameTooLong }
+        if let existing = try? await lookup(parent: parent, name: name) {
+            if exclusive { throw .exists }
+            if existing.isDirectory { throw .isADirectory }
+            let handle = try await open(existing.inode, mode: OpenMode(writable: true, truncate: truncate))
+            return (try item(existing.inode), handle)
+        }
+        let now = Date().timeIntervalSince1970
+        let created = try catalog.createItem(in: parent, name: name, kind: .file, modified: now, mode: mode & 0o7777,
+                                             owner: owner, group: group, state: .modified, onStore: false)
+        let copy = try await provider.open(created, intent: .empty)
+        let handle = register(OpenFile(inode: created.inode, copy: copy, writable: true, markedModified: true))
+        return (try item(created.inode), handle)
     }
 
     /// Reads from an open handle's local copy. Never touches the network.
     public func read(handle: UInt64, offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws(FSError) -> Int {
         guard let file = handles.withLock({ $0.open[handle] }) else { throw .invalidArgument }
-        return try file.copy.read(into: buffer, at: offset, fileSize: file.size)
+        return try file.copy.read(into: buffer, at: offset)
     }
 
-    /// Closes a handle; the last close of an item evicts its local copy.
+    /// Writes into an open handle's local copy. The first write marks the item modified in
+    /// the catalog; flush/fsync/close commit the rest.
+    public func write(handle: UInt64, offset: Int64, bytes: UnsafeRawBufferPointer) throws(FSError) -> Int {
+        guard let file = handles.withLock({ $0.open[handle] }) else { throw .invalidArgument }
+        guard file.writable else { throw .invalidArgument }
+        if !file.markedModified { try markModified(handle: handle) }
+        return try file.copy.writeLocal(bytes, at: offset)
+    }
+
+    /// Commits a handle's changes to the journal: the local copy on disk, the catalog row
+    /// `modified` with its size. Runs before every close() returns.
+    public func flush(handle: UInt64) throws(FSError) {
+        guard let file = handles.withLock({ $0.open[handle] }), file.markedModified else { return }
+        try file.copy.sync()
+        try catalog.recordLocalChange(of: file.inode, size: file.copy.length, modified: file.copy.modificationTime)
+    }
+
+    /// fsync: commit, then upload now and wait for the store to confirm.
+    public func fsync(handle: UInt64) async throws(FSError) {
+        guard let file = handles.withLock({ $0.open[handle] }) else { throw .invalidArgument }
+        try flush(handle: handle)
+        if await provider.hasUnsyncedChanges(file.inode) {
+            try await uploader.sync(file.inode)
+        }
+    }
+
+    /// Closes a handle. The last close evicts the local copy, or hands it to the uploader.
     public func release(handle: UInt64) async {
         guard let file = handles.withLock({ $0.open.removeValue(forKey: handle) }) else { return }
+        if file.markedModified {
+            do { try flush(handle: handle, file: file) } catch {
+                logger.error("cannot commit changes", metadata: ["inode": "\(file.inode)", "error": "\(error)"])
+            }
+        }
         let outcome = await provider.release(file.inode)
-        logger.trace("released", metadata: ["inode": "\(file.inode)", "eviction": "\(outcome)"])
+        if outcome == .needsUpload {
+            await uploader.enqueue(file.inode)
+        }
+        logger.trace("released", metadata: ["inode": "\(file.inode)", "outcome": "\(outcome)"])
     }
 
-    /// Evicts every local copy. Called when the mount goes away.
-    public func shutdown() async {
-        handles.withLock { $0.open.removeAll() }
-        await provider.evictAll()
+    /// Changes attributes: size (truncate, never downloading for a size of 0), times, mode,
+    /// owner. Kept in the catalog, so they survive eviction and remount.
+    public func setAttributes(of inode: Inode, _ changes: AttributeChanges, handle: UInt64?) async throws(FSError) -> Item {
+        if readOnly { throw .readOnly }
+        let now = Date().timeIntervalSince1970
+        var item = try item(inode)
+        if let size = changes.size {
+            guard item.kind == .file else { throw item.isDirectory ? .isADirectory : .invalidArgument }
+            if let handle, let file = handles.withLock({ $0.open[handle] }) {
+                try file.copy.truncate(to: size)
+                if !file.markedModified { try markModified(handle: handle) }
+                try flush(handle: handle)
+            } else {
+                let temporary = try await open(inode, mode: OpenMode(writable: true, truncate: size == 0))
+                if let file = handles.withLock({ $0.open[temporary] }) {
+                    try file.copy.truncate(to: size)
+                    try markModified(handle: temporary)
+                }
+                await release(handle: temporary)
+            }
+            item = try self.item(inode)
+        }
+        if let modified = changes.modified, item.hasUnsyncedChanges, let copy = provider.presentCopies.withLock({ $0[inode] }) {
+            copy.setModificationTime(modified)
+        }
+        try catalog.setAttributes(of: inode, mode: changes.mode.map { $0 & 0o7777 }, owner: changes.owner, group: changes.group,
+                                  modified: changes.modified, accessed: changes.accessed, changed: now)
+        return try self.item(inode)
+    }
+
+    // MARK: Namespace
+
+    /// mkdir: on the store first, then in the catalog.
+    public func makeDirectory(in parent: Inode, name: String, mode: UInt32, owner: UInt32, group: UInt32) async throws(FSError) -> Item {
+        if readOnly { throw .readOnly }
+        guard name.utf8.count <= 255 else { throw .nameTooLong }
+        let directory = try item(parent)
+        try await enumerator.ensureListed(directory)
+        if try catalog.child(of: parent, named: name) != nil { throw .exists }
+        let path = try storePath(directory.path, name)
+        let entry = try await uploader.exclusively { () async throws(FSError) -> RemoteEntry in
+            do throws(StoreError) { return try await store.makeDirectory(path) } catch { throw FSError(error) }
+        }
+        return try catalog.createItem(in: parent, name: name, kind: .directory, modified: entry.modified > 0 ? entry.modified : Date().timeIntervalSince1970,
+                                      mode: mode & 0o7777, owner: owner, group: group, state: .directory, onStore: true,
+                                      listedAt: Date().timeIntervalSince1970)
+    }
+
+    /// unlink / rmdir: on the store first (unless the item never got there), then the catalog.
+    public func remove(from parent: Inode, name: String, directory: Bool) async throws(FSError) {
+        if readOnly { throw .readOnly }
+        let target = try await lookup(parent: parent, name: name)
+        if directory {
+            guard target.isDirectory else { throw .notADirectory }
+            if try !(await children(of: target.inode)).isEmpty { throw .notEmpty }
+        } else if target.isDirectory {
+            throw .isADirectory
+        }
+        try await uploader.exclusively { () async throws(FSError) in
+            await uploader.cancel(target.inode)
+            // Re-read: an upload that was in flight until now may have put it on the store.
+            let target = try catalog.item(target.inode) ?? target
+            if target.onStore {
+                do throws(StoreError) {
+                    try await store.delete(target.path, isDirectory: directory)
+                } catch .notFound {
+                    // Already gone on the store: the catalog follows.
+                } catch {
+                    throw FSError(error)
+                }
+            }
+        }
+        await provider.itemRemoved(target.inode, item: target)
+        try catalog.removeItem(target.inode)
+    }
+
+    /// rename, including over an existing target and across directories. A directory moves
+    /// with everything below it; identities (inodes) stay.
+    public func rename(from parent: Inode, name: String, to newParent: Inode, newName: String, noReplace: Bool) async throws(FSError) {
+        if readOnly { throw .readOnly }
+        guard newName.utf8.count <= 255 else { throw .nameTooLong }
+        let source = try await lookup(parent: parent, name: name)
+        let destinationDirectory = try item(newParent)
+        try await enumerator.ensureListed(destinationDirectory)
+        let existing = try catalog.child(of: newParent, named: newName)
+        if let existing {
+            if existing.inode == source.inode { return }
+            if noReplace { throw .exists }
+            if source.isDirectory && !existing.isDirectory { throw .notADirectory }
+            if !source.isDirectory && existing.isDirectory { throw .isADirectory }
+            if existing.isDirectory, try !(await children(of: existing.inode)).isEmpty { throw .notEmpty }
+        }
+        if source.isDirectory {
+            // A directory cannot move into itself.
+            var cursor: Inode? = newParent
+            while let current = cursor {
+                if current == source.inode { throw .invalidArgument }
+                cursor = try catalog.item(current)?.parent
+            }
+        }
+        let targetPath = try storePath(destinationDirectory.path, newName)
+        try await uploader.exclusively { () async throws(FSError) in
+            // Re-read both: an upload that was in flight until now may have put them on the store.
+            let source = try catalog.item(source.inode) ?? source
+            let existing = try existing.map { (old: Item) throws(FSError) -> Item in try catalog.item(old.inode) ?? old }
+            do throws(StoreError) {
+                if source.onStore {
+                    _ = try await store.move(source.path, to: targetPath, replace: existing != nil)
+                } else if let existing, existing.onStore {
+                    // A new file replaces a stored one: its upload will recreate the name.
+                    try await store.delete(existing.path, isDirectory: existing.isDirectory)
+                }
+            } catch {
+                throw FSError(error)
+            }
+        }
+        if let existing {
+            await uploader.cancel(existing.inode)
+            await provider.itemRemoved(existing.inode, item: existing)
+        }
+        try catalog.moveItem(source.inode, to: newParent, name: newName, changed: Date().timeIntervalSince1970)
+    }
+
+    // MARK: Lifecycle
+
+    /// Starts uploading what an earlier mount left unsynced.
+    public func start() async throws(FSError) {
+        try await uploader.resumePending()
+    }
+
+    /// The mount is going away: wait (at most `uploadGrace`) for pending uploads, then evict
+    /// every clean local copy. Unsynced copies stay in the cache and the journal for the next mount.
+    public func shutdown(uploadGrace: Duration = .seconds(10)) async {
+        let handlesLeft = handles.withLock { table in
+            defer { table.open.removeAll() }
+            return Array(table.open.values)
+        }
+        for file in handlesLeft where file.markedModified {
+            try? file.copy.sync()
+            try? catalog.recordLocalChange(of: file.inode, size: file.copy.length, modified: file.copy.modificationTime)
+        }
+        for file in handlesLeft {
+            if await provider.release(file.inode) == .needsUpload { await uploader.enqueue(file.inode) }
+        }
+        let uploader = self.uploader
+        let drained = await withTaskGroup(of: Bool.self) { group in
+            group.addTask { await uploader.waitUntilIdle(untilStalled: true); return true }
+            group.addTask { try? await Task.sleep(for: uploadGrace); return false }
+            let first = await group.next() ?? false
+            group.cancelAll()
+            return first
+        }
+        await uploader.stop()
+        if !drained { logger.warning("unmounting with uploads still pending; the next mount resumes them") }
+        await provider.shutdown()
+    }
+
+    // MARK: Private
+
+    private func register(_ file: OpenFile) -> UInt64 {
+        handles.withLock { table in
+            let handle = table.next
+            table.next += 1
+            table.open[handle] = file
+            return handle
+        }
+    }
+
+    private func markModified(handle: UInt64) throws(FSError) {
+        guard let file = handles.withLock({ table -> OpenFile? in
+            table.open[handle]?.markedModified = true
+            return table.open[handle]
+        }) else { return }
+        try catalog.setState(of: file.inode, to: .modified)
+    }
+
+    private func flush(handle: UInt64, file: OpenFile) throws(FSError) {
+        try file.copy.sync()
+        try catalog.recordLocalChange(of: file.inode, size: file.copy.length, modified: file.copy.modificationTime)
+    }
+
+    private func storePath(_ directory: StorePath, _ name: String) throws(FSError) -> StorePath {
+        do { return try directory.appending(name) } catch { throw .invalidArgument }
     }
 
     // MARK: Extended attributes
@@ -104,23 +378,30 @@ public final class DocFileSystem: Sendable {
     public static let stateAttribute = "user.docfs.state"
     public static let identifierAttribute = "user.docfs.id"
     public static let etagAttribute = "user.docfs.etag"
+    public static let errorAttribute = "user.docfs.error"
+    public static let conflictAttribute = "user.docfs.conflict"
 
     public func extendedAttributeNames(of inode: Inode) throws(FSError) -> [String] {
         let item = try item(inode)
         var names = [Self.stateAttribute, Self.identifierAttribute]
         if item.etag != nil { names.append(Self.etagAttribute) }
+        if item.uploadError != nil { names.append(Self.errorAttribute) }
+        if item.conflictCopy != nil { names.append(Self.conflictAttribute) }
         return names
     }
 
     public func extendedAttribute(_ name: String, of inode: Inode) throws(FSError) -> [UInt8] {
         let item = try item(inode)
+        let value: String?
         switch name {
-        case Self.stateAttribute: return Array(item.state.rawValue.utf8)
-        case Self.identifierAttribute: return Array(item.id.utf8)
-        case Self.etagAttribute:
-            guard let etag = item.etag else { throw .noAttribute }
-            return Array(etag.value.utf8)
-        default: throw .noAttribute
+        case Self.stateAttribute: value = item.state.rawValue
+        case Self.identifierAttribute: value = item.id
+        case Self.etagAttribute: value = item.etag?.value
+        case Self.errorAttribute: value = item.uploadError
+        case Self.conflictAttribute: value = item.conflictCopy
+        default: value = nil
         }
+        guard let value else { throw .noAttribute }
+        return Array(value.utf8)
     }
 }

@@ -33,13 +33,30 @@ public struct Item: Sendable, Equatable {
     public var state: ItemState
     /// Directories: when the children were last listed from the store (nil: never).
     public var listedAt: Double?
+    /// Whether the store has this item (false for a file created here and not uploaded yet).
+    public var onStore: Bool = true
+    /// Owner and group set with chown (nil: the mounting user's).
+    public var owner: UInt32?
+    public var group: UInt32?
+    /// Last access and last status change, seconds since 1970 (nil: the modification time).
+    public var accessed: Double?
+    public var changed: Double?
+    /// Why the last upload failed, while it is retried.
+    public var uploadError: String?
+    /// The name of the copy kept when the last upload met a newer version on the store.
+    public var conflictCopy: String?
 
     public var isDirectory: Bool { kind == .directory }
+
+    /// Whether the item has local changes the store does not have yet.
+    public var hasUnsyncedChanges: Bool { state == .modified || state == .uploading }
 }
 
 /// Where an item's content is. Persisted in the catalog, shown as `user.docfs.state`.
 ///
-/// `placeholder -> downloading -> local -> placeholder` is the provide/evict cycle.
+/// `placeholder -> downloading -> local -> placeholder` is the provide/evict cycle;
+/// `local -> modified -> uploading -> local` is a change going back to the store. A copy is
+/// never evicted while `modified` or `uploading`: those states are the upload journal.
 /// Directories are always `.directory`: their content is the catalog itself.
 public enum ItemState: String, Sendable, Equatable, CaseIterable {
     /// Metadata only: no byte of content on local disk.
@@ -48,6 +65,10 @@ public enum ItemState: String, Sendable, Equatable, CaseIterable {
     case downloading
     /// The whole content is in the local copy and matches the store.
     case local
+    /// The local copy has changes the store does not have yet (committed before close returns).
+    case modified
+    /// The local copy is being uploaded.
+    case uploading
     /// Not a file.
     case directory
 }

@@ -45,12 +45,16 @@ public struct MountLayout: Sendable, Equatable {
         }
     }
 
-    /// Removes every file in the cache directory: local copies left by a crash. (Clean copies
-    /// only, for now: their content is on the store.)
+    /// Removes the local copies in the cache directory, except those named in `keeping`
+    /// (copies with unsynced changes: the upload journal needs them). Returns how many went.
     @discardableResult
-    public func clearCache() -> Int {
+    public func clearCache(keeping: Set<String> = []) -> Int {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: cacheDirectory) else { return 0 }
-        for name in names { unlink(cacheDirectory + "/" + name) }
-        return names.count
+        var removed = 0
+        for name in names where !keeping.contains(name) {
+            unlink(cacheDirectory + "/" + name)
+            removed += 1
+        }
+        return removed
     }
 }

@@ -21,15 +21,14 @@ struct FileAttributes {
             st.st_mode = S_IFLNK | 0o777
             st.st_nlink = 1
         }
-        st.st_uid = owner
-        st.st_gid = group
+        st.st_uid = item.owner ?? owner
+        st.st_gid = item.group ?? group
         st.st_size = item.kind == .symlink ? off_t(item.symlinkTarget?.utf8.count ?? 0) : off_t(item.size)
         st.st_blksize = 4096
         st.st_blocks = blkcnt_t(localBlocks)
-        let time = timespec(modified: item.modified)
-        st.st_mtim = time
-        st.st_ctim = time
-        st.st_atim = time
+        st.st_mtim = timespec(modified: item.modified)
+        st.st_ctim = timespec(modified: item.changed ?? item.modified)
+        st.st_atim = timespec(modified: item.accessed ?? item.modified)
         return st
     }
 }

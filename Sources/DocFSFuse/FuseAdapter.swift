@@ -106,10 +106,8 @@ final class FuseAdapter: Sendable {
     }
 
     func open(_ request: consuming FuseRequest, inode: Inode, flags: Int32) async {
-        let accessMode = flags & O_ACCMODE
-        let writing = accessMode == O_WRONLY || accessMode == O_RDWR || flags & O_TRUNC != 0
         do {
-            let (handle, _) = try await fs.open(inode, forWriting: writing)
+            let handle = try await fs.open(inode, mode: Self.openMode(flags))
             request.replyOpen(handle: handle)
         } catch {
             logger.info("open failed", metadata: ["inode": "\(inode)", "error": "\(error)"])
@@ -123,6 +121,123 @@ final class FuseAdapter: Sendable {
         do {
             let count = try fs.read(handle: handle, offset: offset, into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<size]))
             request.replyBuffer(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
+        } catch {
+            request.fail(error)
+        }
+    }
+
+    static func openMode(_ flags: Int32) -> DocFileSystem.OpenMode {
+        let accessMode = flags & O_ACCMODE
+        let writable = accessMode == O_WRONLY || accessMode == O_RDWR
+        return DocFileSystem.OpenMode(writable: writable, truncate: flags & O_TRUNC != 0)
+    }
+
+    func create(_ request: consuming FuseRequest, parent: Inode, name: String, mode: UInt32, flags: Int32,
+                caller: (uid: UInt32, gid: UInt32)) async {
+        do {
+            let (item, handle) = try await fs.create(in: parent, name: name, mode: mode, owner: caller.uid, group: caller.gid,
+                                                     exclusive: flags & O_EXCL != 0, truncate: flags & O_TRUNC != 0)
+            request.replyCreate(entry(for: item), handle: handle)
+        } catch {
+            request.fail(error)
+        }
+    }
+
+    func write(_ request: consuming FuseRequest, handle: UInt64, offset: Int64, bytes: UnsafeRawBufferPointer) {
+        do {
+            request.replyWrite(count: try fs.write(handle: handle, offset: offset, bytes: bytes))
+        } catch {
+            request.fail(error)
+        }
+    }
+
+    func flush(_ request: consuming FuseRequest, handle: UInt64) {
+        do {
+            try fs.flush(handle: handle)
+            request.reply(errno: 0)
+        } catch {
+            request.fail(error)
+        }
+    }
+
+    func fsync(_ request: consuming FuseRequest, handle: UInt64) async {
+        do {
+            try await fs.fsync(handle: handle)
+            request.reply(errno: 0)
+        } catch {
+            request.fail(error)
+        }
+    }
+
+    func setattr(_ request: consuming FuseRequest, inode: Inode, changes: DocFileSystem.AttributeChanges, handle: UInt64?) async {
+        do {
+            let item = try await fs.setAttributes(of: inode, changes, handle: handle)
+            request.replyAttributes(attributes(of: item), timeout: attributeTimeout)
+        } catch {
+            request.fail(error)
+        }
+    }
+
+    func mkdir(_ request: consuming FuseRequest, parent: Inode, name: String, mode: UInt32, caller: (uid: UInt32, gid: UInt32)) async {
+        do {
+            let item = try await fs.makeDirectory(in: parent, name: name, mode: mode, owner: caller.uid, group: caller.gid)
+            request.replyEntry(entry(for: item))
+        } catch {
+            request.fail(error)
+        }
+    }
+
+    /// mknod of a regular file is a create without an open; other kinds are refused.
+    func mknod(_ request: consuming FuseRequest, parent: Inode, name: String, mode: UInt32, caller: (uid: UInt32, gid: UInt32)) async {
+        guard mode & S_IFMT == S_IFREG || mode & S_IFMT == 0 else {
+            request.reply(errno: EPERM)
+            return
+        }
+        do {
+            let (item, handle) = try await fs.create(in: parent, name: name, mode: mode, owner: caller.uid, group: caller.gid,
+                                                     exclusive: true, truncate: false)
+            await fs.release(handle: handle)
+            request.replyEntry(entry(for: item))
+        } catch {
+            request.fail(error)
+        }
+    }
+
+    func remove(_ request: consuming FuseRequest, parent: Inode, name: String, directory: Bool) async {
+        do {
+            try await fs.remove(from: parent, name: name, directory: directory)
+            request.reply(errno: 0)
+        } catch {
+            request.fail(error)
+        }
+    }
+
+    func rename(_ request: consuming FuseRequest, parent: Inode, name: String, newParent: Inode, newName: String, flags: UInt32) async {
+        // RENAME_EXCHANGE cannot be done atomically on a store; RENAME_WHITEOUT is for overlays.
+        guard flags & ~UInt32(1) == 0 else {
+            request.reply(errno: EINVAL)
+            return
+        }
+        do {
+            try await fs.rename(from: parent, name: name, to: newParent, newName: newName, noReplace: flags & 1 != 0)
+            request.reply(errno: 0)
+        } catch {
+            request.fail(error)
+        }
+    }
+
+    /// fallocate: mode 0 (allocate, extending the size) is a truncate up; the rest is not supported.
+    func fallocate(_ request: consuming FuseRequest, inode: Inode, mode: Int32, offset: Int64, length: Int64, handle: UInt64) async {
+        guard mode == 0 else {
+            request.reply(errno: EOPNOTSUPP)
+            return
+        }
+        do {
+            let item = try fs.item(inode)
+            if offset + length > item.size {
+                _ = try await fs.setAttributes(of: inode, .init(size: offset + length), handle: handle)
+            }
+            request.reply(errno: 0)
         } catch {
             request.fail(error)
         }

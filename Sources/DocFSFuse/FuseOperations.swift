@@ -1,12 +1,11 @@
 import CFuse
 import DocFSCore
+import Foundation
 import Glibc
 
 /// The table of `fuse_lowlevel_ops`: one C-callable closure per operation, filled by field
 /// name, as libfuse's own examples do. Each recovers the adapter from the session's userdata,
-/// copies its arguments into Swift values and calls the adapter. Operations not listed here
-/// are answered by libfuse itself (`ENOSYS`); the mount is read-only, so the kernel refuses
-/// writes with `EROFS` before they reach us.
+/// copies its arguments into Swift values and calls the adapter.
 enum FuseOperations {
     static func table() -> fuse_lowlevel_ops {
         var ops = fuse_lowlevel_ops()
@@ -74,6 +73,79 @@ enum FuseOperations {
         ops.access = { req, inode, mask in
             fuseAdapter(req).access(FuseRequest(RequestToken(raw: req!)), inode: inode, mask: mask)
         }
+        ops.`init` = { _, conn in
+            // O_TRUNC arrives with open() instead of as a separate truncate: no download.
+            conn!.pointee.want |= UInt32(1 << 3)  // FUSE_CAP_ATOMIC_O_TRUNC
+        }
+        ops.create = { req, parent, name, mode, fi in
+            let name = String(cString: name!)
+            let flags = fi!.pointee.flags
+            let caller = callerIdentity(req)
+            let adapter = fuseAdapter(req)
+            adapter.respond(req!) { request in await adapter.create(request, parent: parent, name: name, mode: mode, flags: flags, caller: caller) }
+        }
+        ops.write = { req, _, buffer, size, offset, fi in
+            fuseAdapter(req).write(FuseRequest(RequestToken(raw: req!)), handle: fi!.pointee.fh, offset: Int64(offset),
+                                   bytes: UnsafeRawBufferPointer(start: buffer, count: size))
+        }
+        ops.flush = { req, _, fi in
+            fuseAdapter(req).flush(FuseRequest(RequestToken(raw: req!)), handle: fi!.pointee.fh)
+        }
+        ops.fsync = { req, _, _, fi in
+            let handle = fi!.pointee.fh
+            let adapter = fuseAdapter(req)
+            adapter.respond(req!) { request in await adapter.fsync(request, handle: handle) }
+        }
+        ops.setattr = { req, inode, attributes, toSet, fi in
+            let changes = attributeChanges(attributes!.pointee, toSet: toSet)
+            let handle = fi?.pointee.fh
+            let adapter = fuseAdapter(req)
+            adapter.respond(req!) { request in await adapter.setattr(request, inode: inode, changes: changes, handle: handle) }
+        }
+        ops.mkdir = { req, parent, name, mode in
+            let name = String(cString: name!)
+            let caller = callerIdentity(req)
+            let adapter = fuseAdapter(req)
+            adapter.respond(req!) { request in await adapter.mkdir(request, parent: parent, name: name, mode: mode, caller: caller) }
+        }
+        ops.mknod = { req, parent, name, mode, _ in
+            let name = String(cString: name!)
+            let caller = callerIdentity(req)
+            let adapter = fuseAdapter(req)
+            adapter.respond(req!) { request in await adapter.mknod(request, parent: parent, name: name, mode: mode, caller: caller) }
+        }
+        ops.unlink = { req, parent, name in
+            let name = String(cString: name!)
+            let adapter = fuseAdapter(req)
+            adapter.respond(req!) { request in await adapter.remove(request, parent: parent, name: name, directory: false) }
+        }
+        ops.rmdir = { req, parent, name in
+            let name = String(cString: name!)
+            let adapter = fuseAdapter(req)
+            adapter.respond(req!) { request in await adapter.remove(request, parent: parent, name: name, directory: true) }
+        }
+        ops.rename = { req, parent, name, newParent, newName, flags in
+            let name = String(cString: name!)
+            let newName = String(cString: newName!)
+            let adapter = fuseAdapter(req)
+            adapter.respond(req!) { request in
+                await adapter.rename(request, parent: parent, name: name, newParent: newParent, newName: newName, flags: flags)
+            }
+        }
+        ops.link = { req, _, _, _ in
+            // Hard links cannot be represented on a document store.
+            fuse_reply_err(req, EPERM)
+        }
+        ops.symlink = { req, _, _, _ in
+            fuse_reply_err(req, EPERM)
+        }
+        ops.fallocate = { req, inode, mode, offset, length, fi in
+            let handle = fi!.pointee.fh
+            let adapter = fuseAdapter(req)
+            adapter.respond(req!) { request in
+                await adapter.fallocate(request, inode: inode, mode: mode, offset: Int64(offset), length: Int64(length), handle: handle)
+            }
+        }
         return ops
     }
 }
@@ -81,4 +153,24 @@ enum FuseOperations {
 /// The adapter behind a request: the session's userdata (no globals).
 private func fuseAdapter(_ req: fuse_req_t?) -> FuseAdapter {
     Unmanaged<FuseAdapter>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue()
+}
+
+/// Who is asking: new files and directories belong to the calling process's user.
+private func callerIdentity(_ req: fuse_req_t?) -> (uid: UInt32, gid: UInt32) {
+    guard let context = fuse_req_ctx(req) else { return (getuid(), getgid()) }
+    return (context.pointee.uid, context.pointee.gid)
+}
+
+/// Copies what a setattr asks for into Swift values (times resolved: `*_NOW` is now).
+private func attributeChanges(_ attributes: stat, toSet: Int32) -> DocFileSystem.AttributeChanges {
+    let now = Date().timeIntervalSince1970
+    func seconds(_ time: timespec) -> Double { Double(time.tv_sec) + Double(time.tv_nsec) / 1_000_000_000 }
+    var changes = DocFileSystem.AttributeChanges()
+    if toSet & (1 << 0) != 0 { changes.mode = attributes.st_mode }
+    if toSet & (1 << 1) != 0 { changes.owner = attributes.st_uid }
+    if toSet & (1 << 2) != 0 { changes.group = attributes.st_gid }
+    if toSet & (1 << 3) != 0 { changes.size = Int64(attributes.st_size) }
+    if toSet & (1 << 7) != 0 { changes.accessed = now } else if toSet & (1 << 4) != 0 { changes.accessed = seconds(attributes.st_atim) }
+    if toSet & (1 << 8) != 0 { changes.modified = now } else if toSet & (1 << 5) != 0 { changes.modified = seconds(attributes.st_mtim) }
+    return changes
 }

@@ -46,6 +46,19 @@ struct FuseRequest: ~Copyable {
         discard self
     }
 
+    consuming func replyCreate(_ entry: fuse_entry_param, handle: UInt64) {
+        var entry = entry
+        var info = fuse_file_info()
+        info.fh = handle
+        fuse_reply_create(raw, &entry, &info)
+        discard self
+    }
+
+    consuming func replyWrite(count: Int) {
+        fuse_reply_write(raw, count)
+        discard self
+    }
+
     consuming func replyBuffer(_ bytes: UnsafeRawBufferPointer) {
         fuse_reply_buf(raw, bytes.baseAddress?.assumingMemoryBound(to: CChar.self), bytes.count)
         discard self

@@ -33,6 +33,9 @@ public final class InMemoryStore: Store, Sendable {
         var readFaults: [ReadFault] = []
         var listFault: StoreError?
         var readGate: (@Sendable () async -> Void)?
+        var writes: [StorePath: Int] = [:]
+        var writeFault: StoreError?
+        var log: [String] = []
     }
 
     public init() {}
@@ -86,6 +89,31 @@ public final class InMemoryStore: Store, Sendable {
     }
 
     public var totalReads: Int { state.withLock { $0.reads.values.reduce(0, +) } }
+
+    public func writeCount(_ path: String) -> Int {
+        let path = try! StorePath(path)
+        return state.withLock { $0.writes[path] ?? 0 }
+    }
+
+    /// Every write (upload) fails with `error` (nil: writes work again).
+    public func failWrites(with error: StoreError?) {
+        state.withLock { $0.writeFault = error }
+    }
+
+    /// The content the store holds at `path`, if it is a file.
+    public func content(_ path: String) -> [UInt8]? {
+        let path = try! StorePath(path)
+        return state.withLock { $0.files[path]?.content }
+    }
+
+    /// The names of files in a directory (for conflict copies).
+    public func fileNames(in directory: String) -> [String] {
+        let directory = try! StorePath(directory)
+        return state.withLock { $0.files.keys.filter { $0.parent == directory }.map(\.name).sorted() }
+    }
+
+    /// The mutating calls in order, e.g. `PUT /a`, `MOVE /a /b`.
+    public var mutations: [String] { state.withLock { $0.log } }
     public var totalListings: Int { state.withLock { $0.lists.values.reduce(0, +) } }
 
     // MARK: Store
@@ -154,6 +182,7 @@ public final class InMemoryStore: Store, Sendable {
     public func write(_ path: StorePath, fromLocalFile localFile: String, condition: WriteCondition) async throws(StoreError) -> RemoteEntry {
         guard let data = FileManager.default.contents(atPath: localFile) else { throw .localIO(errno: ENOENT, message: localFile) }
         return try state.withLock { state throws(StoreError) -> RemoteEntry in
+            if let fault = state.writeFault { throw fault }
             let existing = state.files[path]
             switch condition {
             case .always: break
@@ -162,6 +191,8 @@ public final class InMemoryStore: Store, Sendable {
             }
             let file = File(content: Array(data), version: (existing?.version ?? 0) + 1, modified: Date().timeIntervalSince1970)
             state.files[path] = file
+            state.writes[path, default: 0] += 1
+            state.log.append("PUT \(path)")
             return Self.entry(path, file)
         }
     }
@@ -170,6 +201,7 @@ public final class InMemoryStore: Store, Sendable {
         try state.withLock { state throws(StoreError) -> RemoteEntry in
             if state.directories.contains(path) || state.files[path] != nil { throw .alreadyExists(path) }
             state.directories.insert(path)
+            state.log.append("MKDIR \(path)")
             return RemoteEntry(path: path, kind: .directory, size: 0, modified: Date().timeIntervalSince1970)
         }
     }
@@ -185,15 +217,29 @@ public final class InMemoryStore: Store, Sendable {
             } else {
                 guard state.files.removeValue(forKey: path) != nil else { throw .notFound(path) }
             }
+            state.log.append("DELETE \(path)")
         }
     }
 
     public func move(_ source: StorePath, to target: StorePath, replace: Bool) async throws(StoreError) -> RemoteEntry {
         try state.withLock { state throws(StoreError) -> RemoteEntry in
+            if state.directories.contains(source) {
+                if !replace && state.directories.contains(target) { throw .alreadyExists(target) }
+                let prefix = source.components
+                func moved(_ path: StorePath) -> StorePath {
+                    StorePath(validated: target.components + path.components.dropFirst(prefix.count))
+                }
+                let underneath = { (path: StorePath) in path.components.starts(with: prefix) }
+                state.directories = Set(state.directories.map { underneath($0) ? moved($0) : $0 })
+                state.files = Dictionary(uniqueKeysWithValues: state.files.map { (underneath($0.key) ? moved($0.key) : $0.key, $0.value) })
+                state.log.append("MOVE \(source) \(target)")
+                return RemoteEntry(path: target, kind: .directory, size: 0, modified: 0)
+            }
             guard let file = state.files[source] else { throw .notFound(source) }
             if !replace && state.files[target] != nil { throw .alreadyExists(target) }
             state.files[source] = nil
             state.files[target] = file
+            state.log.append("MOVE \(source) \(target)")
             return Self.entry(target, file)
         }
     }

@@ -101,9 +101,10 @@ struct MountCommand: AsyncParsableCommand {
         do {
             try layout.createDirectories()
             catalog = try Catalog(path: layout.catalogPath)
-            // No handle survives a restart: every clean local copy left behind goes.
+            // No handle survives a restart: every clean local copy left behind goes; copies
+            // with unsynced changes stay, to be uploaded.
             try catalog.resetTransientStates()
-            layout.clearCache()
+            layout.clearCache(keeping: Set(try catalog.items(in: [.modified, .uploading]).map(\.id)))
         } catch {
             await StoreLocator.shutdownIfNeeded(store)
             fail("\(error)")
@@ -126,9 +127,9 @@ struct MountCommand: AsyncParsableCommand {
         }
 
         let filesystem = DocFileSystem(store: store, catalog: catalog, cacheDirectory: layout.cacheDirectory,
-                                       directoryTTL: dirCacheTtl, readOnly: true, logger: logger)
-        // Writes are not supported yet: the kernel refuses them with EROFS.
-        var mountOptions = ["fsname=docfs", "subtype=docfs", "default_permissions", "ro"]
+                                       directoryTTL: dirCacheTtl, readOnly: readOnly, logger: logger)
+        var mountOptions = ["fsname=docfs", "subtype=docfs", "default_permissions"]
+        if readOnly { mountOptions.append("ro") }
         mountOptions += options.flatMap { $0.split(separator: ",").map(String.init) }
         let mount = FuseMount(filesystem: filesystem, mountpoint: path, options: mountOptions,
                               cacheDirectory: layout.cacheDirectory, logger: logger)
@@ -147,19 +148,28 @@ struct MountCommand: AsyncParsableCommand {
             logger.info("signal \(signal): unmounting")
             mount.requestUnmount()
         }
-        logger.info("mounted", metadata: ["store": "\(store.identity)", "mountpoint": "\(path)"])
         if daemonChild {
             Daemon.detach(logFile: logFile ?? layout.stateDirectory + "/docfs.log")
+            logger.info("mounted", metadata: ["store": "\(store.identity)", "mountpoint": "\(path)"])
         } else {
             print("docfs: \(store.identity) mounted on \(path) (Ctrl-C or 'docfs unmount \(mountpoint)' to unmount)")
             fflush(nil)
         }
 
+        do {
+            try await filesystem.start()
+        } catch {
+            logger.error("cannot resume pending uploads", metadata: ["error": "\(error)"])
+        }
         let result = await mount.run()
-        logger.info("unmounted, evicting local copies", metadata: ["loop": "\(result)"])
+        logger.info("unmounted, finishing uploads and evicting local copies", metadata: ["loop": "\(result)"])
         await filesystem.shutdown()
         mount.finish()
-        layout.clearCache()
+        let unsynced = (try? catalog.items(in: [.modified, .uploading])) ?? []
+        layout.clearCache(keeping: Set(unsynced.map(\.id)))
+        if !unsynced.isEmpty {
+            logger.warning("unsynced changes kept for the next mount", metadata: ["count": "\(unsynced.count)", "folder": "\(layout.cacheDirectory)"])
+        }
         MountRegistry.remove(path, environment: environmentForRegistry)
         signals.cancel()
         await StoreLocator.shutdownIfNeeded(store)

@@ -1,4 +1,5 @@
 import ArgumentParser
+import DocFSCore
 import Foundation
 
 /// `docfs unmount MOUNTPOINT`: unmount, let the daemon evict every local copy, and clean
@@ -8,13 +9,20 @@ struct UnmountCommand: AsyncParsableCommand {
         commandName: "unmount",
         abstract: "Unmount a docfs mount and remove every local copy.",
         discussion: """
-            Waits for the daemon to evict its local copies. Also cleans up a stale mount \
-            left by a daemon that was killed.
+            First waits until every change has reached the store (and says which files it is \
+            waiting for). If the store cannot be reached, refuses unless --force: then the \
+            unsynced files are kept in the mount's cache folder (named in the message) and \
+            the next mount of the same store uploads them. Also cleans up a stale mount left \
+            by a daemon that was killed.
 
-            Example:
+            Examples:
               docfs unmount ~/docs
+              docfs unmount --force ~/docs
             """
     )
+
+    @Flag(help: "Unmount even if changes cannot reach the store now (they are kept and uploaded by the next mount).")
+    var force = false
 
     @Argument(help: "The mount point.")
     var mountpoint: String
@@ -36,6 +44,10 @@ struct UnmountCommand: AsyncParsableCommand {
         }
         guard entry.type == MountTable.docfsType else {
             fail("\(path) is not a docfs mount (\(entry.type))")
+        }
+
+        if let record, !force {
+            try await waitForUploads(record)
         }
 
         if umount2(path, 0) != 0 {
@@ -69,14 +81,52 @@ struct UnmountCommand: AsyncParsableCommand {
         print("docfs: unmounted \(path)")
     }
 
+    /// Waits until the journal has no unsynced change; refuses when uploads fail because the
+    /// store is unreachable (after a few seconds of trying), so nothing is dropped silently.
+    private func waitForUploads(_ record: MountRecord) async throws {
+        guard let catalog = try? Catalog(path: record.stateDirectory + "/catalog.sqlite") else { return }
+        let started = Date()
+        var announced = Set<String>()
+        while true {
+            let pending = (try? catalog.items(in: [.modified, .uploading])) ?? []
+            if pending.isEmpty { return }
+            let names = pending.map { $0.path.description }
+            for name in names where !announced.contains(name) {
+                printError("docfs: waiting for the upload of \(name)")
+                announced.insert(name)
+            }
+            let unreachable = pending.filter { ($0.uploadError ?? "").hasPrefix("store unreachable") || ($0.uploadError ?? "").hasPrefix("store timed out") }
+            if !unreachable.isEmpty && Date().timeIntervalSince(started) > 5 {
+                fail("""
+                    the store cannot be reached (\(unreachable[0].uploadError ?? "")); \(pending.count) file(s) not uploaded yet. \
+                    Not unmounting. Use 'docfs unmount --force \(mountpoint)' to unmount anyway: the files are kept in \
+                    \(record.cacheDirectory) and the next mount uploads them.
+                    """)
+            }
+            if Date().timeIntervalSince(started) > timeout {
+                fail("uploads still pending after \(Int(timeout)) s; not unmounting (use --force to keep them for the next mount)")
+            }
+            try? await Task.sleep(for: .milliseconds(100))
+        }
+    }
+
     private func isAlive(_ pid: Int32) -> Bool {
         kill(pid, 0) == 0 || errno == EPERM
     }
 
-    /// Removes local copies a killed daemon left behind (their content is on the store).
+    /// Removes clean local copies a killed daemon left behind; copies with unsynced changes
+    /// stay for the next mount, and the user is told where they are.
     private func cleanUp(_ record: MountRecord, environment: [String: String]) {
+        var keep = Set<String>()
+        if let catalog = try? Catalog(path: record.stateDirectory + "/catalog.sqlite"),
+           let pending = try? catalog.items(in: [.modified, .uploading]) {
+            keep = Set(pending.map(\.id))
+        }
         if let names = try? FileManager.default.contentsOfDirectory(atPath: record.cacheDirectory) {
-            for name in names { unlink(record.cacheDirectory + "/" + name) }
+            for name in names where !keep.contains(name) { unlink(record.cacheDirectory + "/" + name) }
+        }
+        if !keep.isEmpty {
+            printError("docfs: \(keep.count) file(s) with changes not on the store yet are kept in \(record.cacheDirectory); the next mount of \(record.store) uploads them")
         }
         MountRegistry.remove(record.mountpoint, environment: environment)
     }

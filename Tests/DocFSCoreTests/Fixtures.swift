@@ -13,7 +13,7 @@ struct CoreFixture {
     let fs: DocFileSystem
     var cacheDirectory: String { directory + "/cache" }
 
-    init(store: InMemoryStore = InMemoryStore(), ttl: Double = 30, reuse directory: String? = nil) throws {
+    init(store: InMemoryStore = InMemoryStore(), ttl: Double = 30, readOnly: Bool = true, reuse directory: String? = nil) throws {
         let directory = directory ?? FileManager.default.temporaryDirectory.appendingPathComponent("docfs-core-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: directory + "/cache", withIntermediateDirectories: true)
         self.directory = directory
@@ -22,7 +22,7 @@ struct CoreFixture {
         var logger = Logger(label: "test")
         logger.logLevel = .critical
         fs = DocFileSystem(store: store, catalog: catalog, cacheDirectory: directory + "/cache", directoryTTL: ttl,
-                           readOnly: true, logger: logger)
+                           readOnly: readOnly, uploadBackoff: .milliseconds(200), logger: logger)
     }
 
     /// Files in the cache directory: local copies on disk.
@@ -52,6 +52,33 @@ struct CoreFixture {
             offset += Int64(count)
         }
         return result
+    }
+}
+
+extension CoreFixture {
+    /// A writable fixture.
+    static func writable(store: InMemoryStore = InMemoryStore(), reuse directory: String? = nil) throws -> CoreFixture {
+        try CoreFixture(store: store, readOnly: false, reuse: directory)
+    }
+
+    /// Writes `bytes` at `offset` through a handle, as the kernel would.
+    func write(handle: UInt64, _ bytes: [UInt8], at offset: Int64 = 0) throws {
+        _ = try bytes.withUnsafeBytes { try fs.write(handle: handle, offset: offset, bytes: $0) }
+    }
+
+    /// Creates `name` in the root with `content`, and closes it.
+    @discardableResult
+    func createFile(_ name: String, _ content: [UInt8], in parent: Inode = Item.rootInode) async throws -> Item {
+        let (item, handle) = try await fs.create(in: parent, name: name, mode: 0o644, owner: 0, group: 0, exclusive: true, truncate: false)
+        try write(handle: handle, content)
+        try fs.flush(handle: handle)
+        await fs.release(handle: handle)
+        return item
+    }
+
+    /// Waits until every queued upload has been tried.
+    func settle() async {
+        await fs.uploader.waitUntilIdle(untilStalled: true)
     }
 }
 

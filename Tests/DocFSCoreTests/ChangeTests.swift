@@ -1,0 +1,238 @@
+import DocFSCore
+import DocFSStore
+import DocFSTesting
+import Foundation
+import Testing
+
+@Suite("Changes go back to the store, and nothing is lost")
+struct ChangeTests {
+    @Test func aNewFileIsUploadedOnceOnCloseWithoutDownloading() async throws {
+        let fixture = try CoreFixture.writable()
+        let item = try await fixture.createFile("new.txt", Array("hello".utf8))
+        await fixture.settle()
+        #expect(fixture.store.content("new.txt") == Array("hello".utf8))
+        #expect(fixture.store.writeCount("new.txt") == 1)
+        #expect(fixture.store.totalReads == 0)
+        #expect(fixture.cachedFiles().isEmpty, "evicted once the store has it")
+        #expect(try fixture.fs.item(item.inode).state == .placeholder)
+        #expect(try fixture.fs.item(item.inode).etag != nil)
+    }
+
+    @Test func truncatingOpenDoesNotDownloadTheOldContent() async throws {
+        let fixture = try CoreFixture.writable()
+        fixture.store.addFile("doc.txt", randomBytes(100_000))
+        let item = try await fixture.lookup("doc.txt")
+        let handle = try await fixture.fs.open(item.inode, mode: .init(writable: true, truncate: true))
+        try fixture.write(handle: handle, Array("short".utf8))
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+        #expect(fixture.store.totalReads == 0)
+        #expect(fixture.store.content("doc.txt") == Array("short".utf8))
+    }
+
+    @Test func anEditUploadsOnlyTheFinalContentOnce() async throws {
+        let fixture = try CoreFixture.writable()
+        fixture.store.addFile("doc.txt", Array("0123456789".utf8))
+        let item = try await fixture.lookup("doc.txt")
+        let handle = try await fixture.fs.open(item.inode, mode: .init(writable: true, truncate: false))
+        try fixture.write(handle: handle, Array("ab".utf8), at: 2)
+        try fixture.write(handle: handle, Array("XYZ".utf8), at: 10)
+        #expect(try fixture.fs.item(item.inode).size == 13, "stat shows the local size while editing")
+        try fixture.fs.flush(handle: handle)
+        #expect(fixture.store.writeCount("doc.txt") == 0, "nothing uploaded before the last close")
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+        #expect(fixture.store.content("doc.txt") == Array("01ab456789XYZ".utf8))
+        #expect(fixture.store.writeCount("doc.txt") == 1)
+    }
+
+    @Test func fsyncUploadsNowAndCloseDoesNotUploadAgain() async throws {
+        let fixture = try CoreFixture.writable()
+        let (_, handle) = try await fixture.fs.create(in: Item.rootInode, name: "f", mode: 0o644, owner: 0, group: 0,
+                                                      exclusive: true, truncate: false)
+        try fixture.write(handle: handle, Array("data".utf8))
+        try await fixture.fs.fsync(handle: handle)
+        #expect(fixture.store.content("f") == Array("data".utf8))
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+        #expect(fixture.store.writeCount("f") == 1)
+    }
+
+    @Test func aConflictKeepsBothVersions() async throws {
+        let fixture = try CoreFixture.writable()
+        fixture.store.addFile("report.txt", Array("original".utf8))
+        let item = try await fixture.lookup("report.txt")
+        let handle = try await fixture.fs.open(item.inode, mode: .init(writable: true, truncate: true))
+        try fixture.write(handle: handle, Array("mine".utf8))
+        fixture.store.addFile("report.txt", Array("theirs".utf8))  // changed on the server meanwhile
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+
+        #expect(fixture.store.content("report.txt") == Array("theirs".utf8))
+        let names = fixture.store.fileNames(in: "/")
+        let copy = try #require(names.first { $0.hasPrefix("report (conflict ") && $0.hasSuffix(").txt") })
+        #expect(fixture.store.content(copy) == Array("mine".utf8))
+        let shown = try fixture.fs.item(item.inode)
+        #expect(shown.conflictCopy == copy)
+        #expect(shown.size == 6)
+        #expect(try fixture.catalog.child(of: Item.rootInode, named: copy) != nil, "the conflict copy is browsable")
+    }
+
+    @Test func aNewFileMeetingAnExistingOneIsAConflictToo() async throws {
+        let fixture = try CoreFixture.writable()
+        _ = try await fixture.fs.children(of: Item.rootInode)
+        let (_, handle) = try await fixture.fs.create(in: Item.rootInode, name: "a.txt", mode: 0o644, owner: 0, group: 0,
+                                                      exclusive: true, truncate: false)
+        try fixture.write(handle: handle, Array("local".utf8))
+        fixture.store.addFile("a.txt", Array("remote".utf8))
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+        #expect(fixture.store.content("a.txt") == Array("remote".utf8))
+        #expect(fixture.store.fileNames(in: "/").contains { $0.hasPrefix("a (conflict ") })
+    }
+
+    @Test func failedUploadsAreRetriedUntilTheStoreIsBack() async throws {
+        let fixture = try CoreFixture.writable()
+        fixture.store.failWrites(with: .unreachable("down"))
+        let item = try await fixture.createFile("offline.txt", Array("kept".utf8))
+        await fixture.settle()
+        #expect(try fixture.fs.item(item.inode).state == .modified)
+        #expect(try fixture.fs.item(item.inode).uploadError?.contains("unreachable") == true)
+        #expect(fixture.cachedFiles().count == 1, "never evicted while unsynced")
+        fixture.store.failWrites(with: nil)
+        for _ in 0..<100 where fixture.store.content("offline.txt") == nil {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        #expect(fixture.store.content("offline.txt") == Array("kept".utf8))
+    }
+
+    @Test func unsyncedChangesSurviveARestart() async throws {
+        let store = InMemoryStore()
+        store.failWrites(with: .unreachable("down"))
+        let first = try CoreFixture.writable(store: store)
+        try await first.createFile("journal.txt", Array("survives".utf8))
+        await first.settle()
+        await first.fs.shutdown(uploadGrace: .milliseconds(10))
+        #expect(first.cachedFiles().count == 1, "the unsynced copy stays on disk")
+
+        store.failWrites(with: nil)
+        let second = try CoreFixture.writable(store: store, reuse: first.directory)
+        try second.catalog.resetTransientStates()
+        try await second.fs.start()
+        await second.settle()
+        #expect(store.content("journal.txt") == Array("survives".utf8))
+        #expect(second.cachedFiles().isEmpty)
+    }
+
+    @Test func renameMovesOnTheStoreWithoutReupload() async throws {
+        let fixture = try CoreFixture.writable()
+        fixture.store.addFile("a.txt", Array("content".utf8))
+        fixture.store.addDirectory("dir")
+        let item = try await fixture.lookup("a.txt")
+        let dir = try await fixture.lookup("dir")
+        try await fixture.fs.rename(from: Item.rootInode, name: "a.txt", to: dir.inode, newName: "b.txt", noReplace: false)
+        #expect(fixture.store.content("dir/b.txt") == Array("content".utf8))
+        #expect(fixture.store.mutations == ["MOVE /a.txt /dir/b.txt"])
+        let moved = try await fixture.lookup("dir/b.txt")
+        #expect(moved.inode == item.inode, "a rename keeps identity")
+    }
+
+    @Test func renameNoReplaceRefusesAnExistingTarget() async throws {
+        let fixture = try CoreFixture.writable()
+        fixture.store.addFile("a", [1])
+        fixture.store.addFile("b", [2])
+        _ = try await fixture.fs.children(of: Item.rootInode)
+        await #expect(throws: FSError.exists) {
+            try await fixture.fs.rename(from: Item.rootInode, name: "a", to: Item.rootInode, newName: "b", noReplace: true)
+        }
+    }
+
+    @Test func anEditorSaveEndsWithExactlyTheNewContent() async throws {
+        let fixture = try CoreFixture.writable()
+        fixture.store.addFile("notes.txt", Array("old".utf8))
+        _ = try await fixture.lookup("notes.txt")
+        // write tmp; fsync; rename tmp over original
+        let (_, handle) = try await fixture.fs.create(in: Item.rootInode, name: ".notes.txt.tmp", mode: 0o644, owner: 0, group: 0,
+                                                      exclusive: true, truncate: false)
+        try fixture.write(handle: handle, Array("new".utf8))
+        try await fixture.fs.fsync(handle: handle)
+        await fixture.fs.release(handle: handle)
+        try await fixture.fs.rename(from: Item.rootInode, name: ".notes.txt.tmp", to: Item.rootInode, newName: "notes.txt", noReplace: false)
+        await fixture.settle()
+        #expect(fixture.store.content("notes.txt") == Array("new".utf8))
+        #expect(fixture.store.content(".notes.txt.tmp") == nil)
+        #expect(fixture.store.fileNames(in: "/") == ["notes.txt"])
+    }
+
+    @Test func renamingAFileBeforeItsUploadUploadsUnderTheNewName() async throws {
+        let fixture = try CoreFixture.writable()
+        fixture.store.failWrites(with: .unreachable("down"))
+        try await fixture.createFile("draft", Array("x".utf8))
+        await fixture.settle()
+        try await fixture.fs.rename(from: Item.rootInode, name: "draft", to: Item.rootInode, newName: "final", noReplace: false)
+        fixture.store.failWrites(with: nil)
+        try await fixture.fs.uploader.sync(try await fixture.lookup("final").inode)
+        #expect(fixture.store.fileNames(in: "/") == ["final"])
+    }
+
+    @Test func unlinkRemovesFromTheStoreAndCancelsPendingUploads() async throws {
+        let fixture = try CoreFixture.writable()
+        fixture.store.addFile("old", [1])
+        _ = try await fixture.lookup("old")
+        try await fixture.fs.remove(from: Item.rootInode, name: "old", directory: false)
+        #expect(fixture.store.content("old") == nil)
+
+        fixture.store.failWrites(with: .unreachable("down"))
+        try await fixture.createFile("never", [1])
+        try await fixture.fs.remove(from: Item.rootInode, name: "never", directory: false)
+        fixture.store.failWrites(with: nil)
+        await fixture.settle()
+        #expect(fixture.store.content("never") == nil)
+        #expect(fixture.cachedFiles().isEmpty)
+    }
+
+    @Test func directoriesAreMadeAndRemovedOnTheStore() async throws {
+        let fixture = try CoreFixture.writable()
+        let dir = try await fixture.fs.makeDirectory(in: Item.rootInode, name: "d", mode: 0o755, owner: 0, group: 0)
+        try await fixture.createFile("inside", [1], in: dir.inode)
+        await fixture.settle()
+        await #expect(throws: FSError.notEmpty) {
+            try await fixture.fs.remove(from: Item.rootInode, name: "d", directory: true)
+        }
+        try await fixture.fs.remove(from: dir.inode, name: "inside", directory: false)
+        try await fixture.fs.remove(from: Item.rootInode, name: "d", directory: true)
+        #expect(fixture.store.mutations == ["MKDIR /d", "PUT /d/inside", "DELETE /d/inside", "DELETE /d"])
+    }
+
+    @Test func attributesStickAcrossEviction() async throws {
+        let fixture = try CoreFixture.writable()
+        fixture.store.addFile("a", [1, 2, 3])
+        let item = try await fixture.lookup("a")
+        _ = try await fixture.fs.setAttributes(of: item.inode, .init(mode: 0o600, owner: 1000, group: 1000, modified: 1234), handle: nil)
+        let handle = try await fixture.fs.open(item.inode, mode: .read)
+        await fixture.fs.release(handle: handle)
+        let after = try fixture.fs.item(item.inode)
+        #expect(after.mode == 0o600)
+        #expect(after.owner == 1000)
+        #expect(after.modified == 1234)
+        #expect(after.changed != nil)
+    }
+
+    @Test func truncateWithoutAHandleToZeroDoesNotDownload() async throws {
+        let fixture = try CoreFixture.writable()
+        fixture.store.addFile("big", randomBytes(10_000))
+        let item = try await fixture.lookup("big")
+        _ = try await fixture.fs.setAttributes(of: item.inode, .init(size: 0), handle: nil)
+        await fixture.settle()
+        #expect(fixture.store.totalReads == 0)
+        #expect(fixture.store.content("big") == [])
+    }
+
+    @Test func aListingNeverDropsAnUnsyncedFile() async throws {
+        let fixture = try CoreFixture(store: InMemoryStore(), ttl: 0, readOnly: false)
+        fixture.store.failWrites(with: .unreachable("down"))
+        try await fixture.createFile("local-only", [9])
+        try await fixture.fs.enumerator.refresh(try fixture.fs.item(Item.rootInode))
+        #expect(try fixture.catalog.children(of: Item.rootInode).map(\.name) == ["local-only"])
+    }
+}
