@@ -46,7 +46,9 @@ struct UnmountCommand: AsyncParsableCommand {
             fail("\(path) is not a docfs mount (\(entry.type))")
         }
 
-        if let record, !force {
+        // Only a live daemon can upload; a killed one left a stale mount to clean, and its
+        // unsynced copies wait in the cache for the next mount.
+        if let record, !force, isAlive(record.pid) {
             try await waitForUploads(record)
         }
 
