@@ -162,17 +162,18 @@ public final class Catalog: Sendable {
     /// Adds an item created here (mkdir, create). A file not uploaded yet has `onStore` false.
     public func createItem(in parent: Inode, name: String, kind: Item.Kind, size: Int64 = 0, modified: Double,
                            etag: ETag? = nil, mode: UInt32?, owner: UInt32? = nil, group: UInt32? = nil,
-                           state: ItemState, onStore: Bool, listedAt: Double? = nil) throws(FSError) -> Item {
+                           state: ItemState, onStore: Bool, listedAt: Double? = nil, symlinkTarget: String? = nil) throws(FSError) -> Item {
         let inode: Int64 = try write { db in
             guard let parentRow = try Row.fetchOne(db, sql: "SELECT path FROM item WHERE inode = ?", arguments: [Int64(bitPattern: parent)]) else {
                 throw FSError.notFound
             }
             try db.execute(sql: """
-                INSERT INTO item (id, parent, name, path, kind, size, modified, etag, mode, owner, "group", state, onStore, listedAt, changed, accessed)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO item (id, parent, name, path, kind, size, modified, etag, mode, owner, "group", state, onStore, listedAt,
+                                  changed, accessed, symlinkTarget)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """, arguments: [UUID().uuidString, Int64(bitPattern: parent), name, Catalog.join(parentRow["path"], name),
                                  kind.rawValue, size, modified, etag?.value, mode.map { Int64($0) }, owner.map { Int64($0) },
-                                 group.map { Int64($0) }, state.rawValue, onStore, listedAt, modified, modified])
+                                 group.map { Int64($0) }, state.rawValue, onStore, listedAt, modified, modified, symlinkTarget])
             return db.lastInsertedRowID
         }
         guard let item = try item(Inode(bitPattern: inode)) else { throw .io("catalog: created item vanished") }
@@ -219,6 +220,13 @@ public final class Catalog: Sendable {
             try db.execute(sql: """
                 UPDATE item SET etag = ?, onStore = 1, state = ?, uploadError = NULL WHERE inode = ?
                 """, arguments: [etag?.value, state.rawValue, Int64(bitPattern: inode)])
+        }
+    }
+
+    /// The store's version of an item changed without a content change (attributes pushed).
+    public func recordVersion(of inode: Inode, etag: ETag?) throws(FSError) {
+        try write { db in
+            try db.execute(sql: "UPDATE item SET etag = COALESCE(?, etag) WHERE inode = ?", arguments: [etag?.value, Int64(bitPattern: inode)])
         }
     }
 

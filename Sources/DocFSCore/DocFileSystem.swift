@@ -215,7 +215,34 @@ public final class DocFileSystem: Sendable {
         }
         try catalog.setAttributes(of: inode, mode: changes.mode.map { $0 & 0o7777 }, owner: changes.owner, group: changes.group,
                                   modified: changes.modified, accessed: changes.accessed, changed: now)
+        // Where the store can carry them too (a local directory), it gets them; a file not
+        // uploaded yet gets them after its upload.
+        if !item.hasUnsyncedChanges {
+            let carried = StoreAttributes(mode: changes.mode.map { $0 & 0o7777 }, modified: changes.modified, accessed: changes.accessed)
+            await AttributeSync.push(carried, of: item, to: store, catalog: catalog, logger: logger)
+        }
         return try self.item(inode)
+    }
+
+    /// symlink: on stores that can represent links (a local directory); `EPERM` elsewhere.
+    public func makeSymlink(in parent: Inode, name: String, target: String, owner: UInt32, group: UInt32) async throws(FSError) -> Item {
+        if readOnly { throw .readOnly }
+        guard name.utf8.count <= 255 else { throw .nameTooLong }
+        let directory = try item(parent)
+        try await enumerator.ensureListed(directory)
+        if try catalog.child(of: parent, named: name) != nil { throw .exists }
+        let path = try storePath(directory.path, name)
+        let entry = try await uploader.exclusively { () async throws(FSError) -> RemoteEntry in
+            do throws(StoreError) {
+                return try await store.makeSymlink(path, target: target)
+            } catch .notSupported {
+                throw FSError.notPermitted
+            } catch {
+                throw FSError(error)
+            }
+        }
+        return try catalog.createItem(in: parent, name: name, kind: .symlink, size: Int64(target.utf8.count), modified: entry.modified,
+                                      mode: nil, owner: owner, group: group, state: .placeholder, onStore: true, symlinkTarget: target)
     }
 
     // MARK: Namespace

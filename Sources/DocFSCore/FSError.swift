@@ -10,6 +10,8 @@ public enum FSError: Error, Sendable, Equatable, CustomStringConvertible {
     case exists
     case readOnly
     case accessDenied
+    /// The operation is not permitted on this kind of item or store (hard links, FIFOs).
+    case notPermitted
     case invalidArgument
     case nameTooLong
     case notSupported
@@ -37,6 +39,7 @@ public enum FSError: Error, Sendable, Equatable, CustomStringConvertible {
         case .exists: return "already exists"
         case .readOnly: return "read-only"
         case .accessDenied: return "access denied"
+        case .notPermitted: return "operation not permitted"
         case .invalidArgument: return "invalid argument"
         case .nameTooLong: return "name too long"
         case .notSupported: return "not supported"

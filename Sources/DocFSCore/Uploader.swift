@@ -164,6 +164,11 @@ public actor Uploader {
             try catalog.setState(of: inode, to: .uploading)
             let entry = try await store.write(item.path, fromLocalFile: path, condition: condition)
             try catalog.recordUpload(of: inode, etag: entry.etag, state: .local)
+            // Mode and times set while the change was local follow it to stores that carry them.
+            var uploaded = item
+            uploaded.onStore = true
+            await AttributeSync.push(StoreAttributes(mode: item.mode, modified: item.modified), of: uploaded, to: store,
+                                     catalog: catalog, logger: logger)
             if await provider.uploadFinished(item, generation: generation) {
                 logger.info("uploaded", metadata: ["path": "\(item.path)", "bytes": "\(entry.size)"])
             } else {

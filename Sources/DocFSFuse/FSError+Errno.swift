@@ -12,6 +12,7 @@ extension FSError {
         case .exists: return EEXIST
         case .readOnly: return EROFS
         case .accessDenied: return EACCES
+        case .notPermitted: return EPERM
         case .invalidArgument: return EINVAL
         case .nameTooLong: return ENAMETOOLONG
         case .notSupported: return EOPNOTSUPP

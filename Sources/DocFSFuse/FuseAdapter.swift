@@ -203,6 +203,15 @@ final class FuseAdapter: Sendable {
         }
     }
 
+    func symlink(_ request: consuming FuseRequest, parent: Inode, name: String, target: String, caller: (uid: UInt32, gid: UInt32)) async {
+        do {
+            let item = try await fs.makeSymlink(in: parent, name: name, target: target, owner: caller.uid, group: caller.gid)
+            request.replyEntry(entry(for: item))
+        } catch {
+            request.fail(error)
+        }
+    }
+
     func remove(_ request: consuming FuseRequest, parent: Inode, name: String, directory: Bool) async {
         do {
             try await fs.remove(from: parent, name: name, directory: directory)

@@ -136,8 +136,12 @@ enum FuseOperations {
             // Hard links cannot be represented on a document store.
             fuse_reply_err(req, EPERM)
         }
-        ops.symlink = { req, _, _, _ in
-            fuse_reply_err(req, EPERM)
+        ops.symlink = { req, target, parent, name in
+            let target = String(cString: target!)
+            let name = String(cString: name!)
+            let caller = callerIdentity(req)
+            let adapter = fuseAdapter(req)
+            adapter.respond(req!) { request in await adapter.symlink(request, parent: parent, name: name, target: target, caller: caller) }
         }
         ops.fallocate = { req, inode, mode, offset, length, fi in
             let handle = fi!.pointee.fh

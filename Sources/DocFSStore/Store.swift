@@ -42,6 +42,12 @@ public protocol Store: Sendable {
 
     /// Moves a file or directory. With `replace` false an existing target gives `.alreadyExists`.
     func move(_ source: StorePath, to target: StorePath, replace: Bool) async throws(StoreError) -> RemoteEntry
+
+    /// Creates a symbolic link (default: `.notSupported`, see Store+Optional.swift).
+    func makeSymlink(_ path: StorePath, target: String) async throws(StoreError) -> RemoteEntry
+
+    /// Applies mode and times where the store can carry them (default: returns false).
+    func setAttributes(_ path: StorePath, _ attributes: StoreAttributes) async throws(StoreError) -> Bool
 }
 
 /// When an upload may go ahead.

@@ -241,6 +241,58 @@ public struct LocalDirectoryStore: Store {
         }
     }
 
+    // MARK: - symlinks and attributes
+
+    public func makeSymlink(_ path: StorePath, target: String) async throws(StoreError) -> RemoteEntry {
+        let root = self.root
+        return try await Blocking.run { () throws(StoreError) -> RemoteEntry in
+            try Walk.withParent(root: root, path) { (parent, name) throws(StoreError) -> RemoteEntry in
+                guard let name else { throw .alreadyExists(path) }
+                guard symlinkat(target, parent, name) == 0 else {
+                    throw LocalDirectoryStore.error(errno, path: path, doing: "symlink")
+                }
+                var info = Glibc.stat()
+                guard fstatat(parent, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
+                    throw LocalDirectoryStore.error(errno, path: path, doing: "stat")
+                }
+                return LocalDirectoryStore.entry(path, info, directoryFD: parent, name: name)
+            }
+        }
+    }
+
+    /// Real attributes: the local directory carries mode and times as any file does.
+    /// Symlinks keep their own (Linux has no lchmod); their times are set without following.
+    public func setAttributes(_ path: StorePath, _ attributes: StoreAttributes) async throws(StoreError) -> Bool {
+        let root = self.root
+        return try await Blocking.run { () throws(StoreError) -> Bool in
+            try Walk.withParent(root: root, path) { (parent, name) throws(StoreError) -> Bool in
+                let name = name ?? "."
+                var info = Glibc.stat()
+                guard fstatat(parent, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
+                    throw LocalDirectoryStore.error(errno, path: path, doing: "stat")
+                }
+                let isLink = info.st_mode & S_IFMT == S_IFLNK
+                if let mode = attributes.mode, !isLink {
+                    guard fchmodat(parent, name, mode & 0o7777, 0) == 0 else {
+                        throw LocalDirectoryStore.error(errno, path: path, doing: "chmod")
+                    }
+                }
+                if attributes.modified != nil || attributes.accessed != nil {
+                    func time(_ value: Double?) -> timespec {
+                        guard let value else { return timespec(tv_sec: 0, tv_nsec: (1 << 30) - 2) }  // UTIME_OMIT
+                        let seconds = value.rounded(.down)
+                        return timespec(tv_sec: Int(seconds), tv_nsec: Int((value - seconds) * 1_000_000_000))
+                    }
+                    var times = [time(attributes.accessed), time(attributes.modified)]
+                    guard utimensat(parent, name, &times, AT_SYMLINK_NOFOLLOW) == 0 else {
+                        throw LocalDirectoryStore.error(errno, path: path, doing: "utimensat")
+                    }
+                }
+                return true
+            }
+        }
+    }
+
     // MARK: - delete
 
     public func delete(_ path: StorePath, isDirectory: Bool) async throws(StoreError) {

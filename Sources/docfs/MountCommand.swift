@@ -112,9 +112,10 @@ struct MountCommand: AsyncParsableCommand {
 
         // A store we cannot reach is an error, unless we have its placeholders already.
         do {
-            _ = try await RetryPolicy.interactive.run { () async throws(StoreError) -> RemoteEntry in
+            let root = try await RetryPolicy.interactive.run { () async throws(StoreError) -> RemoteEntry in
                 try await store.stat(.root)
             }
+            if root.modified > 0 { try? catalog.updateMetadata(of: Item.rootInode, from: root) }
         } catch {
             let hasCache = (try? catalog.item(Item.rootInode))??.listedAt != nil
             if error.isTransient && hasCache {

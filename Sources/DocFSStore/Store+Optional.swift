@@ -1,0 +1,29 @@
+/// What a store may carry beyond content: symlinks and POSIX attributes. The defaults say
+/// "not supported", so a store that cannot represent them needs no code; the core then keeps
+/// attributes in its catalog only and refuses symlinks with `EPERM`.
+public struct StoreAttributes: Sendable, Equatable {
+    public var mode: UInt32?
+    public var modified: Double?
+    public var accessed: Double?
+
+    public init(mode: UInt32? = nil, modified: Double? = nil, accessed: Double? = nil) {
+        self.mode = mode
+        self.modified = modified
+        self.accessed = accessed
+    }
+
+    public var isEmpty: Bool { mode == nil && modified == nil && accessed == nil }
+}
+
+extension Store {
+    /// Creates a symbolic link at `path` pointing to `target` (a string, not resolved).
+    public func makeSymlink(_ path: StorePath, target: String) async throws(StoreError) -> RemoteEntry {
+        throw .notSupported("symbolic links")
+    }
+
+    /// Applies permission bits and times to an entry. Returns false when the store cannot
+    /// carry them (the caller keeps them locally).
+    public func setAttributes(_ path: StorePath, _ attributes: StoreAttributes) async throws(StoreError) -> Bool {
+        false
+    }
+}
