@@ -24,7 +24,10 @@ fi
 if ! python3 -c 'import pytest' 2>/dev/null; then
     echo "setup: installing pytest"
     python3 -m pip install --quiet pytest 2>/dev/null \
-        || python3 -m pip install --quiet --break-system-packages pytest
+        || python3 -m pip install --quiet --break-system-packages pytest 2>/dev/null \
+        || { sudo=(); [[ $(id -u) -ne 0 ]] && sudo=(sudo)
+             "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pytest >/dev/null; }
+    python3 -c 'import pytest' || { echo "setup: could not install pytest" >&2; exit 1; }
 fi
 
 if [[ ! -e /dev/fuse ]]; then

@@ -418,6 +418,8 @@ public final class DocFileSystem: Sendable {
     }
 
     public func extendedAttribute(_ name: String, of inode: Inode) throws(FSError) -> [UInt8] {
+        // `ls -l` asks every file for ACLs and SELinux labels: answer those without the catalog.
+        guard name.hasPrefix("user.docfs.") else { throw .noAttribute }
         let item = try item(inode)
         let value: String?
         switch name {

@@ -42,8 +42,9 @@ enum Multistatus {
         "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<D:error xmlns:D=\"DAV:\"><D:\(precondition)/></D:error>\n"
     }
 
-    /// XML text escaping; characters XML 1.0 cannot carry at all become U+FFFD.
-    static func escape(_ text: String) -> String {
+    /// XML escaping for text content, and with `attribute: true` for quoted attribute values.
+    /// Characters XML 1.0 cannot carry at all become U+FFFD.
+    static func escape(_ text: String, attribute: Bool = false) -> String {
         var out = ""
         out.reserveCapacity(text.utf8.count)
         for scalar in text.unicodeScalars {
@@ -51,8 +52,8 @@ enum Multistatus {
             case "&": out += "&amp;"
             case "<": out += "&lt;"
             case ">": out += "&gt;"
-            case "\"": out += "&quot;"
-            case "'": out += "&apos;"
+            case "\"" where attribute: out += "&quot;"
+            case "'" where attribute: out += "&apos;"
             case "\t", "\n", "\r": out.unicodeScalars.append(scalar)
             default:
                 if scalar.value < 0x20 || scalar.value == 0xFFFE || scalar.value == 0xFFFF {

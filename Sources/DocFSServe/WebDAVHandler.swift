@@ -180,7 +180,7 @@ struct WebDAVHandler: Sendable {
         for name in names {
             let isDir = (try? ServedDirectory.info(path + "/" + name))??.isDirectory ?? false
             let href = davPath.appending(name).href(isDirectory: isDir)
-            html += "<li><a href=\"\(Multistatus.escape(href))\">\(Multistatus.escape(name))\(isDir ? "/" : "")</a></li>\n"
+            html += "<li><a href=\"\(Multistatus.escape(href, attribute: true))\">\(Multistatus.escape(name))\(isDir ? "/" : "")</a></li>\n"
         }
         html += "</ul></body></html>\n"
         var headers = headers
@@ -344,15 +344,15 @@ struct WebDAVHandler: Sendable {
             guard let parent = try ServedDirectory.info(destinationParent), parent.isDirectory else {
                 throw DAVError(.conflict, "destination parent collection does not exist")
             }
+            if let ifMatch = request.headers[.ifMatch] {
+                let current = try ServedDirectory.info(sourcePath) ?? sourceInfo
+                guard ETagMatch.matches(ifMatch, etag: current.etag, weak: false) else {
+                    throw DAVError(.preconditionFailed, "If-Match does not match the source")
+                }
+            }
             let destinationInfo = try ServedDirectory.linkInfo(destinationPath)
             if destinationInfo != nil {
                 guard overwrite else { throw DAVError(.preconditionFailed, "destination exists and Overwrite is F") }
-                if let ifMatch = request.headers[.ifMatch] {
-                    let current = try ServedDirectory.info(sourcePath) ?? sourceInfo
-                    guard ETagMatch.matches(ifMatch, etag: current.etag, weak: false) else {
-                        throw DAVError(.preconditionFailed, "If-Match does not match")
-                    }
-                }
                 // A file moved over a file is one atomic rename; anything else deletes the target first.
                 let bothFiles = !sourceInfo.isDirectory && !(destinationInfo?.isDirectory ?? false)
                 if !(move && bothFiles) {

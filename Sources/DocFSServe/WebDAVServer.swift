@@ -56,13 +56,17 @@ public final class WebDAVServer: Sendable {
         let logger = self.logger
         let root = directory.root
 
+        // HummingbirdCore reports the CancellationError that ends `run` at error level; that is
+        // our normal way to stop, so its own logging only shows when debugging.
+        var serverLogger = logger
+        if serverLogger.logLevel > .debug { serverLogger.logLevel = .critical }
         let server = try HTTPServerBuilder.http1().buildServer(
             configuration: ServerConfiguration(
                 address: .hostname(configuration.host, port: configuration.port),
                 serverName: nil
             ),
             eventLoopGroup: MultiThreadedEventLoopGroup.singleton,
-            logger: logger,
+            logger: serverLogger,
             responder: { request, responseWriter, _ in
                 let record = RequestRecord(request: request, log: requestLog)
                 do {

@@ -53,7 +53,15 @@ public enum StoreLocator {
                 throw .invalidURL(WebDAVURL.redacted(trimmed), reason: "\(error)")
             }
         case "s3":
-            throw .s3NotBuilt
+            // Endpoint, region, path style, unsigned requests and part size come from the URL's
+            // query or the environment (AWS_ENDPOINT_URL, AWS_REGION, DOCFS_S3_*), keys from the
+            // AWS sources (S3CredentialResolver); none of it reaches a message.
+            do {
+                let configuration = try S3Store.Configuration.from(url: trimmed, environment: environment)
+                return try S3Store(configuration: configuration, logger: logger)
+            } catch {
+                throw .invalidURL(WebDAVURL.redacted(trimmed), reason: "\(error)")
+            }
         default:
             throw .unsupportedURL(WebDAVURL.redacted(trimmed))
         }
@@ -62,6 +70,7 @@ public enum StoreLocator {
     /// Releases what a store holds (the HTTP client of a WebDAV store). Call once, when done with it.
     public static func shutdownIfNeeded(_ store: any Store) async {
         if let store = store as? WebDAVStore { await store.shutdown() }
+        if let store = store as? S3Store { await store.shutdown() }
     }
 
     private static func local(path: String, logger: Logger) throws(StoreLocatorError) -> any Store {
@@ -138,7 +147,6 @@ public enum StoreLocatorError: Error, Sendable, Equatable, CustomStringConvertib
     case unusableDirectory(String, reason: String)
     case invalidURL(String, reason: String)
     case unsupportedURL(String)
-    case s3NotBuilt
     case credentialsFile(String, problem: String)
     case credentialsFileInsecure(String, mode: UInt32)
     case incompleteEnvironment(String)
@@ -151,7 +159,6 @@ public enum StoreLocatorError: Error, Sendable, Equatable, CustomStringConvertib
         case .unusableDirectory(let path, let reason): return "cannot use store directory \(path): \(reason)"
         case .invalidURL(let url, let reason): return "invalid store URL \(url): \(reason)"
         case .unsupportedURL(let url): return "unsupported store URL: \(url) (use a directory, file://, http(s)://, webdav(s)://)"
-        case .s3NotBuilt: return "S3 support is not built yet"
         case .credentialsFile(let path, let problem): return "credentials file \(path): \(problem)"
         case .credentialsFileInsecure(let path, let mode):
             return "credentials file \(path) is readable by others (mode \(String(mode, radix: 8))); run: chmod 600 \(path)"

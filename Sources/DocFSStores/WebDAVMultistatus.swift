@@ -44,6 +44,8 @@ enum WebDAVMultistatus {
             throw .protocolError("malformed PROPFIND answer: \(reason)")
         }
         guard delegate.sawMultistatus else { throw .protocolError("PROPFIND answer is not a DAV: multistatus") }
+        // A cut-off document must not pass for a short listing.
+        guard delegate.closedMultistatus else { throw .protocolError("PROPFIND answer ends before </multistatus>") }
         return delegate.responses
     }
 
@@ -181,6 +183,7 @@ private final class MultistatusParser: NSObject, XMLParserDelegate {
     private static let dav = "DAV:"
     var responses: [WebDAVResponse] = []
     var sawMultistatus = false
+    var closedMultistatus = false
 
     private var current: WebDAVResponse?
     private var inPropstat = false
@@ -237,6 +240,7 @@ private final class MultistatusParser: NSObject, XMLParserDelegate {
         case "getcontentlength": if inProp { propstatLength = Int64(value) }
         case "getlastmodified": if inProp { propstatModified = value }
         case "getetag": if inProp { propstatETag = value.isEmpty ? nil : value }
+        case "multistatus": closedMultistatus = true
         case "resourcetype": inResourceType = false
         case "prop": inProp = false
         case "propstat":

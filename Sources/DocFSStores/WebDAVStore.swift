@@ -103,7 +103,12 @@ public final class WebDAVStore: Store {
             throw .notFound(directory)
         default: throw answer.error(method: "PROPFIND", path: directory)
         }
-        let responses = try WebDAVMultistatus.parse(answer.body)
+        return try listing(of: directory, from: WebDAVMultistatus.parse(answer.body))
+    }
+
+    /// The children of `directory` among a Depth 1 answer's responses: the collection's own
+    /// entry and anything not exactly one safe name below it are left out.
+    func listing(of directory: StorePath, from responses: [WebDAVResponse]) throws(StoreError) -> Listing {
         let prefix = baseComponents + directory.components
         var children: [RemoteEntry] = []
         var seen = Set<String>()
@@ -413,7 +418,8 @@ public final class WebDAVStore: Store {
         case 404: throw .notFound(source)
         case 409: throw .notFound(target.parent ?? .root)
         case 403:
-            // Some servers say 403 when the target's parent is missing.
+            // Some servers (rclone's) say 403 when the source or the target's parent is missing.
+            if try await statIfExists(source) == nil { throw .notFound(source) }
             if let parent = target.parent, try await statIfExists(parent) == nil { throw .notFound(parent) }
             throw answer.error(method: "MOVE", path: source)
         default: throw answer.error(method: "MOVE", path: source)

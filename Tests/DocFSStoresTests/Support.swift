@@ -25,6 +25,18 @@ final class TemporaryDirectory: Sendable {
 
     func remove() {
         try? FileManager.default.removeItem(atPath: path)
+        try? FileManager.default.removeItem(atPath: uploads)
+    }
+
+    /// A sibling directory (outside the store's root) for the local files a test uploads.
+    var uploads: String { path + "-uploads" }
+
+    /// A local file holding `bytes`, to upload from; removed with the directory.
+    func uploadSource(_ bytes: [UInt8]) throws -> String {
+        try FileManager.default.createDirectory(atPath: uploads, withIntermediateDirectories: true)
+        let file = uploads + "/" + UUID().uuidString
+        guard FileManager.default.createFile(atPath: file, contents: Data(bytes)) else { throw TestFailure("cannot write \(file)") }
+        return file
     }
 
     func file(_ relative: String) -> String { path + "/" + relative }
@@ -228,7 +240,7 @@ final class RcloneServer: Sendable {
         for _ in 0..<3 {
             let port = try freePort()
             let configFile = NSTemporaryDirectory() + "/docfs-rclone-\(UUID().uuidString).conf"
-            FileManager.default.createFile(atPath: configFile, contents: Data())
+            _ = FileManager.default.createFile(atPath: configFile, contents: Data())
             let process = Process()
             process.executableURL = URL(fileURLWithPath: rclone)
             process.arguments = ["serve", "webdav", directory, "--addr", "127.0.0.1:\(port)", "--config", configFile, "-q"]
@@ -288,4 +300,18 @@ final class DocFSServer: Sendable {
         task.cancel()
         _ = await task.result
     }
+}
+
+/// Runs `body` with a WebDAV store, and shuts its HTTP client down whatever happens
+/// (a debug build traps when an HTTPClient is released without shutdown).
+func withWebDAVStore(_ baseURL: String, username: String? = nil, password: String? = nil,
+                     _ body: (WebDAVStore) async throws -> Void) async throws {
+    let store = try WebDAVStore(baseURL: baseURL, username: username, password: password, logger: testLogger)
+    do {
+        try await body(store)
+    } catch {
+        await store.shutdown()
+        throw error
+    }
+    await store.shutdown()
 }

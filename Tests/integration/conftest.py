@@ -21,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -38,8 +39,29 @@ NO_FUSE = os.environ.get("DOCFS_NO_FUSE", "") not in ("", "0")
 
 # --- collection: the `fuse` marker, the loud skip ------------------------------------------
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
     config.addinivalue_line("markers", "fuse: the test mounts through /dev/fuse")
+    # A private base temp dir per session: pytest's shared /tmp/pytest-of-USER/pytest-N dirs are
+    # rotated (deleted) by *other* pytest sessions running at the same time, which would pull
+    # the session-scoped store trees out from under us (and walk into live mounts).
+    if config.option.basetemp is None:
+        config.option.basetemp = tempfile.mkdtemp(prefix="docfs-integration-")
+        config._docfs_private_basetemp = config.option.basetemp
+
+
+def pytest_sessionfinish(session, exitstatus):
+    base = getattr(session.config, "_docfs_private_basetemp", None)
+    if not base:
+        return
+    with open("/proc/self/mountinfo") as f:
+        live = [line.split()[4] for line in f if line.split()[4].startswith(base)]
+    if live:
+        sys.stderr.write(f"\nkeeping {base}: still mounted below it: {live}\n")
+    elif exitstatus == 0:
+        shutil.rmtree(base, ignore_errors=True)
+    else:
+        sys.stderr.write(f"\ntest files kept in {base}\n")
 
 
 def pytest_collection_modifyitems(config, items):

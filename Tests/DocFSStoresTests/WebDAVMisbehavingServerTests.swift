@@ -1,0 +1,277 @@
+// WebDAVStore against a canned HTTP server that misbehaves on purpose: truncated bodies,
+// a 200 to a range request, ignored If-Match, hostile listings, auth failures, 5xx.
+
+#if canImport(Glibc)
+import Glibc
+#endif
+import DocFSStore
+@testable import DocFSStores
+import Foundation
+import Testing
+
+/// One canned answer: the raw head, the body, and whether to cut the body short.
+struct CannedResponse: Sendable {
+    var status: String
+    var headers: [(String, String)]
+    var body: [UInt8]
+    /// Send only this many bytes of the body, then close.
+    var sendOnly: Int?
+
+    init(_ status: String, headers: [(String, String)] = [], body: [UInt8] = [], sendOnly: Int? = nil) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.sendOnly = sendOnly
+    }
+}
+
+struct CannedRequest: Sendable {
+    var method: String
+    var target: String
+    var headers: [String: String]  // lowercased names
+}
+
+/// A one-thread HTTP/1.1 server on 127.0.0.1 answering with `handler`; one request per connection.
+/// `@unchecked Sendable`: `requests` is only touched under `lock`; the socket is closed once, in `stop`.
+final class CannedHTTPServer: @unchecked Sendable {
+    let port: Int
+    private let listener: Int32
+    private let handler: @Sendable (CannedRequest) -> CannedResponse
+    private let lock = NSLock()
+    private var received: [CannedRequest] = []
+    private var thread: Thread?
+
+    var requests: [CannedRequest] {
+        lock.lock()
+        defer { lock.unlock() }
+        return received
+    }
+
+    init(_ handler: @escaping @Sendable (CannedRequest) -> CannedResponse) throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var yes: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0, listen(fd, 16) == 0 else { throw TestFailure("cannot listen") }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        self.port = Int(UInt16(bigEndian: address.sin_port))
+        self.listener = fd
+        self.handler = handler
+        let thread = Thread { [self] in self.loop() }
+        self.thread = thread
+        thread.start()
+    }
+
+    private func loop() {
+        while true {
+            let connection = accept(listener, nil, nil)
+            if connection < 0 { return }  // closed by stop()
+            serve(connection)
+            close(connection)
+        }
+    }
+
+    private func serve(_ connection: Int32) {
+        var data: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        var headEnd: Int?
+        while headEnd == nil {
+            let count = recv(connection, &buffer, buffer.count, 0)
+            if count <= 0 { return }
+            data += buffer[0..<count]
+            headEnd = data.indices.dropLast(3).first { data[$0] == 13 && data[$0 + 1] == 10 && data[$0 + 2] == 13 && data[$0 + 3] == 10 }
+        }
+        let head = String(decoding: data[0..<headEnd!], as: UTF8.self)
+        var lines = head.components(separatedBy: "\r\n")
+        let requestLine = lines.removeFirst().split(separator: " ")
+        var headers: [String: String] = [:]
+        for line in lines {
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+        }
+        // Read (and drop) a request body.
+        var bodyCount = data.count - (headEnd! + 4)
+        let wanted = Int(headers["content-length"] ?? "0") ?? 0
+        while bodyCount < wanted {
+            let count = recv(connection, &buffer, buffer.count, 0)
+            if count <= 0 { break }
+            bodyCount += count
+        }
+        let request = CannedRequest(method: String(requestLine[0]), target: String(requestLine[1]), headers: headers)
+        lock.lock()
+        received.append(request)
+        lock.unlock()
+        let response = handler(request)
+        var out = "HTTP/1.1 \(response.status)\r\nConnection: close\r\n"
+        for (name, value) in response.headers { out += "\(name): \(value)\r\n" }
+        if !response.headers.contains(where: { $0.0.lowercased() == "content-length" }) {
+            out += "Content-Length: \(response.body.count)\r\n"
+        }
+        out += "\r\n"
+        var bytes = Array(out.utf8)
+        bytes += response.body.prefix(response.sendOnly ?? response.body.count)
+        var sent = 0
+        while sent < bytes.count {
+            let count = bytes[sent...].withUnsafeBytes { send(connection, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if count <= 0 { return }
+            sent += count
+        }
+    }
+
+    func stop() {
+        shutdown(listener, Int32(SHUT_RDWR))
+        close(listener)
+    }
+}
+
+func withCannedServer(_ handler: @escaping @Sendable (CannedRequest) -> CannedResponse,
+                      _ body: (CannedHTTPServer, WebDAVStore) async throws -> Void,
+                      username: String? = nil, password: String? = nil) async throws {
+    let server = try CannedHTTPServer(handler)
+    defer { server.stop() }
+    try await withWebDAVStore("http://127.0.0.1:\(server.port)/base/", username: username, password: password) { store in
+        try await body(server, store)
+    }
+}
+
+@Suite("WebDAV against a misbehaving server")
+struct WebDAVMisbehavingServerTests {
+    static let content = randomBytes(100_000, seed: 3)
+
+    @Test func truncatedBodyIsAnError() async throws {
+        try await withCannedServer({ _ in
+            CannedResponse("200 OK", headers: [("ETag", "\"v1\"")], body: Self.content, sendOnly: 40_000)
+        }) { _, store in
+            let sink = CollectingSink()
+            await #expect(throws: StoreError.self) {
+                try await store.read(path("f"), range: nil, ifMatch: nil, into: sink)
+            }
+            #expect(sink.bytes().count <= 40_000)
+        }
+    }
+
+    @Test func truncatedRangeIsAnError() async throws {
+        try await withCannedServer({ _ in
+            CannedResponse("206 Partial Content", headers: [("Content-Range", "bytes 100-999/100000")],
+                           body: Array(Self.content[100..<1000]), sendOnly: 500)
+        }) { _, store in
+            await #expect(throws: StoreError.self) {
+                try await store.read(path("f"), range: 100..<1000, ifMatch: nil, into: CollectingSink())
+            }
+        }
+    }
+
+    @Test func wholeBodyToARangeRequestIsCutToTheRange() async throws {
+        try await withCannedServer({ _ in
+            CannedResponse("200 OK", headers: [("ETag", "\"v1\""), ("Last-Modified", "Sun, 06 Nov 1994 08:49:37 GMT")], body: Self.content)
+        }) { server, store in
+            let sink = CollectingSink()
+            let entry = try await store.read(path("f"), range: 12_345..<54_321, ifMatch: nil, into: sink)
+            #expect(sink.bytes(from: 12_345) == Array(Self.content[12_345..<54_321]))
+            #expect(sink.isContiguous(from: 12_345))
+            #expect(entry.size == 100_000)
+            #expect(entry.etag == ETag("\"v1\""))
+            #expect(entry.modified == 784_111_777)
+            #expect(server.requests.first?.headers["range"] == "bytes=12345-54320")
+            #expect(server.requests.first?.target == "/base/f")
+        }
+    }
+
+    @Test func ignoredIfMatchIsCaughtByTheETag() async throws {
+        try await withCannedServer({ _ in
+            CannedResponse("200 OK", headers: [("ETag", "\"v2\"")], body: Self.content)
+        }) { server, store in
+            let sink = CollectingSink()
+            await #expect(throws: StoreError.versionMismatch(path("f"))) {
+                try await store.read(path("f"), range: nil, ifMatch: ETag("\"v1\""), into: sink)
+            }
+            #expect(sink.writeCount == 0)
+            #expect(server.requests.first?.headers["if-match"] == "\"v1\"")
+        }
+    }
+
+    @Test func preconditionFailedIsAVersionMismatch() async throws {
+        try await withCannedServer({ _ in CannedResponse("412 Precondition Failed") }) { _, store in
+            await #expect(throws: StoreError.versionMismatch(path("f"))) {
+                try await store.read(path("f"), range: nil, ifMatch: ETag("\"v1\""), into: CollectingSink())
+            }
+        }
+    }
+
+    @Test func hostileListingStaysInside() async throws {
+        let xml = """
+            <D:multistatus xmlns:D="DAV:">
+            <D:response><D:href>http://127.0.0.1/base/dir/</D:href><D:propstat><D:prop><D:resourcetype><D:collection/></D:resourcetype></D:prop><D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response>
+            <D:response><D:href>/base/dir/..</D:href><D:propstat><D:prop><D:resourcetype><D:collection/></D:resourcetype></D:prop><D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response>
+            <D:response><D:href>/base/dir/..%2F..%2Fetc</D:href><D:propstat><D:prop><D:resourcetype/></D:prop><D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response>
+            <D:response><D:href>/base/dir/.</D:href><D:propstat><D:prop><D:resourcetype/></D:prop><D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response>
+            <D:response><D:href>/etc/passwd</D:href><D:propstat><D:prop><D:resourcetype/></D:prop><D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response>
+            <D:response><D:href>/base/dir/ok%2Etxt</D:href><D:propstat><D:prop><D:resourcetype/><D:getcontentlength>3</D:getcontentlength></D:prop><D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response>
+            </D:multistatus>
+            """
+        try await withCannedServer({ request in
+            if request.method == "PROPFIND" {
+                return CannedResponse("207 Multi-Status", headers: [("Content-Type", "application/xml")], body: Array(xml.utf8))
+            }
+            return CannedResponse("500 Internal Server Error")
+        }) { server, store in
+            let page = try await store.list(path("dir"), page: nil)
+            #expect(page.entries.map(\.name) == ["ok.txt"])
+            #expect(page.entries.first?.path == path("dir/ok.txt"))
+            #expect(page.next == nil)
+            #expect(server.requests.first?.headers["depth"] == "1")
+            #expect(server.requests.first?.target == "/base/dir/")
+            // A delete of that "empty" directory is refused: the server listed members we skipped.
+            await #expect(throws: StoreError.notEmpty(path("dir"))) { try await store.delete(path("dir"), isDirectory: true) }
+        }
+    }
+
+    @Test func basicAuthIsSentAndFailuresAreAccessDenied() async throws {
+        try await withCannedServer({ _ in CannedResponse("401 Unauthorized", headers: [("WWW-Authenticate", "Basic realm=\"x\"")]) },
+                                   { server, store in
+            do throws(StoreError) {
+                _ = try await store.stat(path("f"))
+                Issue.record("expected accessDenied")
+            } catch {
+                guard case .accessDenied = error else { Issue.record("got \(error)"); return }
+                #expect(!"\(error)".contains("pa55"))
+            }
+            let expected = "Basic " + Data("alice:pa55 word".utf8).base64EncodedString()
+            #expect(server.requests.first?.headers["authorization"] == expected)
+            #expect(!store.identity.description.contains("pa55"))
+        }, username: "alice", password: "pa55 word")
+    }
+
+    @Test func serverErrorsAreTransient() async throws {
+        try await withCannedServer({ _ in CannedResponse("503 Service Unavailable") }) { _, store in
+            do throws(StoreError) {
+                _ = try await store.stat(path("f"))
+                Issue.record("expected serverError")
+            } catch {
+                #expect(error.isTransient)
+                guard case .serverError(503, _) = error else { Issue.record("got \(error)"); return }
+            }
+        }
+    }
+
+    @Test func refusedConnectionIsUnreachable() async throws {
+        let port = try freePort()
+        try await withWebDAVStore("http://127.0.0.1:\(port)/") { store in
+            do throws(StoreError) {
+                _ = try await store.stat(.root)
+                Issue.record("expected unreachable")
+            } catch {
+                guard case .unreachable = error else { Issue.record("got \(error)"); return }
+            }
+        }
+    }
+}

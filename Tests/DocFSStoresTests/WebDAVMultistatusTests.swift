@@ -1,0 +1,157 @@
+// The PROPFIND parser, href decoding, dates and the listing filter, on fixed samples.
+
+import DocFSStore
+@testable import DocFSStores
+import Foundation
+import Testing
+
+@Suite("WebDAV multistatus")
+struct WebDAVMultistatusTests {
+    static let sample = """
+        <?xml version="1.0" encoding="utf-8"?>
+        <d:multistatus xmlns:d="DAV:" xmlns:oc="http://owncloud.org/ns">
+          <d:response>
+            <d:href>http://example.com:8080/dav/docs/</d:href>
+            <d:propstat><d:prop><d:resourcetype><d:collection/></d:resourcetype>
+              <d:getlastmodified>Sun, 06 Nov 1994 08:49:37 GMT</d:getlastmodified></d:prop>
+              <d:status>HTTP/1.1 200 OK</d:status></d:propstat>
+          </d:response>
+          <d:response>
+            <d:href>http://example.com:8080/dav/docs/with%20space.txt</d:href>
+            <d:propstat><d:prop><d:resourcetype/><d:getcontentlength>12</d:getcontentlength>
+              <d:getetag>"abc"</d:getetag><d:getlastmodified>Sunday, 06-Nov-94 08:49:37 GMT</d:getlastmodified></d:prop>
+              <d:status>HTTP/1.1 200 OK</d:status></d:propstat>
+            <d:propstat><d:prop><oc:size/></d:prop><d:status>HTTP/1.1 404 Not Found</d:status></d:propstat>
+          </d:response>
+          <d:response>
+            <d:href>/dav/docs/%C3%BCni%63ode%25%23</d:href>
+            <d:propstat><d:prop><d:resourcetype><d:collection/></d:resourcetype>
+              <d:getetag>unquoted</d:getetag><d:getlastmodified>Sun Nov  6 08:49:37 1994</d:getlastmodified></d:prop>
+              <d:status>HTTP/1.1 200 OK</d:status></d:propstat>
+          </d:response>
+          <d:response><d:href>/dav/docs/..</d:href>
+            <d:propstat><d:prop><d:resourcetype/></d:prop><d:status>HTTP/1.1 200 OK</d:status></d:propstat></d:response>
+          <d:response><d:href>/dav/docs/a%2Fb</d:href>
+            <d:propstat><d:prop><d:resourcetype/></d:prop><d:status>HTTP/1.1 200 OK</d:status></d:propstat></d:response>
+          <d:response><d:href>/dav/docs/sub/deeper</d:href>
+            <d:propstat><d:prop><d:resourcetype/></d:prop><d:status>HTTP/1.1 200 OK</d:status></d:propstat></d:response>
+          <d:response><d:href>/elsewhere/x</d:href>
+            <d:propstat><d:prop><d:resourcetype/></d:prop><d:status>HTTP/1.1 200 OK</d:status></d:propstat></d:response>
+          <d:response><d:href>/dav/docs/nul%00name</d:href>
+            <d:propstat><d:prop><d:resourcetype/></d:prop><d:status>HTTP/1.1 200 OK</d:status></d:propstat></d:response>
+          <d:response><d:href>/dav/docs/bad%FFutf8</d:href>
+            <d:propstat><d:prop><d:resourcetype/></d:prop><d:status>HTTP/1.1 200 OK</d:status></d:propstat></d:response>
+          <d:response><d:href>/dav/docs/gone.txt</d:href><d:status>HTTP/1.1 404 Not Found</d:status></d:response>
+          <d:response><d:href>/dav/docs/with%20space.txt</d:href>
+            <d:propstat><d:prop><d:resourcetype/></d:prop><d:status>HTTP/1.1 200 OK</d:status></d:propstat></d:response>
+        </d:multistatus>
+        """
+
+    @Test func parsesResponsesAndProperties() throws {
+        let responses = try WebDAVMultistatus.parse(Data(Self.sample.utf8))
+        #expect(responses.count == 11)
+        #expect(responses[0].isCollection)
+        #expect(responses[1].href == "http://example.com:8080/dav/docs/with%20space.txt")
+        #expect(!responses[1].isCollection)
+        #expect(responses[1].contentLength == 12)
+        #expect(responses[1].etag == "\"abc\"")
+        #expect(responses[2].isCollection)
+        #expect(responses[9].status == 404)
+    }
+
+    @Test func listingKeepsOnlySafeDirectChildren() async throws {
+        try await withWebDAVStore("http://example.com:8080/dav/docs") { store in
+            let responses = try WebDAVMultistatus.parse(Data(Self.sample.utf8))
+            let listing = try store.listing(of: .root, from: responses)
+            #expect(listing.children.map(\.name) == ["with space.txt", "ünicode%#"])
+            let file = listing.children[0]
+            #expect(file.kind == .file)
+            #expect(file.size == 12)
+            #expect(file.etag == ETag("\"abc\""))
+            #expect(file.modified == 784_111_777)
+            let directory = listing.children[1]
+            #expect(directory.kind == .directory)
+            #expect(directory.etag == ETag("\"unquoted\""), "unquoted ETags are quoted")
+            #expect(directory.modified == 784_111_777)
+            // `..`, `a%2Fb`, a grandchild, another collection, NUL and bad UTF-8: skipped, counted.
+            #expect(listing.skipped == 6)
+        }
+    }
+
+    @Test func listingOfAFileIsNotADirectory() async throws {
+        try await withWebDAVStore("http://h/") { store in
+            let xml = """
+                <D:multistatus xmlns:D="DAV:"><D:response><D:href>/f.txt</D:href><D:propstat><D:prop><D:resourcetype/>
+                </D:prop><D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response></D:multistatus>
+                """
+            let responses = try WebDAVMultistatus.parse(Data(xml.utf8))
+            #expect(throws: StoreError.notADirectory(path("f.txt"))) { try store.listing(of: path("f.txt"), from: responses) }
+        }
+    }
+
+    @Test func refusesMalformedXML() {
+        #expect(throws: StoreError.self) { try WebDAVMultistatus.parse(Data("<D:multistatus xmlns:D=\"DAV:\"><D:response>".utf8)) }
+        #expect(throws: StoreError.self) { try WebDAVMultistatus.parse(Data("<html><body>login</body></html>".utf8)) }
+        // An external entity is not fetched (and the parse does not depend on it).
+        let xxe = """
+            <?xml version="1.0"?><!DOCTYPE d [<!ENTITY x SYSTEM "file:///etc/passwd">]>
+            <D:multistatus xmlns:D="DAV:"><D:response><D:href>/&x;</D:href></D:response></D:multistatus>
+            """
+        if let responses = try? WebDAVMultistatus.parse(Data(xxe.utf8)) {
+            #expect(!responses.contains { $0.href.contains("root:") })
+        }
+    }
+
+    @Test func decodesHrefs() {
+        #expect(WebDAVMultistatus.decodedComponents(ofHref: "http://h:1/a/b%20c/") == ["a", "b c"])
+        #expect(WebDAVMultistatus.decodedComponents(ofHref: "https://h/") == [])
+        #expect(WebDAVMultistatus.decodedComponents(ofHref: "/a%2Fb/c") == ["a/b", "c"])
+        #expect(WebDAVMultistatus.decodedComponents(ofHref: "/100%/x") == ["100%", "x"], "a stray % is kept")
+        #expect(WebDAVMultistatus.decodedComponents(ofHref: "/caf%C3%A9") == ["café"])
+        #expect(WebDAVMultistatus.decodedComponents(ofHref: "/bad%C3") == nil)
+    }
+
+    @Test func encodesNames() {
+        #expect(WebDAVMultistatus.percentEncode("a b#%?.txt") == "a%20b%23%25%3F.txt")
+        #expect(WebDAVMultistatus.percentEncode("Az09-._~") == "Az09-._~")
+        #expect(WebDAVMultistatus.percentEncode("é") == "%C3%A9")
+        #expect(WebDAVMultistatus.percentEncode("a+b&c=d;e") == "a%2Bb%26c%3Dd%3Be")
+        for name in awkwardNames + ["é/ü"] {
+            let encoded = WebDAVMultistatus.percentEncode(name)
+            #expect(!encoded.contains("/"))
+            #expect(WebDAVMultistatus.percentDecode(Substring(encoded)) == name)
+        }
+    }
+
+    @Test func parsesHTTPDates() {
+        #expect(WebDAVDate.parse("Sun, 06 Nov 1994 08:49:37 GMT") == 784_111_777)
+        #expect(WebDAVDate.parse("Sunday, 06-Nov-94 08:49:37 GMT") == 784_111_777)
+        #expect(WebDAVDate.parse("Sun Nov  6 08:49:37 1994") == 784_111_777)
+        #expect(WebDAVDate.parse("Thu, 01 Jan 1970 00:00:00 GMT") == 0)
+        #expect(WebDAVDate.parse("Tue, 29 Feb 2028 23:59:59 GMT") == 1_835_481_599)
+        #expect(WebDAVDate.parse("yesterday") == nil)
+        #expect(WebDAVDate.parse("") == nil)
+        #expect(WebDAVDate.format(784_111_777) == "Sun, 06 Nov 1994 08:49:37 GMT")
+    }
+
+    @Test func parsesContentRange() {
+        let range = ContentRange("bytes 10-19/100")
+        #expect(range?.first == 10 && range?.last == 19 && range?.total == 100)
+        #expect(ContentRange("bytes 0-0/*")?.total == nil)
+        #expect(ContentRange("bytes */100") == nil)
+        #expect(ContentRange("items 1-2/3") == nil)
+    }
+
+    @Test func baseURLsAndIdentity() async throws {
+        try await withWebDAVStore("https://alice:s3cret@example.com/remote.php/dav/files/alice%20b/") { store in
+            #expect(store.identity == StoreIdentity(kind: "webdav", location: "https://example.com/remote.php/dav/files/alice%20b"))
+            #expect(!store.identity.description.contains("s3cret"))
+            #expect(store.url(path("a b/c#d")) == "https://example.com/remote.php/dav/files/alice%20b/a%20b/c%23d")
+            #expect(store.url(path("dir"), collection: true) == "https://example.com/remote.php/dav/files/alice%20b/dir/")
+        }
+        #expect(throws: StoreError.self) { try WebDAVURL("http://h/a/../b") }
+        #expect(throws: StoreError.self) { try WebDAVURL("ftp://h/") }
+        #expect(throws: StoreError.self) { try WebDAVURL("http://h/?q=1") }
+        #expect(WebDAVURL.redacted("http://u:p@h:1/x") == "http://h:1/x")
+    }
+}

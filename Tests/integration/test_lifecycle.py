@@ -1,0 +1,157 @@
+"""Mount lifecycle: unmount leaves nothing behind, a remount lists the cached tree even with the
+server gone (and fails opens quickly), foreground mounts stop cleanly on SIGINT/SIGTERM,
+a stale mount of a killed daemon is cleaned, and a --read-only mount refuses writes with EROFS."""
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import run
+from helpers import (docfs_bin, is_mounted, pids_for, proc_mounts_lines, process_alive, sha256_file,
+                     wait_until)
+
+pytestmark = pytest.mark.fuse
+
+
+def test_unmount_leaves_nothing(store_server, content_tree, mount):
+    server = store_server(content_tree)
+    m = mount(server.url)
+    os.listdir(m.path)
+    for rel in ("small.txt", "medium.bin", "résumé 日本.txt"):
+        assert sha256_file(m / rel) == content_tree.hashes[rel]
+    pids = m.daemon_pids()
+    result = m.unmount()
+    assert result.returncode == 0, f"docfs unmount exited {result.returncode}: {result.stderr}"
+    assert not proc_mounts_lines(m.path), f"still in /proc/mounts: {proc_mounts_lines(m.path)}"
+    assert not m.xdg.cache_files(), f"local copies left after unmount: {m.xdg.cache_files()}"
+    wait_until(lambda: not any(process_alive(p) for p in pids), 15, f"the docfs daemon {pids} to exit")
+    state = m.xdg.state_home / "docfs"
+    assert state.is_dir() and any(state.rglob("*")), f"no catalog kept under {state}"
+
+
+def open_in_subprocess(path, timeout):
+    """Opens and reads `path` in a child process (a hang there can be killed); path via env."""
+    code = ("import os, sys\n"
+            "try:\n"
+            "    with open(os.environ['TARGET'], 'rb') as f: f.read()\n"
+            "except OSError as e:\n"
+            "    print(e.errno, os.strerror(e.errno)); sys.exit(3)\n"
+            "print('read ok')\n")
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ, TARGET=str(path)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate(timeout=30)
+        raise AssertionError(f"open() of {path} hung for more than {timeout} s with the server down")
+    return proc.returncode, out.strip(), err.strip(), time.monotonic() - started
+
+
+NETWORK_ERRNOS = {errno.EIO, errno.EHOSTDOWN, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETDOWN,
+                  errno.ECONNREFUSED, errno.ECONNRESET, errno.ECONNABORTED, errno.ETIMEDOUT,
+                  errno.ENOTCONN, errno.EAGAIN, errno.ENOLINK, errno.ECOMM}
+
+
+def test_remount_lists_cached_tree_with_server_down(store_server, content_tree, mount):
+    server = store_server(content_tree)
+    first = mount(server.url)
+    listing = {rel: sorted(os.listdir(first / rel)) for rel in ("", "sub", "sub/dir", "dir with space")}
+    sizes = {rel: os.stat(first / rel).st_size for rel in ("medium.bin", "sub/dir/nested.txt")}
+    assert first.unmount().returncode == 0
+    assert not first.is_mounted()
+
+    second = mount(server.url)            # same XDG dirs: same catalog
+    server.stop()
+    assert not server.alive()
+
+    for rel, names in listing.items():
+        result = run(["ls", "-la", str(second / rel)], timeout=30)
+        assert result.returncode == 0, f"ls of cached {rel or '.'} with the server down failed: {result.stderr}"
+        assert sorted(os.listdir(second / rel)) == names, f"cached listing of {rel or '.'} changed"
+    for rel, size in sizes.items():
+        assert os.stat(second / rel).st_size == size
+
+    code, out, err, elapsed = open_in_subprocess(second / "medium.bin", timeout=60)
+    print(f"open() with the server down: exit {code}, {out or err!r} after {elapsed:.1f} s")
+    assert code == 3, f"open() of a placeholder with the server down did not fail: exit {code}, {out} {err}"
+    assert elapsed < 30, f"open() took {elapsed:.1f} s to fail (must be bounded, < 30 s)"
+    failed_errno = int(out.split()[0])
+    assert failed_errno in NETWORK_ERRNOS, \
+        f"open() failed with errno {failed_errno} ({out}); expected EIO or a network errno"
+    assert not second.xdg.cache_files(), f"a failed fetch left files in the cache: {second.xdg.cache_files()}"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_foreground_mount_stops_on_signal(docfs_serve, content_tree, xdg, tmp_path, sig):
+    server = docfs_serve(content_tree)
+    mp = tmp_path / "mnt"
+    mp.mkdir()
+    proc = subprocess.Popen([docfs_bin(), "mount", server.url, str(mp), "--foreground"], env=xdg.env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: is_mounted(mp) or proc.poll() is not None, 60, f"{mp} to be mounted")
+        assert proc.poll() is None, f"docfs mount --foreground exited {proc.returncode}: {proc.stdout.read()}"
+        with open(mp / "small.txt", "rb") as f:
+            assert f.read() == (content_tree.root / "small.txt").read_bytes()
+        proc.send_signal(sig)
+        try:
+            out, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"docfs mount --foreground did not exit within 30 s of {sig.name}")
+        assert proc.returncode == 0 or proc.returncode == 128 + sig, \
+            f"exit {proc.returncode} after {sig.name}: {out.decode(errors='replace')}"
+        assert not is_mounted(mp), f"{mp} still mounted after {sig.name}"
+        assert not xdg.cache_files()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        if is_mounted(mp):
+            run(["fusermount3", "-uz", str(mp)], timeout=30)
+
+
+def test_unmount_cleans_stale_mount(docfs_serve, content_tree, mount):
+    server = docfs_serve(content_tree)
+    m = mount(server.url)
+    os.listdir(m.path)
+    pids = m.daemon_pids()
+    assert pids, f"cannot find the docfs daemon for {m.path} among the processes"
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: not any(process_alive(p) for p in pids), 15, "the daemon to die")
+    with pytest.raises(OSError) as info:
+        os.listdir(m.path)
+    # ENOTCONN ("Transport endpoint is not connected"); some kernels say ECONNABORTED.
+    assert info.value.errno in (errno.ENOTCONN, errno.ECONNABORTED), f"a dead daemon's mount gave {info.value!r}"
+    result = m.unmount()
+    assert result.returncode == 0, f"docfs unmount of a stale mount exited {result.returncode}: {result.stderr}"
+    assert not proc_mounts_lines(m.path), f"stale mount still listed: {proc_mounts_lines(m.path)}"
+    # And the same store mounts again afterwards.
+    again = mount(server.url, mountpoint=m.path)
+    assert "small.txt" in os.listdir(again.path)
+
+
+def test_read_only_mount_refuses_writes_with_erofs(docfs_serve, content_tree, mount):
+    server = docfs_serve(content_tree)
+    m = mount(server.url, "--read-only")
+    attempts = {
+        "create": lambda: open(m / "new.txt", "wb"),
+        "write existing": lambda: open(m / "small.txt", "r+b"),
+        "mkdir": lambda: os.mkdir(m / "newdir"),
+        "unlink": lambda: os.unlink(m / "small.txt"),
+        "rename": lambda: os.rename(m / "small.txt", m / "renamed.txt"),
+    }
+    for what, attempt in attempts.items():
+        with pytest.raises(OSError) as info:
+            attempt()
+        assert info.value.errno == errno.EROFS, f"{what}: expected EROFS, got {info.value!r}"
+    assert sorted(os.listdir(content_tree.root)) == sorted(os.listdir(m.path))
+    assert not server.gets(), f"refused writes fetched content: {server.gets()}"
