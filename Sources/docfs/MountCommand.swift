@@ -13,18 +13,22 @@ struct MountCommand: AsyncParsableCommand {
         commandName: "mount",
         abstract: "Mount a store on a directory.",
         discussion: """
-            STORE is a WebDAV URL (http://, https://, webdav://, webdavs://) or a local \
-            directory (a path or file:///path). Without --foreground, docfs returns once the \
+            STORE is a WebDAV URL (http://, https://, webdav://, webdavs://), an S3 bucket \
+            (s3://bucket/prefix) or a local directory (a path or file:///path). Without \
+            --foreground, docfs returns once the \
             mount is ready and keeps serving it in the background (log: --log-file, default \
             in the state directory).
 
             Credentials for WebDAV come from DOCFS_USER and DOCFS_PASSWORD, or from \
             --credentials FILE (lines user=NAME and password=SECRET; the file must not be \
-            readable by group or others).
+            readable by group or others). S3 credentials come from AWS_ACCESS_KEY_ID / \
+            AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN or AWS_PROFILE with ~/.aws/credentials.
 
             Examples:
               docfs mount http://127.0.0.1:8080/ ~/docs
               docfs mount webdavs://cloud.example.org/remote.php/dav/files/me/ ~/cloud --credentials ~/.config/docfs/cloud
+              docfs mount s3://my-bucket/reports ~/reports --region eu-west-1
+              docfs mount s3://bucket/ ~/minio --endpoint http://127.0.0.1:9000
               docfs mount /srv/archive ~/archive --read-only
               docfs mount http://127.0.0.1:8080/ Mount --foreground --dir-cache-ttl 5
             """
@@ -57,6 +61,9 @@ struct MountCommand: AsyncParsableCommand {
     @Option(name: .customShort("o"), help: "FUSE mount options, comma-separated (e.g. allow_other).")
     var options: [String] = []
 
+    @OptionGroup(title: "S3")
+    var s3: S3Options
+
     @Flag(name: .shortAndLong, help: "Log more (debug level).")
     var verbose = false
 
@@ -64,20 +71,24 @@ struct MountCommand: AsyncParsableCommand {
     var daemonChild = false
 
     func validate() throws {
-        let path = absolutePath(mountpoint)
-        var isDirectory: ObjCBool = false
-        if !FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) {
-            if errno == ENOTCONN {
-                throw ValidationError("\(path) is a stale docfs mount: run 'docfs unmount \(mountpoint)' first")
-            }
-            throw ValidationError("mount point does not exist: \(path)")
-        }
-        guard isDirectory.boolValue else { throw ValidationError("mount point is not a directory: \(path)") }
         guard dirCacheTtl >= 0 else { throw ValidationError("--dir-cache-ttl must be 0 or more seconds") }
+    }
+
+    /// A mount point that cannot be used is a one-line reason, not a usage message.
+    private func checkMountpoint(_ path: String) {
+        var info = stat()
+        if stat(path, &info) != 0 {
+            if errno == ENOTCONN || errno == ECONNABORTED {
+                fail("\(path) is a stale docfs mount: run 'docfs unmount \(mountpoint)' first")
+            }
+            fail("mount point does not exist: \(path)")
+        }
+        guard info.st_mode & S_IFMT == S_IFDIR else { fail("mount point is not a directory: \(path)") }
     }
 
     func run() async throws {
         let path = absolutePath(mountpoint)
+        checkMountpoint(path)
         if let existing = MountTable.entry(at: path) {
             fail("\(path) is already a mount point (\(existing.type) from \(existing.source))")
         }
@@ -86,7 +97,7 @@ struct MountCommand: AsyncParsableCommand {
         }
         if daemonChild { _ = setsid() }
 
-        let environment = ProcessInfo.processInfo.environment
+        let environment = s3.applied(to: ProcessInfo.processInfo.environment)
         var logger = Logger(label: "docfs")
         logger.logLevel = verbose ? .debug : (Logger.Level(rawValue: environment["DOCFS_LOG_LEVEL"] ?? "") ?? .info)
 
