@@ -25,6 +25,8 @@ final class FuseAdapter: Sendable {
     /// Open directory handles: a snapshot of the children taken at opendir, so successive
     /// readdir calls see one consistent listing with stable offsets.
     private let directories = Mutex(DirectoryHandles())
+    /// The session, for notifications to the kernel (set once the session exists).
+    let session = Mutex<SessionPointer?>(nil)
 
     struct DirectoryEntry: Sendable {
         var name: String
@@ -76,6 +78,12 @@ final class FuseAdapter: Sendable {
         }
     }
 
+    /// Tells the kernel to forget the cached attributes of `inode` (not its pages).
+    func invalidateAttributes(of inode: Inode) {
+        guard let session = session.withLock({ $0 }) else { return }
+        _ = fuse_lowlevel_notify_inval_inode(session.pointer, inode, -1, 0)
+    }
+
     // MARK: Handlers
 
     func lookup(_ request: consuming FuseRequest, parent: Inode, name: String) async {
@@ -107,7 +115,14 @@ final class FuseAdapter: Sendable {
 
     func open(_ request: consuming FuseRequest, inode: Inode, flags: Int32) async {
         do {
+            let before = try? fs.item(inode)
             let handle = try await fs.open(inode, mode: Self.openMode(flags))
+            // The fetch found the content changed on the store: the kernel's cached size and
+            // times are stale, and reads would stop at the old size. Drop them before open returns.
+            if let before, let after = try? fs.item(inode),
+               before.size != after.size || before.modified != after.modified || before.etag != after.etag {
+                invalidateAttributes(of: inode)
+            }
             request.replyOpen(handle: handle)
         } catch {
             logger.info("open failed", metadata: ["inode": "\(inode)", "error": "\(error)"])
@@ -400,4 +415,9 @@ extension FuseRequest {
     consuming func fail(_ error: any Error) {
         fail((error as? FSError) ?? .io("\(error)"))
     }
+}
+
+/// The session pointer, shareable: libfuse's notify calls are safe from any thread.
+struct SessionPointer: @unchecked Sendable {
+    let pointer: OpaquePointer
 }

@@ -57,6 +57,7 @@ public final class FuseMount: @unchecked Sendable {
             throw .mount("cannot mount on \(mountpoint) (is /dev/fuse available and fuse3 installed?)")
         }
         self.session = session
+        adapter.session.withLock { $0 = SessionPointer(pointer: session) }
     }
 
     /// Serves requests on a dedicated thread until the filesystem is unmounted.
@@ -89,6 +90,7 @@ public final class FuseMount: @unchecked Sendable {
     /// Unmounts (if still mounted) and destroys the session.
     public func finish() {
         guard let session else { return }
+        adapter.session.withLock { $0 = nil }
         fuse_session_unmount(session)
         fuse_session_destroy(session)
         self.session = nil
