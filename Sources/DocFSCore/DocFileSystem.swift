@@ -286,9 +286,10 @@ public final class DocFileSystem: Sendable {
                     throw FSError(error)
                 }
             }
+            // Still exclusive: no upload may start for it in between.
+            await provider.itemRemoved(target.inode, item: target)
+            try catalog.removeItem(target.inode)
         }
-        await provider.itemRemoved(target.inode, item: target)
-        try catalog.removeItem(target.inode)
     }
 
     /// rename, including over an existing target and across directories. A directory moves
@@ -330,12 +331,13 @@ public final class DocFileSystem: Sendable {
             } catch {
                 throw FSError(error)
             }
+            // Still exclusive: a queued upload of the source must only ever see the new path.
+            if let existing {
+                await uploader.cancel(existing.inode)
+                await provider.itemRemoved(existing.inode, item: existing)
+            }
+            try catalog.moveItem(source.inode, to: newParent, name: newName, changed: Date().timeIntervalSince1970)
         }
-        if let existing {
-            await uploader.cancel(existing.inode)
-            await provider.itemRemoved(existing.inode, item: existing)
-        }
-        try catalog.moveItem(source.inode, to: newParent, name: newName, changed: Date().timeIntervalSince1970)
     }
 
     // MARK: Lifecycle

@@ -202,9 +202,10 @@ public actor Provider {
         let copy = try LocalCopy(path: path)
         presentCopies.withLock { $0[item.inode] = copy }
         if case .empty = intent {
+            // No download. The caller records the change (state `modified`) itself: setting
+            // `local` here would hide a new file's changes from the journal and from a relisting.
             let entry = Providing(copy: copy, openCount: 1, fetch: Task {}, syncedGeneration: item.onStore && item.size == 0 ? 0 : UInt64.max)
             providing[item.inode] = entry
-            try catalog.setState(of: item.inode, to: .local)
             return entry
         }
         guard item.onStore else {

@@ -112,8 +112,14 @@ struct UnmountCommand: AsyncParsableCommand {
         }
     }
 
+    /// Whether the daemon can still do anything: a killed daemon may linger as a zombie until
+    /// its parent reaps it, and `kill(pid, 0)` succeeds on zombies.
     private func isAlive(_ pid: Int32) -> Bool {
-        kill(pid, 0) == 0 || errno == EPERM
+        guard kill(pid, 0) == 0 || errno == EPERM else { return false }
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let end = stat.lastIndex(of: ")") else { return true }
+        let state = stat[stat.index(after: end)...].trimmingCharacters(in: .whitespaces).first
+        return state != "Z" && state != "X"
     }
 
     /// Removes clean local copies a killed daemon left behind; copies with unsynced changes

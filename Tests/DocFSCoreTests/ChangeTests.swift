@@ -236,3 +236,23 @@ struct ChangeTests {
         #expect(try fixture.catalog.children(of: Item.rootInode).map(\.name) == ["local-only"])
     }
 }
+
+@Suite("A file being written shows its local state")
+struct WritingStateTests {
+    @Test func aNewFileShowsItsWrittenSizeAndSurvivesARelistingWhileOpen() async throws {
+        let fixture = try CoreFixture(store: InMemoryStore(), ttl: 0, readOnly: false)
+        _ = try await fixture.fs.children(of: Item.rootInode)
+        let (item, handle) = try await fixture.fs.create(in: Item.rootInode, name: "w.txt", mode: 0o644, owner: 0, group: 0,
+                                                         exclusive: true, truncate: true)
+        try fixture.write(handle: handle, Array(repeating: 7, count: 5000))
+        #expect(try fixture.fs.item(item.inode).size == 5000)
+        #expect(try fixture.fs.item(item.inode).state == .modified)
+        try await fixture.fs.enumerator.refresh(try fixture.fs.item(Item.rootInode))
+        #expect(try await fixture.lookup("w.txt").inode == item.inode, "a relisting never drops an unsynced file")
+        try fixture.write(handle: handle, Array(repeating: 8, count: 5000), at: 5000)
+        #expect(try fixture.fs.item(item.inode).size == 10000)
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+        #expect(fixture.store.content("w.txt")?.count == 10000)
+    }
+}
