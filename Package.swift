@@ -68,6 +68,7 @@ let package = Package(
             dependencies: [
                 "CFuse",
                 "DocFSCore",
+                "DocFSStore",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

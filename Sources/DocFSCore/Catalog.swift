@@ -58,6 +58,17 @@ public final class Catalog: Sendable {
                 CREATE INDEX item_by_state ON item(state);
                 """)
         }
+        migrator.registerMigration("v3-nanosecond-times") { db in
+            // REAL seconds cannot hold nanoseconds; these integer columns replace them.
+            try db.execute(sql: """
+                ALTER TABLE item ADD COLUMN modifiedNs INTEGER NOT NULL DEFAULT 0;
+                ALTER TABLE item ADD COLUMN accessedNs INTEGER;
+                ALTER TABLE item ADD COLUMN changedNs INTEGER;
+                UPDATE item SET modifiedNs = CAST(ROUND(modified * 1000000000) AS INTEGER),
+                    accessedNs = CAST(ROUND(accessed * 1000000000) AS INTEGER),
+                    changedNs = CAST(ROUND(changed * 1000000000) AS INTEGER);
+                """)
+        }
         return migrator
     }
 
@@ -122,20 +133,20 @@ public final class Catalog: Sendable {
                 if let row = existing[name], (row["kind"] as Int) == kind.rawValue {
                     // A time set here (utimensat) stays until the content itself changes.
                     try db.execute(sql: """
-                        UPDATE item SET size = ?, modified = CASE WHEN etag IS NOT NULL AND etag = ? THEN modified ELSE ? END,
+                        UPDATE item SET size = ?, modifiedNs = CASE WHEN etag IS NOT NULL AND etag = ? THEN modifiedNs ELSE ? END,
                             etag = ?, symlinkTarget = ?, mode = COALESCE(?, mode), onStore = 1
                         WHERE inode = ?
-                        """, arguments: [entry.size, entry.etag?.value, entry.modified, entry.etag?.value, Catalog.target(of: entry),
+                        """, arguments: [entry.size, entry.etag?.value, Timestamp(seconds: entry.modified).nanoseconds, entry.etag?.value, Catalog.target(of: entry),
                                          entry.mode.map { Int64($0) }, row["inode"] as Int64])
                 } else {
                     if let row = existing[name] {
                         try db.execute(sql: "DELETE FROM item WHERE inode = ?", arguments: [row["inode"] as Int64])
                     }
                     try db.execute(sql: """
-                        INSERT INTO item (id, parent, name, path, kind, size, modified, etag, symlinkTarget, mode, state)
+                        INSERT INTO item (id, parent, name, path, kind, size, modifiedNs, etag, symlinkTarget, mode, state)
                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                         """, arguments: [UUID().uuidString, Int64(bitPattern: directory), name,
-                                         Catalog.join(dirPath, name), kind.rawValue, entry.size, entry.modified,
+                                         Catalog.join(dirPath, name), kind.rawValue, entry.size, Timestamp(seconds: entry.modified).nanoseconds,
                                          entry.etag?.value, Catalog.target(of: entry), entry.mode.map { Int64($0) },
                                          kind == .directory ? ItemState.directory.rawValue : ItemState.placeholder.rawValue])
                 }
@@ -153,14 +164,14 @@ public final class Catalog: Sendable {
     public func updateMetadata(of inode: Inode, from entry: RemoteEntry) throws(FSError) {
         try write { db in
             try db.execute(sql: """
-                UPDATE item SET size = ?, modified = CASE WHEN etag IS NOT NULL AND etag = ? THEN modified ELSE ? END,
+                UPDATE item SET size = ?, modifiedNs = CASE WHEN etag IS NOT NULL AND etag = ? THEN modifiedNs ELSE ? END,
                     etag = COALESCE(?, etag) WHERE inode = ?
-                """, arguments: [entry.size, entry.etag?.value, entry.modified, entry.etag?.value, Int64(bitPattern: inode)])
+                """, arguments: [entry.size, entry.etag?.value, Timestamp(seconds: entry.modified).nanoseconds, entry.etag?.value, Int64(bitPattern: inode)])
         }
     }
 
     /// Adds an item created here (mkdir, create). A file not uploaded yet has `onStore` false.
-    public func createItem(in parent: Inode, name: String, kind: Item.Kind, size: Int64 = 0, modified: Double,
+    public func createItem(in parent: Inode, name: String, kind: Item.Kind, size: Int64 = 0, modified: Timestamp,
                            etag: ETag? = nil, mode: UInt32?, owner: UInt32? = nil, group: UInt32? = nil,
                            state: ItemState, onStore: Bool, listedAt: Double? = nil, symlinkTarget: String? = nil) throws(FSError) -> Item {
         let inode: Int64 = try write { db in
@@ -168,12 +179,12 @@ public final class Catalog: Sendable {
                 throw FSError.notFound
             }
             try db.execute(sql: """
-                INSERT INTO item (id, parent, name, path, kind, size, modified, etag, mode, owner, "group", state, onStore, listedAt,
-                                  changed, accessed, symlinkTarget)
+                INSERT INTO item (id, parent, name, path, kind, size, modifiedNs, etag, mode, owner, "group", state, onStore, listedAt,
+                                  changedNs, accessedNs, symlinkTarget)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """, arguments: [UUID().uuidString, Int64(bitPattern: parent), name, Catalog.join(parentRow["path"], name),
-                                 kind.rawValue, size, modified, etag?.value, mode.map { Int64($0) }, owner.map { Int64($0) },
-                                 group.map { Int64($0) }, state.rawValue, onStore, listedAt, modified, modified, symlinkTarget])
+                                 kind.rawValue, size, modified.nanoseconds, etag?.value, mode.map { Int64($0) }, owner.map { Int64($0) },
+                                 group.map { Int64($0) }, state.rawValue, onStore, listedAt, modified.nanoseconds, modified.nanoseconds, symlinkTarget])
             return db.lastInsertedRowID
         }
         guard let item = try item(Inode(bitPattern: inode)) else { throw .io("catalog: created item vanished") }
@@ -187,7 +198,7 @@ public final class Catalog: Sendable {
 
     /// Moves an item (and, for a directory, every path below it) to `name` in `parent`,
     /// replacing whatever was there. Inode and identifier stay: a rename keeps identity.
-    public func moveItem(_ inode: Inode, to parent: Inode, name: String, changed: Double) throws(FSError) {
+    public func moveItem(_ inode: Inode, to parent: Inode, name: String, changed: Timestamp) throws(FSError) {
         try write { db in
             guard let row = try Row.fetchOne(db, sql: "SELECT path FROM item WHERE inode = ?", arguments: [Int64(bitPattern: inode)]),
                   let parentRow = try Row.fetchOne(db, sql: "SELECT path FROM item WHERE inode = ?", arguments: [Int64(bitPattern: parent)])
@@ -196,8 +207,8 @@ public final class Catalog: Sendable {
             let newPath = Catalog.join(parentRow["path"], name)
             try db.execute(sql: "DELETE FROM item WHERE parent = ? AND name = ? AND inode != ?",
                            arguments: [Int64(bitPattern: parent), name, Int64(bitPattern: inode)])
-            try db.execute(sql: "UPDATE item SET parent = ?, name = ?, path = ?, changed = ? WHERE inode = ?",
-                           arguments: [Int64(bitPattern: parent), name, newPath, changed, Int64(bitPattern: inode)])
+            try db.execute(sql: "UPDATE item SET parent = ?, name = ?, path = ?, changedNs = ? WHERE inode = ?",
+                           arguments: [Int64(bitPattern: parent), name, newPath, changed.nanoseconds, Int64(bitPattern: inode)])
             // SQLite's substr counts characters (code points), hence unicodeScalars below.
             try db.execute(sql: """
                 UPDATE item SET path = ? || substr(path, ?) WHERE substr(path, 1, ?) = ?
@@ -206,11 +217,11 @@ public final class Catalog: Sendable {
     }
 
     /// Records the local copy's size and times after a change (before close/fsync returns).
-    public func recordLocalChange(of inode: Inode, size: Int64, modified: Double) throws(FSError) {
+    public func recordLocalChange(of inode: Inode, size: Int64, modified: Timestamp) throws(FSError) {
         try write { db in
             try db.execute(sql: """
-                UPDATE item SET size = ?, modified = ?, changed = ?, state = 'modified' WHERE inode = ?
-                """, arguments: [size, modified, modified, Int64(bitPattern: inode)])
+                UPDATE item SET size = ?, modifiedNs = ?, changedNs = ?, state = 'modified' WHERE inode = ?
+                """, arguments: [size, modified.nanoseconds, modified.nanoseconds, Int64(bitPattern: inode)])
         }
     }
 
@@ -241,9 +252,9 @@ public final class Catalog: Sendable {
         try write { db in
             if let entry {
                 try db.execute(sql: """
-                    UPDATE item SET size = ?, modified = ?, etag = ?, onStore = 1, state = 'placeholder', uploadError = NULL, conflictCopy = ?
+                    UPDATE item SET size = ?, modifiedNs = ?, etag = ?, onStore = 1, state = 'placeholder', uploadError = NULL, conflictCopy = ?
                     WHERE inode = ?
-                    """, arguments: [entry.size, entry.modified, entry.etag?.value, conflictCopy, Int64(bitPattern: inode)])
+                    """, arguments: [entry.size, Timestamp(seconds: entry.modified).nanoseconds, entry.etag?.value, conflictCopy, Int64(bitPattern: inode)])
             } else {
                 try db.execute(sql: """
                     UPDATE item SET state = 'placeholder', uploadError = NULL, conflictCopy = ?, onStore = 0 WHERE inode = ?
@@ -254,13 +265,15 @@ public final class Catalog: Sendable {
 
     /// chmod/chown/utimensat results; nil leaves a value as it is. `changed` is the new ctime.
     public func setAttributes(of inode: Inode, mode: UInt32? = nil, owner: UInt32? = nil, group: UInt32? = nil,
-                              modified: Double? = nil, accessed: Double? = nil, changed: Double) throws(FSError) {
+                              modified: Timestamp? = nil, accessed: Timestamp? = nil, changed: Timestamp) throws(FSError) {
         try write { db in
+            // An access time never set follows the modification time; pin it before that moves
+            // (utimensat with UTIME_OMIT for atime must leave atime as it was).
             try db.execute(sql: """
                 UPDATE item SET mode = COALESCE(?, mode), owner = COALESCE(?, owner), "group" = COALESCE(?, "group"),
-                    modified = COALESCE(?, modified), accessed = COALESCE(?, accessed), changed = ? WHERE inode = ?
+                    accessedNs = COALESCE(?, accessedNs, modifiedNs), modifiedNs = COALESCE(?, modifiedNs), changedNs = ? WHERE inode = ?
                 """, arguments: [mode.map { Int64($0) }, owner.map { Int64($0) }, group.map { Int64($0) },
-                                 modified, accessed, changed, Int64(bitPattern: inode)])
+                                 accessed?.nanoseconds, modified?.nanoseconds, changed.nanoseconds, Int64(bitPattern: inode)])
         }
     }
 
@@ -343,7 +356,7 @@ public final class Catalog: Sendable {
             path: StorePath(validated: components),
             kind: Item.Kind(rawValue: row["kind"]) ?? .file,
             size: row["size"],
-            modified: row["modified"],
+            modified: Timestamp(nanoseconds: row["modifiedNs"]),
             etag: etag.map(ETag.init),
             symlinkTarget: row["symlinkTarget"],
             mode: mode.map { UInt32(truncatingIfNeeded: $0) },
@@ -352,8 +365,8 @@ public final class Catalog: Sendable {
             onStore: row["onStore"],
             owner: (row["owner"] as Int64?).map { UInt32(truncatingIfNeeded: $0) },
             group: (row["group"] as Int64?).map { UInt32(truncatingIfNeeded: $0) },
-            accessed: row["accessed"],
-            changed: row["changed"],
+            accessed: (row["accessedNs"] as Int64?).map(Timestamp.init(nanoseconds:)),
+            changed: (row["changedNs"] as Int64?).map(Timestamp.init(nanoseconds:)),
             uploadError: row["uploadError"],
             conflictCopy: row["conflictCopy"]
         )

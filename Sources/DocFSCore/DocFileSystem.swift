@@ -44,10 +44,10 @@ public final class DocFileSystem: Sendable {
         public var owner: UInt32?
         public var group: UInt32?
         public var size: Int64?
-        public var accessed: Double?
-        public var modified: Double?
+        public var accessed: Timestamp?
+        public var modified: Timestamp?
         public init(mode: UInt32? = nil, owner: UInt32? = nil, group: UInt32? = nil, size: Int64? = nil,
-                    accessed: Double? = nil, modified: Double? = nil) {
+                    accessed: Timestamp? = nil, modified: Timestamp? = nil) {
             self.mode = mode
             self.owner = owner
             self.group = group
@@ -133,7 +133,7 @@ public final class DocFileSystem: Sendable {
             let handle = try await open(existing.inode, mode: OpenMode(writable: true, truncate: truncate))
             return (try item(existing.inode), handle)
         }
-        let now = Date().timeIntervalSince1970
+        let now = Timestamp.now
         let created = try catalog.createItem(in: parent, name: name, kind: .file, modified: now, mode: mode & 0o7777,
                                              owner: owner, group: group, state: .modified, onStore: false)
         let copy = try await provider.open(created, intent: .empty)
@@ -192,7 +192,7 @@ public final class DocFileSystem: Sendable {
     /// owner. Kept in the catalog, so they survive eviction and remount.
     public func setAttributes(of inode: Inode, _ changes: AttributeChanges, handle: UInt64?) async throws(FSError) -> Item {
         if readOnly { throw .readOnly }
-        let now = Date().timeIntervalSince1970
+        let now = Timestamp.now
         var item = try item(inode)
         if let size = changes.size {
             guard item.kind == .file else { throw item.isDirectory ? .isADirectory : .invalidArgument }
@@ -241,7 +241,7 @@ public final class DocFileSystem: Sendable {
                 throw FSError(error)
             }
         }
-        return try catalog.createItem(in: parent, name: name, kind: .symlink, size: Int64(target.utf8.count), modified: entry.modified,
+        return try catalog.createItem(in: parent, name: name, kind: .symlink, size: Int64(target.utf8.count), modified: Timestamp(seconds: entry.modified),
                                       mode: nil, owner: owner, group: group, state: .placeholder, onStore: true, symlinkTarget: target)
     }
 
@@ -258,7 +258,7 @@ public final class DocFileSystem: Sendable {
         let entry = try await uploader.exclusively { () async throws(FSError) -> RemoteEntry in
             do throws(StoreError) { return try await store.makeDirectory(path) } catch { throw FSError(error) }
         }
-        return try catalog.createItem(in: parent, name: name, kind: .directory, modified: entry.modified > 0 ? entry.modified : Date().timeIntervalSince1970,
+        return try catalog.createItem(in: parent, name: name, kind: .directory, modified: entry.modified > 0 ? Timestamp(seconds: entry.modified) : .now,
                                       mode: mode & 0o7777, owner: owner, group: group, state: .directory, onStore: true,
                                       listedAt: Date().timeIntervalSince1970)
     }
@@ -336,7 +336,7 @@ public final class DocFileSystem: Sendable {
                 await uploader.cancel(existing.inode)
                 await provider.itemRemoved(existing.inode, item: existing)
             }
-            try catalog.moveItem(source.inode, to: newParent, name: newName, changed: Date().timeIntervalSince1970)
+            try catalog.moveItem(source.inode, to: newParent, name: newName, changed: .now)
         }
     }
 

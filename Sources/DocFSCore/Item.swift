@@ -25,7 +25,7 @@ public struct Item: Sendable, Equatable {
     public var path: StorePath
     public var kind: Kind
     public var size: Int64
-    public var modified: Double
+    public var modified: Timestamp
     public var etag: ETag?
     public var symlinkTarget: String?
     /// Permission bits the store carries, if any.
@@ -38,9 +38,9 @@ public struct Item: Sendable, Equatable {
     /// Owner and group set with chown (nil: the mounting user's).
     public var owner: UInt32?
     public var group: UInt32?
-    /// Last access and last status change, seconds since 1970 (nil: the modification time).
-    public var accessed: Double?
-    public var changed: Double?
+    /// Last access and last status change (nil: the modification time).
+    public var accessed: Timestamp?
+    public var changed: Timestamp?
     /// Why the last upload failed, while it is retried.
     public var uploadError: String?
     /// The name of the copy kept when the last upload met a newer version on the store.

@@ -182,17 +182,16 @@ public final class LocalCopy: ContentSink, Sendable {
     }
 
     /// The local file's modification time (the kernel moves it on every local write).
-    public var modificationTime: Double {
+    public var modificationTime: Timestamp {
         var info = stat()
         guard fstat(descriptor, &info) == 0 else { return 0 }
-        return Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1_000_000_000
+        return Timestamp(seconds: Int64(info.st_mtim.tv_sec), nanoseconds: Int64(info.st_mtim.tv_nsec))
     }
 
     /// Sets the local file's modification time (utimensat on an item with local changes).
-    public func setModificationTime(_ time: Double) {
-        let seconds = time.rounded(.down)
+    public func setModificationTime(_ time: Timestamp) {
         var times = [timespec(tv_sec: 0, tv_nsec: (1 << 30) - 2),  // UTIME_OMIT: leave atime
-                     timespec(tv_sec: Int(seconds), tv_nsec: Int((time - seconds) * 1_000_000_000))]
+                     timespec(tv_sec: Int(time.parts.seconds), tv_nsec: Int(time.parts.nanoseconds))]
         _ = futimens(descriptor, &times)
     }
 

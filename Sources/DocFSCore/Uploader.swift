@@ -207,7 +207,7 @@ public actor Uploader {
         }
         do {
             let kept = try await store.write(conflictPath, fromLocalFile: localFile, condition: .mustNotExist)
-            _ = try? catalog.createItem(in: parent, name: conflictName, kind: .file, size: kept.size, modified: kept.modified,
+            _ = try? catalog.createItem(in: parent, name: conflictName, kind: .file, size: kept.size, modified: Timestamp(seconds: kept.modified),
                                         etag: kept.etag, mode: item.mode, state: .placeholder, onStore: true)
             let theirs: RemoteEntry?
             do { theirs = try await store.stat(item.path) } catch .notFound { theirs = nil }

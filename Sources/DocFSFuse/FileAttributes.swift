@@ -1,4 +1,5 @@
 import DocFSCore
+import DocFSStore
 import Glibc
 
 /// How an item looks to `stat(2)`: the placeholder's metadata, with `st_blocks` counting
@@ -26,16 +27,15 @@ struct FileAttributes {
         st.st_size = item.kind == .symlink ? off_t(item.symlinkTarget?.utf8.count ?? 0) : off_t(item.size)
         st.st_blksize = 4096
         st.st_blocks = blkcnt_t(localBlocks)
-        st.st_mtim = timespec(modified: item.modified)
-        st.st_ctim = timespec(modified: item.changed ?? item.modified)
-        st.st_atim = timespec(modified: item.accessed ?? item.modified)
+        st.st_mtim = timespec(item.modified)
+        st.st_ctim = timespec(item.changed ?? item.modified)
+        st.st_atim = timespec(item.accessed ?? item.modified)
         return st
     }
 }
 
 extension timespec {
-    init(modified: Double) {
-        let seconds = modified.rounded(.down)
-        self.init(tv_sec: Int(seconds), tv_nsec: Int(((modified - seconds) * 1_000_000_000).rounded()))
+    init(_ time: Timestamp) {
+        self.init(tv_sec: Int(time.parts.seconds), tv_nsec: Int(time.parts.nanoseconds))
     }
 }

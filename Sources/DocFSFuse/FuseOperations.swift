@@ -1,5 +1,6 @@
 import CFuse
 import DocFSCore
+import DocFSStore
 import Foundation
 import Glibc
 
@@ -167,14 +168,14 @@ private func callerIdentity(_ req: fuse_req_t?) -> (uid: UInt32, gid: UInt32) {
 
 /// Copies what a setattr asks for into Swift values (times resolved: `*_NOW` is now).
 private func attributeChanges(_ attributes: stat, toSet: Int32) -> DocFileSystem.AttributeChanges {
-    let now = Date().timeIntervalSince1970
-    func seconds(_ time: timespec) -> Double { Double(time.tv_sec) + Double(time.tv_nsec) / 1_000_000_000 }
+    let now = Timestamp.now
+    func exact(_ time: timespec) -> Timestamp { Timestamp(seconds: Int64(time.tv_sec), nanoseconds: Int64(time.tv_nsec)) }
     var changes = DocFileSystem.AttributeChanges()
     if toSet & (1 << 0) != 0 { changes.mode = attributes.st_mode }
     if toSet & (1 << 1) != 0 { changes.owner = attributes.st_uid }
     if toSet & (1 << 2) != 0 { changes.group = attributes.st_gid }
     if toSet & (1 << 3) != 0 { changes.size = Int64(attributes.st_size) }
-    if toSet & (1 << 7) != 0 { changes.accessed = now } else if toSet & (1 << 4) != 0 { changes.accessed = seconds(attributes.st_atim) }
-    if toSet & (1 << 8) != 0 { changes.modified = now } else if toSet & (1 << 5) != 0 { changes.modified = seconds(attributes.st_mtim) }
+    if toSet & (1 << 7) != 0 { changes.accessed = now } else if toSet & (1 << 4) != 0 { changes.accessed = exact(attributes.st_atim) }
+    if toSet & (1 << 8) != 0 { changes.modified = now } else if toSet & (1 << 5) != 0 { changes.modified = exact(attributes.st_mtim) }
     return changes
 }

@@ -3,10 +3,10 @@
 /// attributes in its catalog only and refuses symlinks with `EPERM`.
 public struct StoreAttributes: Sendable, Equatable {
     public var mode: UInt32?
-    public var modified: Double?
-    public var accessed: Double?
+    public var modified: Timestamp?
+    public var accessed: Timestamp?
 
-    public init(mode: UInt32? = nil, modified: Double? = nil, accessed: Double? = nil) {
+    public init(mode: UInt32? = nil, modified: Timestamp? = nil, accessed: Timestamp? = nil) {
         self.mode = mode
         self.modified = modified
         self.accessed = accessed

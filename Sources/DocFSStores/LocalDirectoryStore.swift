@@ -278,10 +278,9 @@ public struct LocalDirectoryStore: Store {
                     }
                 }
                 if attributes.modified != nil || attributes.accessed != nil {
-                    func time(_ value: Double?) -> timespec {
+                    func time(_ value: Timestamp?) -> timespec {
                         guard let value else { return timespec(tv_sec: 0, tv_nsec: (1 << 30) - 2) }  // UTIME_OMIT
-                        let seconds = value.rounded(.down)
-                        return timespec(tv_sec: Int(seconds), tv_nsec: Int((value - seconds) * 1_000_000_000))
+                        return timespec(tv_sec: Int(value.parts.seconds), tv_nsec: Int(value.parts.nanoseconds))
                     }
                     var times = [time(attributes.accessed), time(attributes.modified)]
                     guard utimensat(parent, name, &times, AT_SYMLINK_NOFOLLOW) == 0 else {

@@ -256,3 +256,25 @@ struct WritingStateTests {
         #expect(fixture.store.content("w.txt")?.count == 10000)
     }
 }
+
+@Suite("Times read back exactly as set")
+struct TimeTests {
+    @Test func nanosecondsSurviveTheCatalog() async throws {
+        let fixture = try CoreFixture.writable()
+        fixture.store.addFile("t", [1])
+        let item = try await fixture.lookup("t")
+        let exact = Timestamp(seconds: 1_700_000_000, nanoseconds: 123_456_789)
+        _ = try await fixture.fs.setAttributes(of: item.inode, .init(modified: exact), handle: nil)
+        #expect(try fixture.fs.item(item.inode).modified == exact)
+    }
+
+    @Test func settingOnlyTheModificationTimeLeavesTheAccessTime() async throws {
+        let fixture = try CoreFixture.writable()
+        fixture.store.addFile("t", [1], modified: 1_600_000_000)
+        let item = try await fixture.lookup("t")
+        _ = try await fixture.fs.setAttributes(of: item.inode, .init(modified: 1_700_000_000), handle: nil)
+        let after = try fixture.fs.item(item.inode)
+        #expect(after.modified == 1_700_000_000)
+        #expect(after.accessed == 1_600_000_000, "UTIME_OMIT for atime: atime stays")
+    }
+}
