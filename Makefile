@@ -1,11 +1,12 @@
 # docfs: build, run and test.
 #   make run    install what is missing, build release, serve a demo store and mount it on Mount/
 #   make test   install what is missing, build, unit tests, then integration tests through /dev/fuse
+#   make bench  docfs against rclone mount on the same server (release build), medians and ratios
 
 SWIFT  ?= swift
 PYTHON ?= python3
 
-.PHONY: all setup build release run test unit-test integration-test clean
+.PHONY: all setup build release run test unit-test integration-test bench clean
 
 all: build
 
@@ -31,6 +32,9 @@ unit-test:
 
 integration-test:
 	DOCFS_BIN="$(CURDIR)/.build/debug/docfs" $(PYTHON) -m pytest -v Tests/integration
+
+bench: setup release
+	DOCFS_BIN="$(CURDIR)/.build/release/docfs" $(PYTHON) Tests/bench/bench.py
 
 clean:
 	$(SWIFT) package clean
