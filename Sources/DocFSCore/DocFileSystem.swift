@@ -226,12 +226,7 @@ public final class DocFileSystem: Sendable {
 
     /// symlink: on stores that can represent links (a local directory); `EPERM` elsewhere.
     public func makeSymlink(in parent: Inode, name: String, target: String, owner: UInt32, group: UInt32) async throws(FSError) -> Item {
-        if readOnly { throw .readOnly }
-        guard name.utf8.count <= 255 else { throw .nameTooLong }
-        let directory = try item(parent)
-        try await enumerator.ensureListed(directory)
-        if try catalog.child(of: parent, named: name) != nil { throw .exists }
-        let path = try storePath(directory.path, name)
+        let path = try await pathForNewEntry(named: name, in: parent)
         let entry = try await uploader.exclusively { () async throws(FSError) -> RemoteEntry in
             do throws(StoreError) {
                 return try await store.makeSymlink(path, target: target)
@@ -249,12 +244,7 @@ public final class DocFileSystem: Sendable {
 
     /// mkdir: on the store first, then in the catalog.
     public func makeDirectory(in parent: Inode, name: String, mode: UInt32, owner: UInt32, group: UInt32) async throws(FSError) -> Item {
-        if readOnly { throw .readOnly }
-        guard name.utf8.count <= 255 else { throw .nameTooLong }
-        let directory = try item(parent)
-        try await enumerator.ensureListed(directory)
-        if try catalog.child(of: parent, named: name) != nil { throw .exists }
-        let path = try storePath(directory.path, name)
+        let path = try await pathForNewEntry(named: name, in: parent)
         let entry = try await uploader.exclusively { () async throws(FSError) -> RemoteEntry in
             do throws(StoreError) { return try await store.makeDirectory(path) } catch { throw FSError(error) }
         }
@@ -396,6 +386,17 @@ public final class DocFileSystem: Sendable {
     private func flush(handle: UInt64, file: OpenFile) throws(FSError) {
         try file.copy.sync()
         try catalog.recordLocalChange(of: file.inode, size: file.copy.length, modified: file.copy.modificationTime)
+    }
+
+    /// Where a new entry `name` in `parent` goes on the store; refuses a read-only mount, a
+    /// name too long and a name already taken.
+    private func pathForNewEntry(named name: String, in parent: Inode) async throws(FSError) -> StorePath {
+        if readOnly { throw .readOnly }
+        guard name.utf8.count <= 255 else { throw .nameTooLong }
+        let directory = try item(parent)
+        try await enumerator.ensureListed(directory)
+        if try catalog.child(of: parent, named: name) != nil { throw .exists }
+        return try storePath(directory.path, name)
     }
 
     private func storePath(_ directory: StorePath, _ name: String) throws(FSError) -> StorePath {

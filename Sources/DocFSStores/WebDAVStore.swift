@@ -244,67 +244,10 @@ public final class WebDAVStore: Store {
             await HTTPTransport.discard(response)
             throw .protocolError("GET \(path): unexpected Content-Encoding \(encoding)")
         }
-        let contentLength = response.headers.first(name: "Content-Length").flatMap { Int64($0) }
         let modified = response.headers.first(name: "Last-Modified").flatMap(WebDAVDate.parse) ?? 0
-
-        // Where the body starts in the file, which part of it we want, and the file's size.
-        var bodyStart: Int64 = 0
-        var wanted: Range<Int64> = 0..<Int64.max
-        var expectedEnd: Int64?  // the offset the body must reach, when known
-        var totalSize: Int64?
-        if status == 206 {
-            guard let range else {
-                await HTTPTransport.discard(response)
-                throw .protocolError("GET \(path): 206 to a request without Range")
-            }
-            guard let header = response.headers.first(name: "Content-Range"), let contentRange = ContentRange(header) else {
-                await HTTPTransport.discard(response)
-                throw .protocolError("GET \(path): 206 without a usable Content-Range")
-            }
-            guard contentRange.first == range.lowerBound else {
-                await HTTPTransport.discard(response)
-                throw .protocolError("GET \(path): asked bytes from \(range.lowerBound), got \(contentRange.first)")
-            }
-            bodyStart = contentRange.first
-            wanted = range
-            expectedEnd = min(contentRange.last + 1, range.upperBound)
-            totalSize = contentRange.total
-        } else {
-            totalSize = contentLength
-            if let range {
-                // A 200 to a range request: the whole content comes; keep only the range.
-                wanted = range
-                expectedEnd = contentLength.map { min($0, range.upperBound) } ?? nil
-            } else {
-                expectedEnd = contentLength
-            }
-        }
-
-        var position = bodyStart
-        let end = expectedEnd ?? wanted.upperBound
-        do {
-            for try await buffer in response.body {
-                let chunkStart = position
-                let chunkEnd = position + Int64(buffer.readableBytes)
-                position = chunkEnd
-                let from = max(chunkStart, wanted.lowerBound)
-                let to = min(chunkEnd, wanted.upperBound, end)
-                if from < to {
-                    try buffer.withUnsafeReadableBytes { (bytes) throws(StoreError) in
-                        let slice = UnsafeRawBufferPointer(rebasing: bytes[Int(from - chunkStart)..<Int(to - chunkStart)])
-                        try sink.write(slice, at: from)
-                    }
-                }
-                if position >= end { break }
-            }
-        } catch {
-            throw HTTPTransport.storeError(error, method: "GET", path: path)
-        }
-        if let expectedEnd, position < expectedEnd {
-            throw .unreachable("GET \(path): the connection ended after \(position - bodyStart) of \(expectedEnd - bodyStart) bytes")
-        }
-        var size = position
-        if let totalSize {
+        let delivered = try await RangedBody.deliver(response, range: range, path: path, into: sink)
+        var size = delivered.end
+        if let totalSize = delivered.totalSize {
             size = totalSize
         } else if range != nil {
             size = try await stat(path).size

@@ -537,58 +537,10 @@ public final class S3Store: Store {
             await HTTPTransport.discard(response)
             throw .versionMismatch(path)
         }
-        let contentLength = response.headers.first(name: "Content-Length").flatMap { Int64($0) }
         let modified = response.headers.first(name: "Last-Modified").flatMap(WebDAVDate.parse) ?? 0
-
-        var bodyStart: Int64 = 0
-        var wanted: Range<Int64> = 0..<Int64.max
-        var expectedEnd: Int64?
-        var totalSize: Int64?
-        if status == 206 {
-            guard let range, let header = response.headers.first(name: "Content-Range"), let contentRange = ContentRange(header),
-                  contentRange.first == range.lowerBound else {
-                await HTTPTransport.discard(response)
-                throw .protocolError("GET \(path): a 206 whose Content-Range does not match the request")
-            }
-            bodyStart = contentRange.first
-            wanted = range
-            expectedEnd = min(contentRange.last + 1, range.upperBound)
-            totalSize = contentRange.total
-        } else {
-            totalSize = contentLength
-            if let range {
-                wanted = range
-                expectedEnd = contentLength.map { min($0, range.upperBound) }
-            } else {
-                expectedEnd = contentLength
-            }
-        }
-
-        // Chunk by chunk into the sink, as the body arrives: never the whole object in memory.
-        var position = bodyStart
-        let end = expectedEnd ?? wanted.upperBound
-        do {
-            for try await buffer in response.body {
-                let chunkStart = position
-                let chunkEnd = position + Int64(buffer.readableBytes)
-                position = chunkEnd
-                let from = max(chunkStart, wanted.lowerBound)
-                let to = min(chunkEnd, wanted.upperBound, end)
-                if from < to {
-                    try buffer.withUnsafeReadableBytes { (bytes) throws(StoreError) in
-                        try sink.write(UnsafeRawBufferPointer(rebasing: bytes[Int(from - chunkStart)..<Int(to - chunkStart)]), at: from)
-                    }
-                }
-                if position >= end { break }
-            }
-        } catch {
-            throw HTTPTransport.storeError(error, method: "GET", path: path)
-        }
-        if let expectedEnd, position < expectedEnd {
-            throw .unreachable("GET \(path): the connection ended after \(position - bodyStart) of \(expectedEnd - bodyStart) bytes")
-        }
-        var size = position
-        if let totalSize {
+        let delivered = try await RangedBody.deliver(response, range: range, path: path, into: sink)
+        var size = delivered.end
+        if let totalSize = delivered.totalSize {
             size = totalSize
         } else if range != nil {
             size = try await stat(path).size
