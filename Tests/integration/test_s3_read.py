@@ -1,0 +1,212 @@
+"""S3 read path, against moto and SeaweedFS: placeholders without GetObject (>= 1,000 keys in
+nested prefixes), one GetObject per open and eviction on release, concurrent readers sharing
+one GET, a paged listing of 10,000 keys under one prefix, and directories from common prefixes
+with and without zero-byte `dir/` markers. Checked on the store side with the server's request
+log (moto's access log; the relay's for SeaweedFS) and with boto3."""
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import threading
+import time
+
+import pytest
+
+from conftest import run
+from helpers import wait_until, walk_relative, xattr_state
+from s3_support import s3, s3_mount, s3_server  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.fuse
+
+
+def nested_tree(dirs: int = 20, files_per_dir: int = 50) -> tuple[dict[str, bytes], set[str]]:
+    """dirs x files_per_dir keys plus two deeper levels per dir: >= 1,000 keys, no markers."""
+    import random
+    rng = random.Random(4321)
+    objects: dict[str, bytes] = {}
+    dirset: set[str] = set()
+    for d in range(dirs):
+        dname = f"dir{d:02d}"
+        dirset |= {dname, f"{dname}/nested", f"{dname}/nested/deeper"}
+        for i in range(files_per_dir):
+            objects[f"{dname}/file{i:03d}.txt"] = rng.randbytes(rng.randrange(0, 3000))
+        objects[f"{dname}/nested/a.md"] = rng.randbytes(rng.randrange(1, 5000))
+        objects[f"{dname}/nested/deeper/b.bin"] = rng.randbytes(rng.randrange(1, 5000))
+    return objects, dirset
+
+
+def test_s3_browsing_fetches_no_content(s3, s3_mount):
+    objects, dirs = nested_tree()
+    assert len(objects) >= 1000
+    started = time.monotonic()
+    s3.put_many(objects)
+    listed = s3.objects()
+    assert set(listed) == set(objects)
+    print(f"created {len(objects)} keys in {time.monotonic() - started:.1f} s")
+    m = s3_mount()
+
+    started = time.monotonic()
+    ls = run(["ls", "-lR", str(m.path)], timeout=180)
+    assert ls.returncode == 0, f"ls -lR failed: {ls.stderr}"
+    assert "file049.txt" in ls.stdout and "b.bin" in ls.stdout
+    for key, data in objects.items():
+        st = os.stat(m / key)
+        assert stat.S_ISREG(st.st_mode), f"{key} is not a regular file: {oct(st.st_mode)}"
+        assert st.st_size == len(data), f"{key}: size {st.st_size} in the mount, {len(data)} on S3"
+        want = listed[key]["LastModified"].timestamp()
+        assert abs(st.st_mtime - want) < 1.0, f"{key}: mtime {st.st_mtime} in the mount, LastModified {want} on S3"
+        assert st.st_blocks == 0, f"{key} is a placeholder but has st_blocks={st.st_blocks}"
+    for d in dirs:
+        assert stat.S_ISDIR(os.stat(m / d).st_mode), f"{d} is not a directory"
+    find = run(["find", str(m.path)], timeout=180)
+    assert find.returncode == 0, find.stderr
+    found = {os.path.relpath(line, m.path) for line in find.stdout.splitlines()} - {"."}
+    expected = set(objects) | dirs
+    assert found == expected, f"find: missing {sorted(expected - found)[:10]}, extra {sorted(found - expected)[:10]}"
+    assert walk_relative(m.path) == expected
+    states = {xattr_state(m / key) for key in list(objects)[:50]}
+    assert states == {"placeholder"}, f"user.docfs.state of unopened files: {states}"
+    print(f"browsed {len(expected)} entries in {time.monotonic() - started:.1f} s")
+
+    time.sleep(1)  # let any stray request reach the log
+    requests = s3.requests()
+    gets = s3.content_gets()
+    assert not gets, f"browsing fetched content: {len(gets)} GetObject, e.g. {[str(r) for r in gets[:5]]}"
+    others = [r for r in requests if not (r in s3.lists() or r.method == "HEAD")]
+    assert not others, f"browsing should need ListObjectsV2 (and HEAD) only, saw {[str(r) for r in others[:10]]}"
+    assert s3.lists(), "no ListObjectsV2 request in the log: is the log the right one?"
+    print(f"{len(s3.lists())} ListObjectsV2, {sum(r.method == 'HEAD' for r in requests)} HEAD")
+    assert not m.xdg.cache_files(), f"browsing left files in the cache: {m.xdg.cache_files()[:5]}"
+
+
+def wait_evicted(m, rel, timeout=15):
+    wait_until(lambda: xattr_state(m / rel) == "placeholder", timeout,
+               f"user.docfs.state of {rel} to be 'placeholder' again (is {xattr_state(m / rel)!r})")
+    wait_until(lambda: not m.xdg.cache_files(), timeout,
+               f"the local copy of {rel} to leave the cache (has {m.xdg.cache_files()})")
+
+
+def test_s3_open_read_one_get_then_evict(s3, s3_mount):
+    data = os.urandom(3 * 1024 * 1024 + 17)
+    s3.put("docs/paper.pdf", data)
+    s3.put("docs/other.txt", b"other\n")
+    m = s3_mount()
+    rel = "docs/paper.pdf"
+    assert xattr_state(m / rel) == "placeholder"
+    assert not s3.content_gets()
+
+    with open(m / rel, "rb") as f:
+        got = f.read()
+        assert xattr_state(m / rel) == "local"
+        assert m.xdg.cache_files(), "an open file has no local copy in $XDG_CACHE_HOME/docfs/*/"
+    assert hashlib.sha256(got).hexdigest() == hashlib.sha256(data).hexdigest()
+    s3.wait_requests(lambda reqs: s3.content_gets(rel), 10, "a GetObject of the key")
+    time.sleep(0.5)
+    gets = s3.content_gets(rel)
+    assert len(gets) == 1, f"first open+read: expected exactly one GET /{s3.name}/{rel}, got {[str(g) for g in gets]}"
+    assert not gets[0].query, f"the GET has a query: {gets[0]}"
+    assert len(s3.content_gets()) == 1, f"GETs of other keys: {[str(g) for g in s3.content_gets()]}"
+    wait_evicted(m, rel)
+    assert os.stat(m / rel).st_blocks == 0
+
+    # again: a second GET (the copy was evicted), same content
+    assert hashlib.sha256((m / rel).read_bytes()).hexdigest() == hashlib.sha256(data).hexdigest()
+    s3.wait_requests(lambda reqs: len(s3.content_gets(rel)) >= 2, 10, "a second GetObject after eviction")
+    wait_evicted(m, rel)
+
+
+def test_s3_concurrent_readers_share_one_get(s3, s3_mount):
+    data = os.urandom(6 * 1024 * 1024 + 5)
+    s3.put("shared.bin", data)
+    m = s3_mount()
+    readers = 4
+    opened = threading.Barrier(readers, timeout=120)
+    all_open = threading.Barrier(readers, timeout=120)
+    results: list = [None] * readers
+
+    def reader(i):
+        try:
+            opened.wait()
+            with open(m / "shared.bin", "rb") as f:
+                all_open.wait()
+                results[i] = hashlib.sha256(f.read()).hexdigest()
+        except Exception as error:  # noqa: BLE001
+            results[i] = error
+            opened.abort()
+            all_open.abort()
+
+    threads = [threading.Thread(target=reader, args=(i,)) for i in range(readers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=180)
+        assert not t.is_alive(), "a reader hung"
+    assert results == [hashlib.sha256(data).hexdigest()] * readers, f"readers saw: {results}"
+    time.sleep(1.0)
+    gets = s3.content_gets("shared.bin")
+    assert len(gets) == 1, f"{readers} concurrent readers caused {len(gets)} GETs: {[str(g) for g in gets]}"
+    wait_evicted(m, "shared.bin")
+
+
+def test_s3_listing_10000_keys_in_one_prefix_is_paged(s3, s3_mount):
+    n = 10_000
+    started = time.monotonic()
+    s3.put_many({f"many/k{i:05d}.txt": b"%d\n" % i for i in range(n)}, workers=24)
+    print(f"created {n} keys in {time.monotonic() - started:.1f} s")
+    assert len(s3.keys("many/")) == n
+    m = s3_mount()
+
+    started = time.monotonic()
+    out = run(["sh", "-c", f"ls '{m / 'many'}' | wc -l"], timeout=300, check=True)
+    print(f"ls | wc -l of {n} entries took {time.monotonic() - started:.1f} s")
+    assert int(out.stdout.strip()) == n, f"ls many | wc -l printed {out.stdout.strip()}, expected {n}"
+    names = set(os.listdir(m / "many"))
+    assert names == {f"k{i:05d}.txt" for i in range(n)}
+    assert os.stat(m / "many" / "k09999.txt").st_size == len(b"9999\n")
+
+    pages = [r for r in s3.lists() if r.q().get("prefix") == "many/"]
+    continued = [r for r in pages if "continuation-token" in r.q()]
+    assert len(continued) >= n // 1000 - 1, (f"expected a paged listing (>= {n // 1000 - 1} ListObjectsV2 with "
+                                            f"continuation-token), saw {len(pages)} pages: {[str(p)[:120] for p in pages[:12]]}")
+    assert all(int(r.q().get("max-keys", "1000")) <= 1000 for r in pages)
+    assert not s3.content_gets(), [str(r) for r in s3.content_gets()[:5]]
+
+
+def test_s3_directories_with_and_without_markers(s3, s3_mount):
+    s3.put_many({
+        "marked/": b"",                          # marker + a child
+        "marked/a.txt": b"a\n",
+        "unmarked/b.txt": b"b\n",                # common prefix only
+        "unmarked/deep/er/c.txt": b"c\n",        # nested, no markers at all
+        "empty/": b"",                           # marker only: an empty directory
+        "mixed/inner/": b"",                     # marker of a nested dir, parent without marker
+        "mixed/inner/d.txt": b"d\n",
+        "top.txt": b"top\n",
+    })
+    m = s3_mount()
+    assert sorted(os.listdir(m.path)) == ["empty", "marked", "mixed", "top.txt", "unmarked"]
+    for d in ("marked", "unmarked", "unmarked/deep", "unmarked/deep/er", "empty", "mixed", "mixed/inner"):
+        assert stat.S_ISDIR(os.stat(m / d).st_mode), f"{d} is not a directory"
+    assert os.listdir(m / "empty") == []
+    assert os.listdir(m / "marked") == ["a.txt"], "the marker itself must not show up as an entry"
+    assert sorted(os.listdir(m / "unmarked")) == ["b.txt", "deep"]
+    assert os.listdir(m / "mixed") == ["inner"]
+    assert os.listdir(m / "mixed/inner") == ["d.txt"]
+    assert (m / "unmarked/deep/er/c.txt").read_bytes() == b"c\n"
+    assert (m / "mixed/inner/d.txt").read_bytes() == b"d\n"
+    assert stat.S_ISREG(os.stat(m / "top.txt").st_mode)
+    assert walk_relative(m.path) == {"empty", "marked", "marked/a.txt", "mixed", "mixed/inner", "mixed/inner/d.txt",
+                                     "top.txt", "unmarked", "unmarked/b.txt", "unmarked/deep", "unmarked/deep/er",
+                                     "unmarked/deep/er/c.txt"}
+
+
+def test_s3_prefix_mount(s3, s3_mount):
+    """s3://bucket/prefix mounts the keys below the prefix only."""
+    s3.put_many({"team/a/report.txt": b"report\n", "team/b.txt": b"b\n", "other/secret.txt": b"no\n"})
+    m = s3_mount(prefix="team")
+    assert sorted(os.listdir(m.path)) == ["a", "b.txt"]
+    assert (m / "a/report.txt").read_bytes() == b"report\n"
+    (m / "new.txt").write_bytes(b"new\n")
+    s3.wait_object("team/new.txt", b"new\n", timeout=30)
+    assert "new.txt" not in s3.keys("other/") and s3.get("new.txt") is None
