@@ -165,8 +165,9 @@ public final class Catalog: Sendable {
         try write { db in
             try db.execute(sql: """
                 UPDATE item SET size = ?, modifiedNs = CASE WHEN etag IS NOT NULL AND etag = ? THEN modifiedNs ELSE ? END,
-                    etag = COALESCE(?, etag) WHERE inode = ?
-                """, arguments: [entry.size, entry.etag?.value, Timestamp(seconds: entry.modified).nanoseconds, entry.etag?.value, Int64(bitPattern: inode)])
+                    etag = COALESCE(?, etag), mode = COALESCE(?, mode) WHERE inode = ?
+                """, arguments: [entry.size, entry.etag?.value, Timestamp(seconds: entry.modified).nanoseconds, entry.etag?.value,
+                                 entry.mode.map { Int64($0) }, Int64(bitPattern: inode)])
         }
     }
 

@@ -162,13 +162,10 @@ public actor Uploader {
         let condition: WriteCondition = item.onStore ? (item.etag.map(WriteCondition.ifMatch) ?? .always) : .mustNotExist
         do {
             try catalog.setState(of: inode, to: .uploading)
-            let entry = try await store.write(item.path, fromLocalFile: path, condition: condition)
+            // Mode and times go with the content to stores that carry them.
+            let entry = try await store.write(item.path, fromLocalFile: path, condition: condition,
+                                              attributes: StoreAttributes(mode: item.mode, modified: item.modified))
             try catalog.recordUpload(of: inode, etag: entry.etag, state: .local)
-            // Mode and times set while the change was local follow it to stores that carry them.
-            var uploaded = item
-            uploaded.onStore = true
-            await AttributeSync.push(StoreAttributes(mode: item.mode, modified: item.modified), of: uploaded, to: store,
-                                     catalog: catalog, logger: logger)
             if await provider.uploadFinished(item, generation: generation) {
                 logger.info("uploaded", metadata: ["path": "\(item.path)", "bytes": "\(entry.size)"])
             } else {

@@ -26,4 +26,13 @@ extension Store {
     public func setAttributes(_ path: StorePath, _ attributes: StoreAttributes) async throws(StoreError) -> Bool {
         false
     }
+
+    public func write(_ path: StorePath, fromLocalFile localFile: String, condition: WriteCondition,
+                      attributes: StoreAttributes) async throws(StoreError) -> RemoteEntry {
+        let entry = try await write(path, fromLocalFile: localFile, condition: condition)
+        guard !attributes.isEmpty, try await setAttributes(path, attributes) else { return entry }
+        // Setting attributes may have given the entry a new version (a local file's ETag
+        // follows its mtime): report the version the store has now.
+        return try await stat(path)
+    }
 }

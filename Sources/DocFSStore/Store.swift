@@ -48,6 +48,12 @@ public protocol Store: Sendable {
 
     /// Applies mode and times where the store can carry them (default: returns false).
     func setAttributes(_ path: StorePath, _ attributes: StoreAttributes) async throws(StoreError) -> Bool
+
+    /// Uploads like `write(_:fromLocalFile:condition:)` and gives the new content `attributes`
+    /// where the store can carry them. The default writes, then calls `setAttributes`; a store
+    /// that can send them with the content (S3 metadata) overrides it and saves a round trip.
+    func write(_ path: StorePath, fromLocalFile localFile: String, condition: WriteCondition,
+               attributes: StoreAttributes) async throws(StoreError) -> RemoteEntry
 }
 
 /// When an upload may go ahead.

@@ -38,9 +38,9 @@ extension S3Store {
 
     /// Uploads `file` to `path` in parts and returns the new ETag (`"…-N"`).
     func uploadMultipart(_ path: StorePath, file: LocalFileChunks, conditionHeaders: [(name: String, value: String)],
-                         condition: WriteCondition) async throws(StoreError) -> ETag {
+                         metadata: [(name: String, value: String)] = [], condition: WriteCondition) async throws(StoreError) -> ETag {
         let objectKey = key(path)
-        let uploadId = try await createMultipartUpload(objectKey, path: path)
+        let uploadId = try await createMultipartUpload(objectKey, path: path, metadata: metadata)
         logger.debug("multipart upload of \(path): \(Self.parts(size: file.size, partSize: configuration.partSize).count) parts")
         do {
             let parts = Self.parts(size: file.size, partSize: configuration.partSize)
@@ -70,8 +70,8 @@ extension S3Store {
         }.value
     }
 
-    func createMultipartUpload(_ objectKey: String, path: StorePath) async throws(StoreError) -> String {
-        var call = Call(method: .POST, key: objectKey, query: [("uploads", "")])
+    func createMultipartUpload(_ objectKey: String, path: StorePath, metadata: [(name: String, value: String)] = []) async throws(StoreError) -> String {
+        var call = Call(method: .POST, key: objectKey, query: [("uploads", "")], headers: metadata)
         call.headers.append(("Content-Type", "application/octet-stream"))
         let answer = try await send(call, path: path, body: .bytes(ByteBuffer()))
         guard answer.status == 200 else { throw error(answer, method: "CREATE-MULTIPART", path: path) }

@@ -372,8 +372,10 @@ public final class S3Store: Store {
         case 200:
             return RemoteEntry(path: path, kind: .file,
                                size: answer.headers.first(name: "Content-Length").flatMap { Int64($0) } ?? 0,
-                               modified: answer.headers.first(name: "Last-Modified").flatMap(WebDAVDate.parse) ?? 0,
-                               etag: answer.headers.first(name: "ETag").map(Self.normalizedETag))
+                               modified: S3Metadata.modified(in: answer.headers)
+                                   ?? answer.headers.first(name: "Last-Modified").flatMap(WebDAVDate.parse) ?? 0,
+                               etag: answer.headers.first(name: "ETag").map(Self.normalizedETag),
+                               mode: S3Metadata.mode(in: answer.headers))
         case 404:
             return nil
         default:
@@ -545,14 +547,22 @@ public final class S3Store: Store {
         } else if range != nil {
             size = try await stat(path).size
         }
-        return RemoteEntry(path: path, kind: .file, size: size, modified: modified, etag: headerETag)
+        return RemoteEntry(path: path, kind: .file, size: size, modified: S3Metadata.modified(in: response.headers) ?? modified,
+                           etag: headerETag, mode: S3Metadata.mode(in: response.headers))
     }
 
     // MARK: - write
 
     public func write(_ path: StorePath, fromLocalFile localFile: String, condition: WriteCondition) async throws(StoreError) -> RemoteEntry {
+        try await write(path, fromLocalFile: localFile, condition: condition, attributes: StoreAttributes())
+    }
+
+    /// Mode and times travel with the content as object metadata: no second request.
+    public func write(_ path: StorePath, fromLocalFile localFile: String, condition: WriteCondition,
+                      attributes: StoreAttributes) async throws(StoreError) -> RemoteEntry {
         guard !path.isRoot else { throw .isADirectory(path) }
         let file = try LocalFileChunks(path: localFile)
+        let metadata = S3Metadata.headers(for: attributes)
 
         // What S3 does not check for us: a directory at the path, a missing parent; and the
         // condition, for servers that ignore conditional headers (see the top of the file).
@@ -577,11 +587,12 @@ public final class S3Store: Store {
 
         let etag: ETag
         if file.size < Int64(configuration.partSize) {
-            etag = try await putObject(path, file: file, conditionHeaders: conditionHeaders, condition: condition)
+            etag = try await putObject(path, file: file, conditionHeaders: conditionHeaders, metadata: metadata, condition: condition)
         } else {
-            etag = try await uploadMultipart(path, file: file, conditionHeaders: conditionHeaders, condition: condition)
+            etag = try await uploadMultipart(path, file: file, conditionHeaders: conditionHeaders, metadata: metadata, condition: condition)
         }
-        return RemoteEntry(path: path, kind: .file, size: file.size, modified: Date().timeIntervalSince1970, etag: etag)
+        return RemoteEntry(path: path, kind: .file, size: file.size, modified: attributes.modified?.seconds ?? Date().timeIntervalSince1970,
+                           etag: etag, mode: attributes.mode)
     }
 
     /// The error of a refused conditional write.
@@ -591,8 +602,8 @@ public final class S3Store: Store {
     }
 
     private func putObject(_ path: StorePath, file: LocalFileChunks, conditionHeaders: [(name: String, value: String)],
-                           condition: WriteCondition) async throws(StoreError) -> ETag {
-        var call = Call(method: .PUT, key: key(path), headers: conditionHeaders, payloadHash: SigV4Signer.unsignedPayload)
+                           metadata: [(name: String, value: String)], condition: WriteCondition) async throws(StoreError) -> ETag {
+        var call = Call(method: .PUT, key: key(path), headers: conditionHeaders + metadata, payloadHash: SigV4Signer.unsignedPayload)
         call.headers.append(("Content-Type", "application/octet-stream"))
         let answer = try await send(call, path: path, body: .stream(file, length: .known(file.size)), timeout: Self.uploadTimeout)
         switch answer.status {
@@ -624,6 +635,34 @@ public final class S3Store: Store {
         if try await directoryExists(path).exists { throw .alreadyExists(path) }
         try await putDirectoryMarker(directoryPrefix(path), path: path, onlyIfAbsent: true)
         return RemoteEntry(path: path, kind: .directory, size: 0, modified: Date().timeIntervalSince1970)
+    }
+
+    /// Mode and mtime as object metadata (s3fs's keys). S3 cannot change an object's metadata in
+    /// place: the object is copied onto itself with the metadata replaced (its other user
+    /// metadata kept). Directories without a marker object, and objects above CopyObject's 5 GiB,
+    /// keep their attributes in docfs's catalog only.
+    public func setAttributes(_ path: StorePath, _ attributes: StoreAttributes) async throws(StoreError) -> Bool {
+        guard !attributes.isEmpty, !path.isRoot else { return false }
+        let head = try await send(Call(method: .HEAD, key: key(path)), path: path)
+        guard head.status == 200 else {
+            if head.status == 404 { return false }
+            throw error(head, method: "HEAD", path: path)
+        }
+        let size = head.headers.first(name: "Content-Length").flatMap { Int64($0) } ?? 0
+        guard size <= Int64(Configuration.maximumPartSize) else { return false }
+        var metadata = S3Metadata.userMetadata(in: head.headers)
+        let replaced = S3Metadata.headers(for: attributes)
+        metadata.removeAll { old in replaced.contains { $0.name == old.name } }
+        var call = Call(method: .PUT, key: key(path))
+        call.headers.append(("x-amz-copy-source", copySource(key(path))))
+        call.headers.append(("x-amz-metadata-directive", "REPLACE"))
+        call.headers.append(("Content-Type", head.headers.first(name: "Content-Type") ?? "application/octet-stream"))
+        call.headers += metadata + replaced
+        let answer = try await send(call, path: path, timeout: Self.uploadTimeout)
+        guard answer.status == 200, S3XML.parseError(answer.body) == nil else {
+            throw error(answer, method: "COPY", path: path)
+        }
+        return true
     }
 
     /// Writes a zero-byte `dir/` marker. Markers are written, never copied: some servers
