@@ -168,8 +168,9 @@ struct HTTPTransport: Sendable {
     }
 }
 
-/// The content of a local file as a stream of chunks read with `pread`, for an upload of a known
-/// length. Fails (instead of sending a short body) if the file shrinks while it is read.
+/// The content of a local file, or of one byte range of it (`slice`: a part of a multipart
+/// upload), as a stream of chunks read with `pread`, for an upload of a known length. Fails
+/// (instead of sending a short body) if the file shrinks while it is read.
 struct LocalFileChunks: AsyncSequence, Sendable {
     typealias Element = ByteBuffer
 
@@ -184,7 +185,10 @@ struct LocalFileChunks: AsyncSequence, Sendable {
     }
 
     let file: OpenFile
+    /// The whole file's size.
     let size: Int64
+    /// The bytes this sequence delivers.
+    let range: Range<Int64>
 
     init(path: String) throws(StoreError) {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
@@ -201,16 +205,28 @@ struct LocalFileChunks: AsyncSequence, Sendable {
         guard (info.st_mode & S_IFMT) == S_IFREG else { throw .localIO(errno: EINVAL, message: "\(path) is not a regular file") }
         self.file = file
         self.size = Int64(info.st_size)
+        self.range = 0..<Int64(info.st_size)
+    }
+
+    private init(file: OpenFile, size: Int64, range: Range<Int64>) {
+        self.file = file
+        self.size = size
+        self.range = range
+    }
+
+    /// The same file, delivering only `range` (sharing the open descriptor).
+    func slice(_ range: Range<Int64>) -> LocalFileChunks {
+        LocalFileChunks(file: file, size: size, range: range)
     }
 
     struct AsyncIterator: AsyncIteratorProtocol {
         let file: OpenFile
-        let size: Int64
-        var offset: Int64 = 0
+        let end: Int64
+        var offset: Int64
 
         mutating func next() async throws -> ByteBuffer? {
-            guard offset < size else { return nil }
-            let want = Int(Swift.min(Int64(LocalDirectoryStore.chunkSize), size - offset))
+            guard offset < end else { return nil }
+            let want = Int(Swift.min(Int64(LocalDirectoryStore.chunkSize), end - offset))
             var buffer = ByteBufferAllocator().buffer(capacity: want)
             let fd = file.fd
             let at = offset
@@ -236,6 +252,6 @@ struct LocalFileChunks: AsyncSequence, Sendable {
     }
 
     func makeAsyncIterator() -> AsyncIterator {
-        AsyncIterator(file: file, size: size)
+        AsyncIterator(file: file, end: range.upperBound, offset: range.lowerBound)
     }
 }

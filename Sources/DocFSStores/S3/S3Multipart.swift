@@ -90,7 +90,7 @@ extension S3Store {
                 let call = Call(method: .PUT, key: objectKey,
                                 query: [("partNumber", String(part.number)), ("uploadId", uploadId)],
                                 payloadHash: SigV4Signer.unsignedPayload)
-                let body = LocalFileRange(file: file.file, range: part.range)
+                let body = file.slice(part.range)
                 let answer = try await send(call, path: path, body: .stream(body, length: .known(part.range.upperBound - part.range.lowerBound)),
                                             timeout: Self.uploadTimeout)
                 guard answer.status == 200 else { throw error(answer, method: "PART \(part.number)", path: path) }
@@ -194,49 +194,5 @@ final class PartETags: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         return etags.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
-    }
-}
-
-/// A byte range of a local file as a stream of chunks read with `pread` (one part of a
-/// multipart upload). Fails, instead of sending a short body, if the file shrinks meanwhile.
-struct LocalFileRange: AsyncSequence, Sendable {
-    typealias Element = ByteBuffer
-    static let chunkSize = 256 * 1024
-
-    let file: LocalFileChunks.OpenFile
-    let range: Range<Int64>
-
-    struct AsyncIterator: AsyncIteratorProtocol {
-        let file: LocalFileChunks.OpenFile
-        let end: Int64
-        var offset: Int64
-
-        mutating func next() async throws -> ByteBuffer? {
-            guard offset < end else { return nil }
-            let want = Int(Swift.min(Int64(LocalFileRange.chunkSize), end - offset))
-            var buffer = ByteBufferAllocator().buffer(capacity: want)
-            let fd = file.fd
-            let at = offset
-            var failure: Int32 = 0
-            while buffer.readableBytes < want {
-                let already = buffer.readableBytes
-                let got = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: want - already) { pointer in
-                    let count = pread(fd, pointer.baseAddress, want - already, off_t(at) + off_t(already))
-                    if count < 0 { failure = errno; return 0 }
-                    return count
-                }
-                if failure == EINTR { failure = 0; continue }
-                if failure != 0 {
-                    throw StoreError.localIO(errno: failure, message: "read \(file.path): \(String(cString: strerror(failure)))")
-                }
-                if got == 0 { throw StoreError.localIO(errno: EIO, message: "\(file.path) shrank while it was uploaded") }
-            }
-            offset += Int64(want)
-            return buffer
-        }
-    }
-
-    func makeAsyncIterator() -> AsyncIterator {
-        AsyncIterator(file: file, end: range.upperBound, offset: range.lowerBound)
     }
 }
