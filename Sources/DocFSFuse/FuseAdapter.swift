@@ -365,14 +365,7 @@ final class FuseAdapter: Sendable {
 
     func getxattr(_ request: consuming FuseRequest, inode: Inode, name: String, size: Int) {
         do {
-            let value = try fs.extendedAttribute(name, of: inode)
-            if size == 0 {
-                request.replyXattrSize(value.count)
-            } else if size < value.count {
-                request.fail(.rangeTooSmall)
-            } else {
-                request.replyBytes(value)
-            }
+            request.replyXattr(try fs.extendedAttribute(name, of: inode), callerBufferSize: size)
         } catch {
             request.fail(error)
         }
@@ -385,13 +378,7 @@ final class FuseAdapter: Sendable {
                 list.append(contentsOf: name.utf8)
                 list.append(0)
             }
-            if size == 0 {
-                request.replyXattrSize(list.count)
-            } else if size < list.count {
-                request.fail(.rangeTooSmall)
-            } else {
-                request.replyBytes(list)
-            }
+            request.replyXattr(list, callerBufferSize: size)
         } catch {
             request.fail(error)
         }

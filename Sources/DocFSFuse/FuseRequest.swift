@@ -71,9 +71,16 @@ struct FuseRequest: ~Copyable {
         discard self
     }
 
-    consuming func replyXattrSize(_ size: Int) {
-        fuse_reply_xattr(raw, size)
-        discard self
+    /// getxattr/listxattr: a caller asking with size 0 wants the size; a buffer too small is ERANGE.
+    consuming func replyXattr(_ value: [UInt8], callerBufferSize: Int) {
+        if callerBufferSize == 0 {
+            fuse_reply_xattr(raw, value.count)
+            discard self
+        } else if callerBufferSize < value.count {
+            fail(.rangeTooSmall)
+        } else {
+            replyBytes(value)
+        }
     }
 
     consuming func replyReadlink(_ target: String) {

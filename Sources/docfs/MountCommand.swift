@@ -108,6 +108,11 @@ struct MountCommand: AsyncParsableCommand {
             fail("\(error)")
         }
         let layout = MountLayout(store: store.identity, environment: environment, cacheDirectoryOverride: cacheDir)
+        // The daemon would reach its own catalog or cache through its own mount, and hang.
+        for directory in [layout.stateDirectory, layout.cacheDirectory] where absolutePath(directory).hasPrefix(path + "/") {
+            await StoreLocator.shutdownIfNeeded(store)
+            fail("\(directory) is inside the mount point \(path): use another XDG_STATE_HOME / XDG_CACHE_HOME or --cache-dir")
+        }
         let catalog: Catalog
         do {
             try layout.createDirectories()
