@@ -264,6 +264,16 @@ public final class Catalog: Sendable {
         }
     }
 
+    /// A conflict met while the file is still open: name the kept copy, but keep the version the
+    /// edit started from, so anything the open copy uploads later conflicts again (and is kept
+    /// as another copy) instead of overwriting the store's version.
+    public func recordConflictWhileOpen(of inode: Inode, conflictCopy: String) throws(FSError) {
+        try write { db in
+            try db.execute(sql: "UPDATE item SET state = 'local', uploadError = NULL, conflictCopy = ? WHERE inode = ?",
+                           arguments: [conflictCopy, Int64(bitPattern: inode)])
+        }
+    }
+
     /// chmod/chown/utimensat results; nil leaves a value as it is. `changed` is the new ctime.
     public func setAttributes(of inode: Inode, mode: UInt32? = nil, owner: UInt32? = nil, group: UInt32? = nil,
                               modified: Timestamp? = nil, accessed: Timestamp? = nil, changed: Timestamp) throws(FSError) {

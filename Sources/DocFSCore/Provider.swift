@@ -103,6 +103,11 @@ public actor Provider {
         return .evicted
     }
 
+    /// Whether someone has `inode` open.
+    public func isOpen(_ inode: Inode) -> Bool {
+        (providing[inode]?.openCount ?? 0) > 0
+    }
+
     /// Whether the open copy of `inode` has changes the store does not have.
     public func hasUnsyncedChanges(_ inode: Inode) -> Bool {
         guard let entry = providing[inode] else { return false }

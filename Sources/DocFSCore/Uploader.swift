@@ -198,17 +198,20 @@ public actor Uploader {
 
     /// The store changed since the edit began: upload ours as a conflict copy, show theirs.
     private func keepBoth(_ item: Item, localFile: String, generation: UInt64) async -> Outcome {
-        let conflictName = ConflictName.make(for: item.name, at: Date())
-        guard let parentPath = item.path.parent, let conflictPath = try? parentPath.appending(conflictName), let parent = item.parent else {
+        guard let parentPath = item.path.parent, let parent = item.parent else {
             return await failed(item, .invalidArgument)
         }
         do {
-            let kept = try await store.write(conflictPath, fromLocalFile: localFile, condition: .mustNotExist)
+            let (conflictName, kept) = try await uploadConflictCopy(of: item, in: parentPath, from: localFile)
             _ = try? catalog.createItem(in: parent, name: conflictName, kind: .file, size: kept.size, modified: Timestamp(seconds: kept.modified),
                                         etag: kept.etag, mode: item.mode, state: .placeholder, onStore: true)
-            let theirs: RemoteEntry?
-            do { theirs = try await store.stat(item.path) } catch .notFound { theirs = nil }
-            try catalog.recordConflict(of: item.inode, storeVersion: theirs, conflictCopy: conflictName)
+            if await provider.isOpen(item.inode) {
+                try catalog.recordConflictWhileOpen(of: item.inode, conflictCopy: conflictName)
+            } else {
+                let theirs: RemoteEntry?
+                do { theirs = try await store.stat(item.path) } catch .notFound { theirs = nil }
+                try catalog.recordConflict(of: item.inode, storeVersion: theirs, conflictCopy: conflictName)
+            }
             await provider.uploadFinished(item, generation: generation, discardLocalCopy: true)
             logger.warning("conflict: the store changed while this file was edited; both versions kept",
                            metadata: ["path": "\(item.path)", "conflict copy": "\(conflictName)"])
@@ -220,6 +223,21 @@ public actor Uploader {
         } catch {
             return await failed(item, .io("\(error)"))
         }
+    }
+
+    /// Uploads `localFile` next to `item` under the first free conflict name: two conflicts in
+    /// the same second get "… 2", "… 3", so a kept copy is never replaced.
+    private func uploadConflictCopy(of item: Item, in directory: StorePath, from localFile: String) async throws(StoreError) -> (String, RemoteEntry) {
+        let now = Date()
+        for attempt in 1...100 {
+            let name = ConflictName.make(for: item.name, at: now, attempt: attempt)
+            do throws(StoreError) {
+                return (name, try await store.write(try directory.appending(name), fromLocalFile: localFile, condition: .mustNotExist))
+            } catch .alreadyExists {
+                continue
+            }
+        }
+        throw .alreadyExists(item.path)
     }
 
     private func scheduleRetry(_ inode: Inode) {
@@ -251,11 +269,12 @@ public actor Uploader {
 /// `report (conflict 2026-11-22 061530).pdf`: the name a local version is kept under when the
 /// store changed meanwhile. Dot files and names without an extension get the suffix at the end.
 public enum ConflictName {
-    public static func make(for name: String, at date: Date) -> String {
+    public static func make(for name: String, at date: Date, attempt: Int = 1) -> String {
         var calendar = Calendar(identifier: .gregorian)
         calendar.timeZone = TimeZone.current
         let c = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: date)
-        let stamp = String(format: "%04d-%02d-%02d %02d%02d%02d", c.year!, c.month!, c.day!, c.hour!, c.minute!, c.second!)
+        var stamp = String(format: "%04d-%02d-%02d %02d%02d%02d", c.year!, c.month!, c.day!, c.hour!, c.minute!, c.second!)
+        if attempt > 1 { stamp += " \(attempt)" }
         if let dot = name.lastIndex(of: "."), dot != name.startIndex {
             return "\(name[..<dot]) (conflict \(stamp))\(name[dot...])"
         }

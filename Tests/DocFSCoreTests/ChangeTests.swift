@@ -278,3 +278,24 @@ struct TimeTests {
         #expect(after.accessed == 1_600_000_000, "UTIME_OMIT for atime: atime stays")
     }
 }
+
+@Suite("A conflict never costs the store's version")
+struct ConflictWhileOpenTests {
+    @Test func writingOnAfterAConflictOnFsyncKeepsEveryVersion() async throws {
+        let fixture = try CoreFixture.writable()
+        fixture.store.addFile("doc.txt", Array("v1".utf8))
+        let item = try await fixture.lookup("doc.txt")
+        let handle = try await fixture.fs.open(item.inode, mode: .init(writable: true, truncate: true))
+        try fixture.write(handle: handle, Array("mine-1".utf8))
+        fixture.store.addFile("doc.txt", Array("theirs".utf8))
+        try? await fixture.fs.fsync(handle: handle)          // conflict: "mine-1" kept as a copy
+        try fixture.write(handle: handle, Array("mine-2".utf8))  // the same open file goes on
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+
+        #expect(fixture.store.content("doc.txt") == Array("theirs".utf8), "the store's version is never overwritten")
+        let copies = fixture.store.fileNames(in: "/").filter { $0.hasPrefix("doc (conflict ") }
+        let contents = Set(copies.compactMap { fixture.store.content($0) }.map { String(decoding: $0, as: UTF8.self) })
+        #expect(contents.contains("mine-2"), "the later local content is kept too: \(copies)")
+    }
+}
