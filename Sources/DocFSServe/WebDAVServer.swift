@@ -78,7 +78,8 @@ public final class WebDAVServer: Sendable {
                     record.status = response.status.code
                     logger.debug("\(request.method) \(request.uri.path) -> \(response.status.code)")
                     let bodyWriter = try await responseWriter.writeHead(response.head)
-                    try await response.body.write(LoggingBodyWriter(parent: bodyWriter, record: record))
+                    let declared = response.headers[.contentLength].flatMap { Int64($0) }
+                    try await response.body.write(LoggingBodyWriter(parent: bodyWriter, record: record, declaredLength: declared))
                 } catch {
                     // The client went away or the body failed half-way: still one log line.
                     record.finish()
@@ -120,14 +121,18 @@ final class RequestRecord: @unchecked Sendable {
     }
 }
 
-/// Counts the body bytes and writes the log line just before the response ends.
+/// Counts the body bytes and writes the log line before the response ends. With a declared
+/// Content-Length the line is written before the bytes that complete it leave: a client that has
+/// the whole body (and may exit at once) must already find its request in the log.
 struct LoggingBodyWriter<Parent: ResponseBodyWriter>: ResponseBodyWriter {
     var parent: Parent
     let record: RequestRecord
+    let declaredLength: Int64?
 
     mutating func write(_ buffer: ByteBuffer) async throws {
-        try await parent.write(buffer)
         record.bytes += Int64(buffer.readableBytes)
+        if let declaredLength, record.bytes >= declaredLength { record.finish() }
+        try await parent.write(buffer)
     }
 
     consuming func finish(_ trailingHeaders: HTTPFields?) async throws {
