@@ -160,8 +160,7 @@ public final class DocFileSystem: Sendable {
     /// `modified` with its size. Runs before every close() returns.
     public func flush(handle: UInt64) throws(FSError) {
         guard let file = handles.withLock({ $0.open[handle] }), file.markedModified else { return }
-        try file.copy.sync()
-        try catalog.recordLocalChange(of: file.inode, size: file.copy.length, modified: file.copy.modificationTime)
+        try commit(file)
     }
 
     /// fsync: commit, then upload now and wait for the store to confirm.
@@ -177,7 +176,7 @@ public final class DocFileSystem: Sendable {
     public func release(handle: UInt64) async {
         guard let file = handles.withLock({ $0.open.removeValue(forKey: handle) }) else { return }
         if file.markedModified {
-            do { try flush(handle: handle, file: file) } catch {
+            do { try commit(file) } catch {
                 logger.error("cannot commit changes", metadata: ["inode": "\(file.inode)", "error": "\(error)"])
             }
         }
@@ -345,8 +344,7 @@ public final class DocFileSystem: Sendable {
             return Array(table.open.values)
         }
         for file in handlesLeft where file.markedModified {
-            try? file.copy.sync()
-            try? catalog.recordLocalChange(of: file.inode, size: file.copy.length, modified: file.copy.modificationTime)
+            try? commit(file)
         }
         for file in handlesLeft {
             if await provider.release(file.inode) == .needsUpload { await uploader.enqueue(file.inode) }
@@ -383,7 +381,9 @@ public final class DocFileSystem: Sendable {
         try catalog.setState(of: file.inode, to: .modified)
     }
 
-    private func flush(handle: UInt64, file: OpenFile) throws(FSError) {
+    /// The journal commit: the local copy durable on disk, the catalog row `modified` with the
+    /// copy's size and time. What close() and fsync() wait for.
+    private func commit(_ file: OpenFile) throws(FSError) {
         try file.copy.sync()
         try catalog.recordLocalChange(of: file.inode, size: file.copy.length, modified: file.copy.modificationTime)
     }
