@@ -69,6 +69,11 @@ public final class Catalog: Sendable {
                     changedNs = CAST(ROUND(changed * 1000000000) AS INTEGER);
                 """)
         }
+        migrator.registerMigration("v4-kind-known-for") { db in
+            // The version (ETag) at which the item's kind was last confirmed. A store whose
+            // listings cannot show links (S3) is asked once per version, not once per listing.
+            try db.execute(sql: "ALTER TABLE item ADD COLUMN kindKnownFor TEXT")
+        }
         return migrator
     }
 
@@ -84,6 +89,26 @@ public final class Catalog: Sendable {
             try Row.fetchOne(db, sql: "SELECT * FROM item WHERE parent = ? AND name = ?",
                              arguments: [Int64(bitPattern: parent), name])
         }.map(Catalog.item(from:))
+    }
+
+    /// The kinds the catalog knows for `directory`'s children, by name, each with the version
+    /// (ETag) it was confirmed for; an entry listed again with the same version needs no new look.
+    public func knownKinds(in directory: Inode) throws(FSError) -> [String: (version: ETag, kind: RemoteEntry.Kind)] {
+        try read { db in
+            var known: [String: (version: ETag, kind: RemoteEntry.Kind)] = [:]
+            for row in try Row.fetchAll(db, sql: """
+                SELECT name, kind, symlinkTarget, kindKnownFor FROM item WHERE parent = ? AND kindKnownFor IS NOT NULL
+                """, arguments: [Int64(bitPattern: directory)]) {
+                let kind: RemoteEntry.Kind
+                switch Item.Kind(rawValue: row["kind"]) {
+                case .symlink?: kind = .symlink(target: row["symlinkTarget"] ?? "")
+                case .directory?: kind = .directory
+                default: kind = .file
+                }
+                known[row["name"]] = (ETag(row["kindKnownFor"]), kind)
+            }
+            return known
+        }
     }
 
     /// The children of a directory, ordered by name (a stable order for readdir offsets).
@@ -110,7 +135,11 @@ public final class Catalog: Sendable {
     /// new entries become placeholders, changed ones are updated (keeping inode and id),
     /// vanished ones are removed with their subtree. Entries whose kind changed are replaced.
     /// Items with a local copy in use are left to the provider, which holds its own handle.
-    public func applyListing(of directory: Inode, entries: [RemoteEntry], listedAt: Double) throws(FSError) {
+    /// Every entry's kind is recorded as known for the entry's version, except for the names in
+    /// `kindUnknown` (see `SymlinkProbe`): an item already there keeps its row, a new one is
+    /// added with its kind still to be confirmed.
+    public func applyListing(of directory: Inode, entries: [RemoteEntry], kindUnknown: Set<String> = [],
+                             listedAt: Double) throws(FSError) {
         try write { db in
             guard let dirRow = try Row.fetchOne(db, sql: "SELECT path FROM item WHERE inode = ?", arguments: [Int64(bitPattern: directory)]) else {
                 return
@@ -126,29 +155,31 @@ public final class Catalog: Sendable {
                 guard !seen.contains(name) else { continue }
                 seen.insert(name)
                 let kind = Catalog.kind(of: entry)
-                if let row = existing[name], Catalog.hasLocalChanges(row) {
+                if let row = existing[name], Catalog.hasLocalChanges(row) || kindUnknown.contains(name) {
                     // A local change wins until it is uploaded; the upload detects any conflict.
+                    // A kind the store could not confirm keeps what the catalog knows.
                     continue
                 }
                 if let row = existing[name], (row["kind"] as Int) == kind.rawValue {
                     // A time set here (utimensat) stays until the content itself changes.
                     try db.execute(sql: """
                         UPDATE item SET size = ?, modifiedNs = CASE WHEN etag IS NOT NULL AND etag = ? THEN modifiedNs ELSE ? END,
-                            etag = ?, symlinkTarget = ?, mode = COALESCE(?, mode), onStore = 1
+                            etag = ?, symlinkTarget = ?, mode = COALESCE(?, mode), onStore = 1, kindKnownFor = ?
                         WHERE inode = ?
                         """, arguments: [entry.size, entry.etag?.value, Timestamp(seconds: entry.modified).nanoseconds, entry.etag?.value, Catalog.target(of: entry),
-                                         entry.mode.map { Int64($0) }, row["inode"] as Int64])
+                                         entry.mode.map { Int64($0) }, entry.etag?.value, row["inode"] as Int64])
                 } else {
                     if let row = existing[name] {
                         try db.execute(sql: "DELETE FROM item WHERE inode = ?", arguments: [row["inode"] as Int64])
                     }
                     try db.execute(sql: """
-                        INSERT INTO item (id, parent, name, path, kind, size, modifiedNs, etag, symlinkTarget, mode, state)
-                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        INSERT INTO item (id, parent, name, path, kind, size, modifiedNs, etag, symlinkTarget, mode, state, kindKnownFor)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                         """, arguments: [UUID().uuidString, Int64(bitPattern: directory), name,
                                          Catalog.join(dirPath, name), kind.rawValue, entry.size, Timestamp(seconds: entry.modified).nanoseconds,
                                          entry.etag?.value, Catalog.target(of: entry), entry.mode.map { Int64($0) },
-                                         kind == .directory ? ItemState.directory.rawValue : ItemState.placeholder.rawValue])
+                                         kind == .directory ? ItemState.directory.rawValue : ItemState.placeholder.rawValue,
+                                         kindUnknown.contains(name) ? nil : entry.etag?.value])
                 }
             }
             for (name, row) in existing where !seen.contains(name) {
@@ -181,11 +212,12 @@ public final class Catalog: Sendable {
             }
             try db.execute(sql: """
                 INSERT INTO item (id, parent, name, path, kind, size, modifiedNs, etag, mode, owner, "group", state, onStore, listedAt,
-                                  changedNs, accessedNs, symlinkTarget)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                  changedNs, accessedNs, symlinkTarget, kindKnownFor)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """, arguments: [UUID().uuidString, Int64(bitPattern: parent), name, Catalog.join(parentRow["path"], name),
                                  kind.rawValue, size, modified.nanoseconds, etag?.value, mode.map { Int64($0) }, owner.map { Int64($0) },
-                                 group.map { Int64($0) }, state.rawValue, onStore, listedAt, modified.nanoseconds, modified.nanoseconds, symlinkTarget])
+                                 group.map { Int64($0) }, state.rawValue, onStore, listedAt, modified.nanoseconds, modified.nanoseconds, symlinkTarget,
+                                 etag?.value])
             return db.lastInsertedRowID
         }
         guard let item = try item(Inode(bitPattern: inode)) else { throw .io("catalog: created item vanished") }
@@ -230,15 +262,19 @@ public final class Catalog: Sendable {
     public func recordUpload(of inode: Inode, etag: ETag?, state: ItemState) throws(FSError) {
         try write { db in
             try db.execute(sql: """
-                UPDATE item SET etag = ?, onStore = 1, state = ?, uploadError = NULL WHERE inode = ?
-                """, arguments: [etag?.value, state.rawValue, Int64(bitPattern: inode)])
+                UPDATE item SET etag = ?, kindKnownFor = ?, onStore = 1, state = ?, uploadError = NULL WHERE inode = ?
+                """, arguments: [etag?.value, etag?.value, state.rawValue, Int64(bitPattern: inode)])
         }
     }
 
     /// The store's version of an item changed without a content change (attributes pushed).
     public func recordVersion(of inode: Inode, etag: ETag?) throws(FSError) {
         try write { db in
-            try db.execute(sql: "UPDATE item SET etag = COALESCE(?, etag) WHERE inode = ?", arguments: [etag?.value, Int64(bitPattern: inode)])
+            // Attributes do not change an item's kind: a kind known for the old version stays known.
+            try db.execute(sql: """
+                UPDATE item SET kindKnownFor = CASE WHEN kindKnownFor = etag THEN COALESCE(?, etag) ELSE kindKnownFor END,
+                    etag = COALESCE(?, etag) WHERE inode = ?
+                """, arguments: [etag?.value, etag?.value, Int64(bitPattern: inode)])
         }
     }
 

@@ -69,7 +69,10 @@ public actor DirectoryEnumerator {
                     entries.append(contentsOf: result.entries)
                     page = result.next
                 } while page != nil
-                try catalog.applyListing(of: directory.inode, entries: entries, listedAt: Date().timeIntervalSince1970)
+                let probe = SymlinkProbe(store: store, catalog: catalog, retry: retry, logger: logger)
+                let resolved = try await probe.resolve(entries, in: directory)
+                try catalog.applyListing(of: directory.inode, entries: resolved.entries, kindUnknown: resolved.unknown,
+                                         listedAt: Date().timeIntervalSince1970)
                 logger.debug("listed", metadata: ["path": "\(directory.path)", "entries": "\(entries.count)"])
             } catch let error as StoreError {
                 logger.warning("listing failed", metadata: ["path": "\(directory.path)", "error": "\(error)"])

@@ -223,7 +223,8 @@ public final class DocFileSystem: Sendable {
         return try self.item(inode)
     }
 
-    /// symlink: on stores that can represent links (a local directory); `EPERM` elsewhere.
+    /// symlink: on stores that can represent links (a local directory: a real link; S3: a link
+    /// object, as s3fs writes it); `EPERM` elsewhere.
     public func makeSymlink(in parent: Inode, name: String, target: String, owner: UInt32, group: UInt32) async throws(FSError) -> Item {
         let path = try await pathForNewEntry(named: name, in: parent)
         let entry = try await uploader.exclusively { () async throws(FSError) -> RemoteEntry in
@@ -236,7 +237,7 @@ public final class DocFileSystem: Sendable {
             }
         }
         return try catalog.createItem(in: parent, name: name, kind: .symlink, size: Int64(target.utf8.count), modified: Timestamp(seconds: entry.modified),
-                                      mode: nil, owner: owner, group: group, state: .placeholder, onStore: true, symlinkTarget: target)
+                                      etag: entry.etag, mode: nil, owner: owner, group: group, state: .placeholder, onStore: true, symlinkTarget: target)
     }
 
     // MARK: Namespace

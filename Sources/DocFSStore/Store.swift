@@ -77,12 +77,25 @@ public struct StoreCapabilities: Sendable, Equatable {
     public var canWrite: Bool
     public var canRename: Bool
     public var hasRangeReads: Bool
+    /// How the core learns that an entry is a symbolic link.
+    public var symlinkDiscovery: SymlinkDiscovery
 
-    public init(canWrite: Bool, canRename: Bool, hasRangeReads: Bool) {
+    public init(canWrite: Bool, canRename: Bool, hasRangeReads: Bool, symlinkDiscovery: SymlinkDiscovery = .inListings) {
         self.canWrite = canWrite
         self.canRename = canRename
         self.hasRangeReads = hasRangeReads
+        self.symlinkDiscovery = symlinkDiscovery
     }
+}
+
+/// Where a store shows that an entry is a symbolic link.
+public enum SymlinkDiscovery: Sendable, Equatable {
+    /// Listings give every entry its true kind (a local directory; a store without links).
+    case inListings
+    /// Listings show links as small files; only `stat` tells (S3, whose ListObjectsV2 carries
+    /// no metadata: a link is an object whose `x-amz-meta-mode` says S_IFLNK). A listed file of
+    /// 1 to `maximumTargetBytes` bytes may be a link.
+    case byStat(maximumTargetBytes: Int64)
 }
 
 /// A credential-free name for a store: its scheme and location, e.g. `webdav http://127.0.0.1:8080/docs`.

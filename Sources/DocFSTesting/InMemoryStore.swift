@@ -7,7 +7,7 @@ import Synchronization
 /// can be told to fail, stall or cut a download short, like a bad network would.
 public final class InMemoryStore: Store, Sendable {
     public let identity = StoreIdentity(kind: "memory", location: "test")
-    public let capabilities = StoreCapabilities(canWrite: true, canRename: true, hasRangeReads: true)
+    public let capabilities: StoreCapabilities
 
     private let state = Mutex(State())
 
@@ -23,6 +23,8 @@ public final class InMemoryStore: Store, Sendable {
         var content: [UInt8]
         var version: Int
         var modified: Double
+        /// Set for a symbolic link, whose content is its target (as on S3).
+        var isSymlink = false
     }
 
     private struct State {
@@ -30,6 +32,7 @@ public final class InMemoryStore: Store, Sendable {
         var directories: Set<StorePath> = [.root]
         var reads: [StorePath: Int] = [:]
         var lists: [StorePath: Int] = [:]
+        var stats = 0
         var readFaults: [ReadFault] = []
         var listFault: StoreError?
         var readGate: (@Sendable () async -> Void)?
@@ -38,7 +41,10 @@ public final class InMemoryStore: Store, Sendable {
         var log: [String] = []
     }
 
-    public init() {}
+    /// `.byStat` makes it list links as small files, as S3 does.
+    public init(symlinkDiscovery: SymlinkDiscovery = .inListings) {
+        capabilities = StoreCapabilities(canWrite: true, canRename: true, hasRangeReads: true, symlinkDiscovery: symlinkDiscovery)
+    }
 
     // MARK: Arranging
 
@@ -54,6 +60,15 @@ public final class InMemoryStore: Store, Sendable {
             state.files[path] = File(content: content, version: version, modified: modified)
         }
     }
+
+    /// A symbolic link made by another client of the store.
+    public func addSymlink(_ path: String, target: String) {
+        addFile(path, Array(target.utf8))
+        state.withLock { $0.files[try! StorePath(path)]?.isSymlink = true }
+    }
+
+    /// `stat` calls so far.
+    public var statCount: Int { state.withLock { $0.stats } }
 
     public func addDirectory(_ path: String) {
         let path = try! StorePath(path)
@@ -127,7 +142,9 @@ public final class InMemoryStore: Store, Sendable {
             }
             var entries: [RemoteEntry] = []
             for (path, file) in state.files where path.parent == directory {
-                entries.append(Self.entry(path, file))
+                var entry = Self.entry(path, file)
+                if file.isSymlink, capabilities.symlinkDiscovery != .inListings { entry.kind = .file }
+                entries.append(entry)
             }
             for path in state.directories where path.parent == directory {
                 entries.append(RemoteEntry(path: path, kind: .directory, size: 0, modified: 1_700_000_000))
@@ -138,6 +155,7 @@ public final class InMemoryStore: Store, Sendable {
 
     public func stat(_ path: StorePath) async throws(StoreError) -> RemoteEntry {
         try state.withLock { state throws(StoreError) -> RemoteEntry in
+            state.stats += 1
             if let file = state.files[path] { return Self.entry(path, file) }
             if state.directories.contains(path) { return RemoteEntry(path: path, kind: .directory, size: 0, modified: 0) }
             throw .notFound(path)
@@ -197,6 +215,16 @@ public final class InMemoryStore: Store, Sendable {
         }
     }
 
+    public func makeSymlink(_ path: StorePath, target: String) async throws(StoreError) -> RemoteEntry {
+        try state.withLock { state throws(StoreError) -> RemoteEntry in
+            if state.directories.contains(path) || state.files[path] != nil { throw .alreadyExists(path) }
+            let file = File(content: Array(target.utf8), version: 1, modified: Date().timeIntervalSince1970, isSymlink: true)
+            state.files[path] = file
+            state.log.append("SYMLINK \(path)")
+            return Self.entry(path, file)
+        }
+    }
+
     public func makeDirectory(_ path: StorePath) async throws(StoreError) -> RemoteEntry {
         try state.withLock { state throws(StoreError) -> RemoteEntry in
             if state.directories.contains(path) || state.files[path] != nil { throw .alreadyExists(path) }
@@ -245,7 +273,7 @@ public final class InMemoryStore: Store, Sendable {
     }
 
     private static func entry(_ path: StorePath, _ file: File) -> RemoteEntry {
-        RemoteEntry(path: path, kind: .file, size: Int64(file.content.count), modified: file.modified,
-                    etag: ETag("\"v\(file.version)\""))
+        RemoteEntry(path: path, kind: file.isSymlink ? .symlink(target: String(decoding: file.content, as: UTF8.self)) : .file,
+                    size: Int64(file.content.count), modified: file.modified, etag: ETag("\"v\(file.version)\""))
     }
 }

@@ -19,6 +19,9 @@ struct S3Options: ParsableArguments {
     @Option(help: "S3: multipart part size, e.g. 8M or 64M (files above it are uploaded in parallel parts).")
     var partSize: String?
 
+    @Flag(help: "S3: no symbolic links: small objects are not looked at one by one to find links (faster first listings of many small files); symlink() fails with EPERM.")
+    var noSymlinks = false
+
     /// The environment the store is built from, with these options applied over it.
     func applied(to environment: [String: String]) -> [String: String] {
         var environment = environment
@@ -27,6 +30,7 @@ struct S3Options: ParsableArguments {
         if pathStyle { environment["DOCFS_S3_PATH_STYLE"] = "1" }
         if noSignRequest { environment["DOCFS_S3_NO_SIGN"] = "1" }
         if let partSize { environment["DOCFS_S3_PART_SIZE"] = partSize }
+        if noSymlinks { environment["DOCFS_S3_SYMLINKS"] = "0" }
         return environment
     }
 }

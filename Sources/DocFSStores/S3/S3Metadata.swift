@@ -10,13 +10,21 @@ enum S3Metadata {
     static let modeHeader = "x-amz-meta-mode"
     static let mtimeHeader = "x-amz-meta-mtime"
 
+    /// The file type bits of `st_mode` that s3fs writes into `x-amz-meta-mode`.
+    enum FileType: UInt32 {
+        case regular = 0o100000
+        case directory = 0o040000
+        case symlink = 0o120000
+
+        static let mask: UInt32 = 0o170000
+    }
+
     /// The request headers that carry `attributes` on a PUT, a CreateMultipartUpload or a
     /// CopyObject with `x-amz-metadata-directive: REPLACE`.
-    static func headers(for attributes: StoreAttributes, isDirectory: Bool = false) -> [(name: String, value: String)] {
+    static func headers(for attributes: StoreAttributes, type: FileType = .regular) -> [(name: String, value: String)] {
         var headers: [(name: String, value: String)] = []
         if let mode = attributes.mode {
-            let type: UInt32 = isDirectory ? 0o040000 : 0o100000
-            headers.append((modeHeader, String(type | (mode & 0o7777))))
+            headers.append((modeHeader, String(type.rawValue | (mode & 0o7777))))
         }
         if let modified = attributes.modified {
             let parts = modified.parts
@@ -28,7 +36,16 @@ enum S3Metadata {
 
     /// Permission bits from a response's `x-amz-meta-mode`, if any.
     static func mode(in headers: HTTPHeaders) -> UInt32? {
-        headers.first(name: modeHeader).flatMap { UInt32($0.trimmingCharacters(in: .whitespaces)) }.map { $0 & 0o7777 }
+        fullMode(in: headers).map { $0 & 0o7777 }
+    }
+
+    /// The file type `x-amz-meta-mode` names, if it names one we know.
+    static func type(in headers: HTTPHeaders) -> FileType? {
+        fullMode(in: headers).flatMap { FileType(rawValue: $0 & FileType.mask) }
+    }
+
+    private static func fullMode(in headers: HTTPHeaders) -> UInt32? {
+        headers.first(name: modeHeader).flatMap { UInt32($0.trimmingCharacters(in: .whitespaces)) }
     }
 
     /// The modification time from `x-amz-meta-mtime`, if any (seconds, maybe with a fraction).

@@ -56,6 +56,9 @@ public final class S3Store: Store {
         public var partSize: Int
         /// Parts uploaded (and keys copied or deleted) at the same time.
         public var concurrency: Int
+        /// Symbolic links as s3fs writes them (see S3Store+Symlinks.swift). Finding links made
+        /// elsewhere costs a HEAD per small object on its first listing; off, none are made or found.
+        public var symlinks: Bool
 
         public static let defaultPartSize = 8 * 1024 * 1024
         public static let minimumPartSize = 5 * 1024 * 1024
@@ -63,7 +66,7 @@ public final class S3Store: Store {
 
         public init(bucket: String, prefix: String = "", region: String = "us-east-1", endpoint: String? = nil,
                     pathStyle: Bool? = nil, noSignRequest: Bool = false, credentials: S3Credentials? = nil,
-                    partSize: Int = Configuration.defaultPartSize, concurrency: Int = 4) {
+                    partSize: Int = Configuration.defaultPartSize, concurrency: Int = 4, symlinks: Bool = true) {
             self.bucket = bucket
             self.prefix = prefix
             self.region = region
@@ -73,13 +76,15 @@ public final class S3Store: Store {
             self.credentials = credentials
             self.partSize = partSize
             self.concurrency = concurrency
+            self.symlinks = symlinks
         }
 
         /// The configuration for `s3://bucket/prefix[?option=value…]`, with the options, the
         /// endpoint, the region and the credentials taken from the URL's query, else the
         /// environment (`AWS_ENDPOINT_URL`, `AWS_REGION`/`AWS_DEFAULT_REGION`, `DOCFS_S3_PATH_STYLE=1`,
-        /// `DOCFS_S3_NO_SIGN=1`, `DOCFS_S3_PART_SIZE`), else the AWS config files (`AWS_PROFILE`).
-        /// Query options: `endpoint`, `region`, `path-style`, `no-sign-request`, `part-size`.
+        /// `DOCFS_S3_NO_SIGN=1`, `DOCFS_S3_PART_SIZE`, `DOCFS_S3_SYMLINKS=0`), else the AWS config
+        /// files (`AWS_PROFILE`). Query options: `endpoint`, `region`, `path-style`, `no-sign-request`,
+        /// `part-size`, `symlinks`.
         public static func from(url: String, environment: [String: String], home: String? = nil) throws(StoreError) -> Configuration {
             guard url.lowercased().hasPrefix("s3://") else { throw .notSupported("not an s3:// URL") }
             var rest = Substring(url.dropFirst(5))
@@ -116,6 +121,7 @@ public final class S3Store: Store {
             configuration.endpoint = nonEmpty(options["endpoint"]) ?? profile.endpointURL
             configuration.pathStyle = flag(options["path-style"]) ?? flag(environment["DOCFS_S3_PATH_STYLE"])
             configuration.noSignRequest = noSign
+            configuration.symlinks = flag(options["symlinks"]) ?? flag(environment["DOCFS_S3_SYMLINKS"]) ?? true
             configuration.credentials = noSign ? nil : profile.credentials
             if let size = nonEmpty(options["part-size"]) ?? nonEmpty(environment["DOCFS_S3_PART_SIZE"]) {
                 guard let bytes = parseSize(size) else { throw .invalidName("part size \(size.debugDescription) is not a size (e.g. 8M, 16MiB, 10485760)") }
@@ -236,7 +242,9 @@ public final class S3Store: Store {
     }
 
     public var capabilities: StoreCapabilities {
-        StoreCapabilities(canWrite: true, canRename: true, hasRangeReads: true)
+        // With links off, listings are taken as they are: every object is a file.
+        StoreCapabilities(canWrite: true, canRename: true, hasRangeReads: true,
+                          symlinkDiscovery: configuration.symlinks ? .byStat(maximumTargetBytes: Self.maximumLinkTargetBytes) : .inListings)
     }
 
     // MARK: - Keys
@@ -365,22 +373,30 @@ public final class S3Store: Store {
         return (first != nil || !result.commonPrefixes.isEmpty, isMarker ? first?.lastModified : nil)
     }
 
-    /// HEAD of a key: the file entry, or nil for 404.
+    /// HEAD of a key: the file entry (or the link entry, see S3Store+Symlinks.swift), or nil for 404.
     func headObject(_ path: StorePath) async throws(StoreError) -> RemoteEntry? {
         let answer = try await send(Call(method: .HEAD, key: key(path)), path: path)
         switch answer.status {
         case 200:
-            return RemoteEntry(path: path, kind: .file,
-                               size: answer.headers.first(name: "Content-Length").flatMap { Int64($0) } ?? 0,
-                               modified: S3Metadata.modified(in: answer.headers)
-                                   ?? answer.headers.first(name: "Last-Modified").flatMap(WebDAVDate.parse) ?? 0,
-                               etag: answer.headers.first(name: "ETag").map(Self.normalizedETag),
-                               mode: S3Metadata.mode(in: answer.headers))
+            let entry = objectEntry(path, answer.headers)
+            if configuration.symlinks, S3Metadata.type(in: answer.headers) == .symlink, entry.size <= Self.maximumLinkTargetBytes {
+                return try await linkObject(path)
+            }
+            return entry
         case 404:
             return nil
         default:
             throw error(answer, method: "HEAD", path: path)
         }
+    }
+
+    /// The file entry that an object's HEAD or GET headers describe.
+    func objectEntry(_ path: StorePath, _ headers: HTTPHeaders) -> RemoteEntry {
+        RemoteEntry(path: path, kind: .file,
+                    size: headers.first(name: "Content-Length").flatMap { Int64($0) } ?? 0,
+                    modified: S3Metadata.modified(in: headers) ?? headers.first(name: "Last-Modified").flatMap(WebDAVDate.parse) ?? 0,
+                    etag: headers.first(name: "ETag").map(Self.normalizedETag),
+                    mode: S3Metadata.mode(in: headers))
     }
 
     /// `string` without its first `prefix.utf8.count` bytes (compared byte-wise by the caller:
@@ -651,7 +667,8 @@ public final class S3Store: Store {
         let size = head.headers.first(name: "Content-Length").flatMap { Int64($0) } ?? 0
         guard size <= Int64(Configuration.maximumPartSize) else { return false }
         var metadata = S3Metadata.userMetadata(in: head.headers)
-        let replaced = S3Metadata.headers(for: attributes)
+        // A link stays a link (s3fs's mode carries the type).
+        let replaced = S3Metadata.headers(for: attributes, type: S3Metadata.type(in: head.headers) ?? .regular)
         metadata.removeAll { old in replaced.contains { $0.name == old.name } }
         var call = Call(method: .PUT, key: key(path))
         call.headers.append(("x-amz-copy-source", copySource(key(path))))

@@ -1,0 +1,86 @@
+import DocFSCore
+import DocFSStore
+import DocFSTesting
+import Foundation
+import Testing
+
+/// On a store whose listings show links as small files (S3), the catalog still shows links as
+/// links: it asks `stat` about small files once per version, and never relisting turns a
+/// link into a file.
+@Suite("Links on stores whose listings cannot show them")
+struct SymlinkDiscoveryTests {
+    static func linkHidingStore() -> InMemoryStore {
+        InMemoryStore(symlinkDiscovery: .byStat(maximumTargetBytes: 4095))
+    }
+
+    @Test func aLinkMadeElsewhereIsFoundWithOneStatPerSmallFile() async throws {
+        let fixture = try CoreFixture(store: Self.linkHidingStore())
+        fixture.store.addSymlink("link", target: "docs/a.txt")
+        fixture.store.addFile("small", [1, 2, 3])
+        fixture.store.addFile("empty", [])
+        fixture.store.addFile("large", [UInt8](repeating: 7, count: 4096))
+        fixture.store.addDirectory("docs")
+
+        let children = try await fixture.fs.children(of: Item.rootInode)
+        let link = try #require(children.first { $0.name == "link" })
+        #expect(link.kind == .symlink)
+        #expect(link.symlinkTarget == "docs/a.txt")
+        #expect(children.first { $0.name == "small" }?.kind == .file)
+        // Only the two files that could be links were asked about: not the empty one, not the
+        // one larger than any target, not the directory.
+        #expect(fixture.store.statCount == 2)
+    }
+
+    @Test func anUnchangedVersionIsNotAskedAboutAgain() async throws {
+        let store = Self.linkHidingStore()
+        store.addSymlink("link", target: "elsewhere")
+        store.addFile("small", [1])
+        let fixture = try CoreFixture(store: store)
+        let root = try fixture.fs.item(Item.rootInode)
+        try await fixture.fs.enumerator.refresh(root)
+        #expect(store.statCount == 2)
+
+        try await fixture.fs.enumerator.refresh(root)
+        // A remount reads the same catalog: still nothing to ask.
+        let remounted = try CoreFixture(store: store, reuse: fixture.directory)
+        try await remounted.fs.enumerator.refresh(root)
+        #expect(store.statCount == 2)
+        #expect(try await remounted.lookup("link").kind == .symlink)
+    }
+
+    @Test func aLinkMadeHereStaysALinkWhenListedAgain() async throws {
+        let fixture = try CoreFixture.writable(store: Self.linkHidingStore())
+        let made = try await fixture.fs.makeSymlink(in: Item.rootInode, name: "here", target: "../there", owner: 0, group: 0)
+        #expect(fixture.store.mutations == ["SYMLINK /here"])
+
+        try await fixture.fs.enumerator.refresh(try fixture.fs.item(Item.rootInode))
+        let listed = try await fixture.lookup("here")
+        #expect(listed.inode == made.inode)
+        #expect(listed.kind == .symlink)
+        #expect(listed.symlinkTarget == "../there")
+        #expect(fixture.store.statCount == 0)
+    }
+
+    @Test func aLinkReplacedByAFileOnTheStoreBecomesAFile() async throws {
+        let fixture = try CoreFixture(store: Self.linkHidingStore())
+        fixture.store.addSymlink("name", target: "target")
+        let root = try fixture.fs.item(Item.rootInode)
+        try await fixture.fs.enumerator.refresh(root)
+        #expect(try await fixture.lookup("name").kind == .symlink)
+
+        fixture.store.addFile("name", Array("a file now".utf8))
+        try await fixture.fs.enumerator.refresh(root)
+        let item = try await fixture.lookup("name")
+        #expect(item.kind == .file)
+        #expect(item.size == 10)
+    }
+
+    @Test func aStoreThatListsLinksIsNeverAsked() async throws {
+        let fixture = try CoreFixture()
+        fixture.store.addSymlink("link", target: "x")
+        fixture.store.addFile("small", [1])
+        let children = try await fixture.fs.children(of: Item.rootInode)
+        #expect(children.first { $0.name == "link" }?.kind == .symlink)
+        #expect(fixture.store.statCount == 0)
+    }
+}
