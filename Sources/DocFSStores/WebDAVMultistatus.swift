@@ -19,6 +19,11 @@ struct WebDAVResponse: Sendable, Equatable {
     var etag: String?
     /// A response-level `<D:status>` (set for errors such as 404 on one member), as its code.
     var status: Int?
+    /// docfs's dead properties (WebDAVDeadProperties.swift), where the server keeps them.
+    var posix = PosixProperties()
+    /// The status of each `propstat` block, in order (a PROPPATCH answer says per property
+    /// whether it was kept).
+    var propstatStatuses: [Int] = []
 
     init(href: String, isCollection: Bool = false, contentLength: Int64? = nil, lastModified: String? = nil,
                 etag: String? = nil, status: Int? = nil) {
@@ -192,6 +197,7 @@ private final class MultistatusParser: NSObject, XMLParserDelegate {
     private var propstatModified: String?
     private var propstatETag: String?
     private var propstatStatus: Int?
+    private var propstatPosix = PosixProperties()
     private var inProp = false
     private var inResourceType = false
     private var text = ""
@@ -201,6 +207,7 @@ private final class MultistatusParser: NSObject, XMLParserDelegate {
         depth += 1
         text = ""
         guard namespaceURI == Self.dav else { return }
+        if elementName == "propstat" { propstatPosix = PosixProperties() }
         switch elementName {
         case "multistatus": sawMultistatus = true
         case "response": current = WebDAVResponse(href: "")
@@ -229,8 +236,12 @@ private final class MultistatusParser: NSObject, XMLParserDelegate {
     func parser(_ parser: XMLParser, didEndElement elementName: String, namespaceURI: String?, qualifiedName: String?) {
         depth -= 1
         defer { text = "" }
-        guard namespaceURI == Self.dav else { return }
         let value = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        if namespaceURI == PosixProperties.namespace {
+            if inProp { propstatPosix.set(elementName, to: value) }
+            return
+        }
+        guard namespaceURI == Self.dav else { return }
         switch elementName {
         case "href":
             if current != nil, !inPropstat { current?.href = value }
@@ -245,12 +256,14 @@ private final class MultistatusParser: NSObject, XMLParserDelegate {
         case "prop": inProp = false
         case "propstat":
             inPropstat = false
+            if let status = propstatStatus { current?.propstatStatuses.append(status) }
             // Only properties the server reports as found (2xx) count.
             if let status = propstatStatus, (200..<300).contains(status) {
                 if propstatIsCollection { current?.isCollection = true }
                 if let propstatLength { current?.contentLength = propstatLength }
                 if let propstatModified { current?.lastModified = propstatModified }
                 if let propstatETag { current?.etag = propstatETag }
+                current?.posix.merge(propstatPosix)
             }
         case "response":
             if let current, !current.href.isEmpty { responses.append(current) }

@@ -16,6 +16,7 @@ import Foundation
 import Logging
 import NIOCore
 import NIOHTTP1
+import Synchronization
 
 public final class WebDAVStore: Store {
     public let identity: StoreIdentity
@@ -25,6 +26,8 @@ public final class WebDAVStore: Store {
     let baseComponents: [String]
     let transport: HTTPTransport
     let logger: Logger
+    /// Set once the server refused docfs's dead properties (WebDAVDeadProperties.swift).
+    let deadPropertiesRefused = Atomic<Bool>(false)
 
     /// Deadline of a metadata call (PROPFIND, MKCOL, DELETE, MOVE, HEAD), body included.
     static let metadataTimeout: TimeAmount = .seconds(30)
@@ -37,7 +40,7 @@ public final class WebDAVStore: Store {
 
     static let propfindBody = """
         <?xml version="1.0" encoding="utf-8"?>
-        <D:propfind xmlns:D="DAV:"><D:prop><D:resourcetype/><D:getcontentlength/><D:getlastmodified/><D:getetag/></D:prop></D:propfind>
+        <D:propfind xmlns:D="DAV:" xmlns:P="\(PosixProperties.namespace)"><D:prop><D:resourcetype/><D:getcontentlength/><D:getlastmodified/><D:getetag/>\(PosixProperties.propfindNames)</D:prop></D:propfind>
         """
 
     /// - Parameters:
@@ -143,11 +146,12 @@ public final class WebDAVStore: Store {
     }
 
     func entry(_ path: StorePath, _ response: WebDAVResponse) -> RemoteEntry {
-        RemoteEntry(path: path,
-                    kind: response.isCollection ? .directory : .file,
-                    size: response.isCollection ? 0 : max(0, response.contentLength ?? 0),
-                    modified: response.lastModified.flatMap(WebDAVDate.parse) ?? 0,
-                    etag: response.etag.map(Self.normalizedETag))
+        let etag = response.etag.map(Self.normalizedETag)
+        return RemoteEntry(path: path,
+                           kind: response.isCollection ? .directory : .file,
+                           size: response.isCollection ? 0 : max(0, response.contentLength ?? 0),
+                           modified: response.posix.modified(forVersion: etag) ?? response.lastModified.flatMap(WebDAVDate.parse) ?? 0,
+                           etag: etag, mode: response.posix.mode)
     }
 
     /// ETags as `"…"` (or `W/"…"`): some servers send them unquoted in PROPFIND and quoted in headers.

@@ -320,6 +320,44 @@ struct S3StoreTests {
         }
     }
 
+    @Test("symlinks: written and read as s3fs does, kept by setAttributes and move")
+    func symlinks() async throws {
+        try await withS3Store { store, server in
+            let made = try await store.makeSymlink(path("link"), target: "dir/target file")
+            #expect(made.kind == .symlink(target: "dir/target file"))
+            let head = try server.python("""
+                o = s3.get_object(Bucket=B, Key="link")
+                print(o["Metadata"]["mode"], o["Body"].read().decode())
+                """, bucket: "docfs-test")
+            #expect(head.trimmingCharacters(in: .whitespacesAndNewlines) == "\(0o120777) dir/target file", "s3fs's layout: \(head)")
+            #expect(try await store.stat(path("link")).kind == .symlink(target: "dir/target file"))
+            // A listing cannot tell: the link is a small file there, and the store says so.
+            #expect(try await listAll(store, .root).map(\.kind) == [.file])
+            #expect(store.capabilities.symlinkDiscovery == .byStat(maximumTargetBytes: 4095))
+            await expectStoreError(.alreadyExists(path("link"))) { () throws(StoreError) in
+                try await store.makeSymlink(path("link"), target: "other")
+            }
+            await expectStoreError(.notFound(path("missing"))) { () throws(StoreError) in
+                try await store.makeSymlink(path("missing/link"), target: "x")
+            }
+
+            // A link s3fs made; an object marked as a link but too large to be one.
+            try server.python("""
+                s3.put_object(Bucket=B, Key="s3fs-link", Body=b"../up", Metadata={"mode": str(0o120777)})
+                s3.put_object(Bucket=B, Key="not-a-link", Body=b"x" * 5000, Metadata={"mode": str(0o120777)})
+                """, bucket: "docfs-test")
+            #expect(try await store.stat(path("s3fs-link")).kind == .symlink(target: "../up"))
+            #expect(try await store.stat(path("not-a-link")).kind == .file)
+
+            #expect(try await store.setAttributes(path("link"), StoreAttributes(modified: Timestamp(seconds: 1_600_000_000))))
+            #expect(try await store.stat(path("link")).kind == .symlink(target: "dir/target file"))
+            _ = try await store.move(path("link"), to: path("moved link"), replace: false)
+            let moved = try await store.stat(path("moved link"))
+            #expect(moved.kind == .symlink(target: "dir/target file"))
+            #expect(moved.modified == 1_600_000_000)
+        }
+    }
+
     @Test("move: files with and without replace, directories recursively")
     func move() async throws {
         try await withS3Store { store, server in

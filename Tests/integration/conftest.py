@@ -129,6 +129,14 @@ class XDG:
     def cache_root(self) -> Path:
         return self.cache_home / "docfs"
 
+    def another_machine(self, name: str) -> None:
+        """From now on, new state and cache directories: a machine with no catalog of any store."""
+        self.state_home = self.base / f"{name}-state"
+        self.cache_home = self.base / f"{name}-cache"
+        self.state_home.mkdir(parents=True)
+        self.cache_home.mkdir(parents=True)
+        self.env.update(XDG_STATE_HOME=str(self.state_home), XDG_CACHE_HOME=str(self.cache_home))
+
     def cache_files(self) -> list[str]:
         """Regular files in the cache dir's mount-key subdirectories: local copies."""
         files = []
@@ -283,6 +291,61 @@ class RcloneServer(Server):
         return super().diagnostics() + f"\nlog:\n{log[-3000:]}"
 
 
+class WsgidavServer(Server):
+    """WsgiDAV (`pip install wsgidav cheroot`), a third-party WebDAV server that can keep dead
+    properties: with `keep_properties` it runs its in-memory property manager, without it it
+    refuses every PROPPATCH property with 403, as rclone does.
+
+    With `verbose: 3` it logs one line per request once answered, e.g.
+        13:06:23.085 - INFO    : 127.0.0.1 - (anonymous) - [2026-11-23 13:06:23] "PROPPATCH /a.txt" length=153, depth=0, elap=0.001sec -> 207 Multi-Status
+    """
+    kind = "wsgidav"
+    LINE = re.compile(r'"([A-Z]+) (/.*?)" .*-> (\d+)')
+    keep_properties = True
+
+    def start(self):
+        import json
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        config = {
+            "host": "127.0.0.1", "port": self.port, "server": "cheroot", "verbose": 3,
+            "provider_mapping": {"/": str(self.root)},
+            "property_manager": True if self.keep_properties else None,
+            "http_authenticator": {"domain_controller": None, "accept_basic": True, "accept_digest": False,
+                                   "default_to_digest": False},
+            "simple_dc": {"user_mapping": {"*": True}},
+        }
+        (self.workdir / "wsgidav.json").write_text(json.dumps(config))
+        self._spawn(["wsgidav", "-c", str(self.workdir / "wsgidav.json")])
+
+        def listening():
+            if not self.alive():
+                raise AssertionError(f"wsgidav exited {self.proc.returncode}\n{self.diagnostics()}")
+            return port_open(self.port)
+
+        try:
+            wait_until(listening, 30, f"wsgidav to listen on {self.url}")
+        except AssertionError as error:
+            self.stop()
+            raise AssertionError(f"{error}\n{self.diagnostics()}") from None
+        return self
+
+    def requests(self) -> list[Request]:
+        out = []
+        for path in (self.out_path, self.err_path):
+            if path.exists():
+                for line in path.read_text(errors="replace").splitlines():
+                    m = self.LINE.search(line)
+                    if m:
+                        out.append(Request(m.group(1), normalize_path(m.group(2), decode=True), int(m.group(3)), None))
+        return out
+
+
+class WsgidavServerWithoutProperties(WsgidavServer):
+    kind = "wsgidav-without-properties"
+    keep_properties = False
+
+
 def _server_factory(cls, tmp_path):
     servers: list[Server] = []
 
@@ -310,6 +373,16 @@ def rclone_serve(tmp_path):
     start, servers = _server_factory(RcloneServer, tmp_path)
     yield start
     for s in servers:
+        s.stop()
+
+
+@pytest.fixture
+def wsgidav_serve(tmp_path):
+    """wsgidav_serve(tree, keep_properties=True) -> a running WsgiDAV over the tree."""
+    keeping, keeping_servers = _server_factory(WsgidavServer, tmp_path)
+    refusing, refusing_servers = _server_factory(WsgidavServerWithoutProperties, tmp_path)
+    yield lambda tree, keep_properties=True: (keeping if keep_properties else refusing)(tree)
+    for s in keeping_servers + refusing_servers:
         s.stop()
 
 

@@ -20,14 +20,6 @@ def metadata(s3, key: str) -> dict:
     return head["Metadata"] if head else {}
 
 
-def fresh_catalog(xdg, name: str):
-    """Another machine: new state and cache directories, so no catalog of this bucket."""
-    for variable, folder in (("XDG_STATE_HOME", "state"), ("XDG_CACHE_HOME", "cache")):
-        path = xdg.base / f"{name}-{folder}"
-        path.mkdir(parents=True)
-        xdg.env[variable] = str(path)
-
-
 def test_s3_new_file_uploads_its_mode_and_mtime_with_the_content(s3, s3_mount):
     m = s3_mount()
     fd = os.open(m / "new.txt", os.O_CREAT | os.O_WRONLY, 0o644)
@@ -54,7 +46,7 @@ def test_s3_chmod_and_touch_reach_the_bucket_and_another_machine(s3, s3_mount, x
     assert m.unmount().returncode == 0
 
     # Another machine: a fresh catalog. The listing has no metadata; an open brings it.
-    fresh_catalog(xdg, "other-machine")
+    xdg.another_machine("other-machine")
     m2 = s3_mount()
     with open(m2 / "old.txt", "rb") as f:
         assert f.read() == b"x" * 10

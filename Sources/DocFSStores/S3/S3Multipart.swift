@@ -110,7 +110,7 @@ extension S3Store {
                                          condition: WriteCondition) async throws(StoreError) -> ETag {
         var xml = "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
         for (number, etag) in parts {
-            xml += "<Part><PartNumber>\(number)</PartNumber><ETag>\(Self.xmlEscaped(etag))</ETag></Part>"
+            xml += "<Part><PartNumber>\(number)</PartNumber><ETag>\(XMLText.escaped(etag))</ETag></Part>"
         }
         xml += "</CompleteMultipartUpload>"
         let body = Data(xml.utf8)
@@ -170,11 +170,6 @@ extension S3Store {
             await abortInBackground(targetKey, uploadId: uploadId, path: path)
             throw error
         }
-    }
-
-    static func xmlEscaped(_ text: String) -> String {
-        text.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;")
-            .replacingOccurrences(of: ">", with: "&gt;").replacingOccurrences(of: "\"", with: "&quot;")
     }
 }
 

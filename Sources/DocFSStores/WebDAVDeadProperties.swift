@@ -1,0 +1,110 @@
+// POSIX attributes as WebDAV dead properties (RFC 4918 §4, PROPPATCH §9.2), on servers that keep
+// them (wsgidav with a property manager, Apache mod_dav, …). Servers that do not (rclone's, `docfs
+// serve`) refuse each property with 403; the first refusal is remembered for the store's life, so
+// such a server sees one PROPPATCH per mount, and docfs keeps the attributes in its catalog only.
+//
+// The properties, in the namespace `urn:x-docfs:posix`:
+// - `mode`: the permission bits, in octal (`644`).
+// - `mtime`: the modification time, seconds since 1970 with a fraction; and `mtime-of`: the ETag
+//   of the content it was set for. Dead properties outlive a PUT by another client, whose new
+//   content has a new time of its own: `mtime` is believed only while the ETag is the same.
+
+import AsyncHTTPClient
+import DocFSStore
+import Foundation
+import NIOCore
+
+/// docfs's dead properties of one resource, as a PROPFIND reported them.
+struct PosixProperties: Sendable, Equatable {
+    static let namespace = "urn:x-docfs:posix"
+    /// The `<D:prop>` children that ask for them in a PROPFIND (with `xmlns:P` declared).
+    static let propfindNames = "<P:mode/><P:mtime/><P:mtime-of/>"
+
+    var mode: UInt32?
+    var modified: Double?
+    var modifiedOf: String?
+
+    /// Takes one property's text; values that do not parse are ignored.
+    mutating func set(_ name: String, to value: String) {
+        switch name {
+        case "mode": mode = UInt32(value, radix: 8).map { $0 & 0o7777 }
+        case "mtime": modified = Double(value).flatMap { $0.isFinite ? $0 : nil }
+        case "mtime-of": modifiedOf = value.isEmpty ? nil : value
+        default: break
+        }
+    }
+
+    mutating func merge(_ other: PosixProperties) {
+        mode = other.mode ?? mode
+        modified = other.modified ?? modified
+        modifiedOf = other.modifiedOf ?? modifiedOf
+    }
+
+    /// The modification time set through docfs, if it was set for content version `etag`.
+    func modified(forVersion etag: ETag?) -> Double? {
+        guard let modified, let modifiedOf, let etag else { return nil }
+        return WebDAVStore.sameVersion(WebDAVStore.normalizedETag(modifiedOf), etag) ? modified : nil
+    }
+
+    /// A PROPPATCH body that sets `attributes` (the time for content version `version`).
+    static func proppatchBody(_ attributes: StoreAttributes, version: ETag?) -> String {
+        var props = ""
+        if let mode = attributes.mode { props += "<P:mode>" + String(mode & 0o7777, radix: 8) + "</P:mode>" }
+        if let modified = attributes.modified, let version {
+            let parts = modified.parts
+            let seconds = parts.nanoseconds == 0 ? String(parts.seconds)
+                : String(parts.seconds) + "." + String(String(parts.nanoseconds + 1_000_000_000).dropFirst())
+            props += "<P:mtime>" + seconds + "</P:mtime><P:mtime-of>" + XMLText.escaped(version.value) + "</P:mtime-of>"
+        }
+        return """
+            <?xml version="1.0" encoding="utf-8"?>
+            <D:propertyupdate xmlns:D="DAV:" xmlns:P="\(namespace)"><D:set><D:prop>\(props)</D:prop></D:set></D:propertyupdate>
+            """
+    }
+}
+
+extension WebDAVStore {
+    /// Mode and mtime as dead properties, where the server keeps them; false (the caller keeps
+    /// them locally) where it does not.
+    public func setAttributes(_ path: StorePath, _ attributes: StoreAttributes) async throws(StoreError) -> Bool {
+        guard !attributes.isEmpty, !path.isRoot, !deadPropertiesRefused.load(ordering: .relaxed) else { return false }
+        let current = try await stat(path)
+        return try await proppatch(path, attributes, version: current.etag, collection: current.kind == .directory)
+    }
+
+    /// A PUT, then the attributes as dead properties, for the version the PUT made.
+    public func write(_ path: StorePath, fromLocalFile localFile: String, condition: WriteCondition,
+                      attributes: StoreAttributes) async throws(StoreError) -> RemoteEntry {
+        let written = try await write(path, fromLocalFile: localFile, condition: condition)
+        guard !attributes.isEmpty, !deadPropertiesRefused.load(ordering: .relaxed),
+              try await proppatch(path, attributes, version: written.etag, collection: false) else { return written }
+        // What the server reports now: its version, should a PROPPATCH have changed it, and the
+        // time and mode as they will be read back.
+        return try await stat(path)
+    }
+
+    /// One PROPPATCH. True when the server kept every property; false (and remembered) when it
+    /// refused them.
+    private func proppatch(_ path: StorePath, _ attributes: StoreAttributes, version: ETag?, collection: Bool) async throws(StoreError) -> Bool {
+        let body = PosixProperties.proppatchBody(attributes, version: version)
+        let answer = try await transport.metadata(.PROPPATCH, url: url(path, collection: collection), path: path,
+                                                  headers: ["Content-Type": "application/xml; charset=utf-8"],
+                                                  body: .bytes(ByteBuffer(string: body)), timeout: Self.metadataTimeout)
+        switch answer.status {
+        case 207:
+            let statuses = try WebDAVMultistatus.parse(answer.body).flatMap(\.propstatStatuses)
+            if !statuses.isEmpty, statuses.allSatisfy({ (200..<300).contains($0) }) { return true }
+            if statuses.contains(where: { [401, 423].contains($0) }) { throw answer.error(method: "PROPPATCH", path: path) }
+        case 200, 204:
+            return true
+        case 403, 405, 409, 501:
+            break
+        default:
+            throw answer.error(method: "PROPPATCH", path: path)
+        }
+        if !deadPropertiesRefused.exchange(true, ordering: .relaxed) {
+            logger.info("the server keeps no dead properties: modes and times stay in docfs's catalog", metadata: ["path": "\(path)"])
+        }
+        return false
+    }
+}
