@@ -214,11 +214,13 @@ public final class DocFileSystem: Sendable {
         }
         try catalog.setAttributes(of: inode, mode: changes.mode.map { $0 & 0o7777 }, owner: changes.owner, group: changes.group,
                                   modified: changes.modified, accessed: changes.accessed, changed: now)
-        // Where the store can carry them too (a local directory), it gets them; a file not
-        // uploaded yet gets them after its upload.
-        if !item.hasUnsyncedChanges {
+        // Where the store can carry them too, it gets them; a file not uploaded yet gets them
+        // with its upload, or just after it (the state is read after the catalog was written,
+        // so an upload finishing meanwhile is seen: see Uploader.pushAttributesChangedDuringUpload).
+        let current = try self.item(inode)
+        if !current.hasUnsyncedChanges {
             let carried = StoreAttributes(mode: changes.mode.map { $0 & 0o7777 }, modified: changes.modified, accessed: changes.accessed)
-            await AttributeSync.push(carried, of: item, to: store, catalog: catalog, logger: logger)
+            await AttributeSync.push(carried, of: current, to: store, catalog: catalog, logger: logger)
         }
         return try self.item(inode)
     }

@@ -168,6 +168,7 @@ public actor Uploader {
             try catalog.recordUpload(of: inode, etag: entry.etag, state: .local)
             if await provider.uploadFinished(item, generation: generation) {
                 logger.info("uploaded", metadata: ["path": "\(item.path)", "bytes": "\(entry.size)"])
+                await pushAttributesChangedDuringUpload(of: item)
             } else {
                 // Written to again while uploading: the newer content goes next.
                 try catalog.setState(of: inode, to: .modified)
@@ -186,6 +187,13 @@ public actor Uploader {
         } catch {
             return await failed(item, .io("\(error)"))
         }
+    }
+
+    /// A chmod or utimensat while the upload was on its way changed the catalog only (the item
+    /// was not on the store in its new form yet): the store gets them now.
+    private func pushAttributesChangedDuringUpload(of uploaded: Item) async {
+        guard let now = try? catalog.item(uploaded.inode), now.mode != uploaded.mode || now.modified != uploaded.modified else { return }
+        await AttributeSync.push(StoreAttributes(mode: now.mode, modified: now.modified), of: now, to: store, catalog: catalog, logger: logger)
     }
 
     private func failed(_ item: Item, _ error: FSError) async -> Outcome {
