@@ -178,19 +178,44 @@ struct MountCommand: AsyncParsableCommand {
         } catch {
             logger.error("cannot resume pending uploads", metadata: ["error": "\(error)"])
         }
+        let recoveryCleanup = Task { [filesystem, catalog, logger] in
+            await Self.removeRecoveryFoldersOnceSynced(stateDirectory: layout.stateDirectory, filesystem: filesystem,
+                                                       catalog: catalog, logger: logger)
+        }
         let result = await mount.run()
         logger.info("unmounted, finishing uploads and evicting local copies", metadata: ["loop": "\(result)"])
         await filesystem.shutdown()
         mount.finish()
+        recoveryCleanup.cancel()
         let unsynced = (try? catalog.items(in: [.modified, .uploading])) ?? []
         layout.clearCache(keeping: Set(unsynced.map(\.id)))
         if !unsynced.isEmpty {
-            logger.warning("unsynced changes kept for the next mount", metadata: ["count": "\(unsynced.count)", "folder": "\(layout.cacheDirectory)"])
+            let folder = try? RecoveryFolder.keep(unsynced, cacheDirectory: layout.cacheDirectory, stateDirectory: layout.stateDirectory)
+            logger.warning("unsynced changes kept for the next mount",
+                           metadata: ["count": "\(unsynced.count)", "recovery folder": "\(folder ?? layout.cacheDirectory)"])
         }
         MountRegistry.remove(path, environment: environmentForRegistry)
         signals.cancel()
         await StoreLocator.shutdownIfNeeded(store)
         logger.info("stopped")
+    }
+}
+
+extension MountCommand {
+    /// An earlier mount's recovery folders hold copies of changes the journal uploads now: once
+    /// nothing is pending, every one of them is on the store, and the folders go.
+    static func removeRecoveryFoldersOnceSynced(stateDirectory: String, filesystem: DocFileSystem, catalog: Catalog, logger: Logger) async {
+        guard !RecoveryFolder.folders(stateDirectory: stateDirectory).isEmpty else { return }
+        while !Task.isCancelled {
+            await filesystem.uploader.waitUntilIdle()
+            if Task.isCancelled { return }
+            if let pending = try? catalog.items(in: [.modified, .uploading]), pending.isEmpty {
+                RecoveryFolder.removeAll(stateDirectory: stateDirectory)
+                logger.info("every kept change is on the store: recovery folders removed")
+                return
+            }
+            try? await Task.sleep(for: .seconds(1))
+        }
     }
 }
 

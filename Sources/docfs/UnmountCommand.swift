@@ -11,8 +11,8 @@ struct UnmountCommand: AsyncParsableCommand {
         discussion: """
             First waits until every change has reached the store (and says which files it is \
             waiting for). If the store cannot be reached, refuses unless --force: then the \
-            unsynced files are kept in the mount's cache folder (named in the message) and \
-            the next mount of the same store uploads them. Also cleans up a stale mount left \
+            unsynced files are kept under their names in a recovery folder (named in the \
+            message), and the next mount of the same store uploads them, then removes it. Also cleans up a stale mount left \
             by a daemon that was killed.
 
             Examples:
@@ -101,8 +101,8 @@ struct UnmountCommand: AsyncParsableCommand {
             if !unreachable.isEmpty && Date().timeIntervalSince(started) > 5 {
                 fail("""
                     the store cannot be reached (\(unreachable[0].uploadError ?? "")); \(pending.count) file(s) not uploaded yet. \
-                    Not unmounting. Use 'docfs unmount --force \(mountpoint)' to unmount anyway: the files are kept in \
-                    \(record.cacheDirectory) and the next mount uploads them.
+                    Not unmounting. Use 'docfs unmount --force \(mountpoint)' to unmount anyway: the files are kept in a \
+                    recovery folder under \(RecoveryFolder.root(stateDirectory: record.stateDirectory)) and the next mount uploads them.
                     """)
             }
             if Date().timeIntervalSince(started) > timeout {
@@ -123,18 +123,26 @@ struct UnmountCommand: AsyncParsableCommand {
     }
 
     /// Removes clean local copies a killed daemon left behind; copies with unsynced changes
-    /// stay for the next mount, and the user is told where they are.
+    /// stay for the next mount, and are kept under their names in a recovery folder the user
+    /// is told of.
     private func cleanUp(_ record: MountRecord, environment: [String: String]) {
-        var keep = Set<String>()
-        if let catalog = try? Catalog(path: record.stateDirectory + "/catalog.sqlite"),
-           let pending = try? catalog.items(in: [.modified, .uploading]) {
-            keep = Set(pending.map(\.id))
+        var pending: [Item] = []
+        if let catalog = try? Catalog(path: record.stateDirectory + "/catalog.sqlite") {
+            pending = (try? catalog.items(in: [.modified, .uploading])) ?? []
         }
+        let keep = Set(pending.map(\.id))
         if let names = try? FileManager.default.contentsOfDirectory(atPath: record.cacheDirectory) {
             for name in names where !keep.contains(name) { unlink(record.cacheDirectory + "/" + name) }
         }
-        if !keep.isEmpty {
-            printError("docfs: \(keep.count) file(s) with changes not on the store yet are kept in \(record.cacheDirectory); the next mount of \(record.store) uploads them")
+        if !pending.isEmpty {
+            do throws(FSError) {
+                let folder = try RecoveryFolder.keep(pending, cacheDirectory: record.cacheDirectory, stateDirectory: record.stateDirectory)
+                printError("docfs: \(pending.count) file(s) with changes not on the store yet are kept in \(folder ?? record.cacheDirectory) "
+                    + "(under their names); the next mount of \(record.store) uploads them, then removes that folder")
+            } catch {
+                printError("docfs: \(pending.count) file(s) with changes not on the store yet are kept in \(record.cacheDirectory) "
+                    + "(the recovery folder could not be made: \(error)); the next mount of \(record.store) uploads them")
+            }
         }
         MountRegistry.remove(record.mountpoint, environment: environment)
     }

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -213,10 +214,16 @@ def test_unmount_refuses_when_store_unreachable_then_force_keeps_files(store_ser
     kept = [p for p in m.xdg.cache_files() if open(p, "rb").read() == data]
     assert kept, f"--force dropped the unsynced file: cache holds {m.xdg.cache_files()}"
     assert not (store / "unsynced.bin").exists()
+    # The message names a recovery folder that holds the file under its own name.
+    named = re.search(r"kept in (/.*?) \(under their names\)", result.stderr)
+    assert named, f"no recovery folder named: {result.stderr!r}"
+    recovery = Path(named.group(1))
+    assert (recovery / "unsynced.bin").read_bytes() == data
 
     restart_server(server)
     m2 = mount(server.url)
     wait_server_bytes(server, "unsynced.bin", data, timeout=60, what="(uploaded by the next mount)")
     assert (m2 / "unsynced.bin").read_bytes() == data
+    wait_until(lambda: not recovery.exists(), 15, "the next mount to remove the recovery folder once the file is on the store")
     result = m2.unmount()
     assert result.returncode == 0, result.stderr
