@@ -1,7 +1,7 @@
 # docfs: build, run and test.
 #   make run    install what is missing, build release, serve a demo store and mount it on Mount/
 #   make test   install what is missing, build, unit tests, then integration tests through /dev/fuse
-#   make bench  docfs against rclone mount on the same server (release build), medians and ratios
+#   make bench  docfs against rclone mount (WebDAV) and rclone mount and s3fs (S3) on the same server (release build), medians and ratios
 
 SWIFT  ?= swift
 PYTHON ?= python3
@@ -35,6 +35,7 @@ integration-test:
 
 bench: setup release
 	DOCFS_BIN="$(CURDIR)/.build/release/docfs" $(PYTHON) Tests/bench/bench.py
+	DOCFS_BIN="$(CURDIR)/.build/release/docfs" $(PYTHON) Tests/bench/bench_s3.py
 
 clean:
 	$(SWIFT) package clean
