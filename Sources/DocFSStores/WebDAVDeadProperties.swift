@@ -1,7 +1,8 @@
 // POSIX attributes as WebDAV dead properties (RFC 4918 §4, PROPPATCH §9.2), on servers that keep
 // them (wsgidav with a property manager, Apache mod_dav, …). Servers that do not (rclone's, `docfs
-// serve`) refuse each property with 403; the first refusal is remembered for the store's life, so
-// such a server sees one PROPPATCH per mount, and docfs keeps the attributes in its catalog only.
+// serve`) refuse each property with 403; the first answer is remembered for the store's life and,
+// until it comes, one PROPPATCH at a time is sent, so such a server sees one PROPPATCH per mount
+// however many uploads run at once, and docfs keeps the attributes in its catalog only.
 //
 // The properties, in the namespace `urn:x-docfs:posix`:
 // - `mode`: the permission bits, in octal (`644`).
@@ -63,28 +64,65 @@ struct PosixProperties: Sendable, Equatable {
     }
 }
 
+/// Whether a server keeps dead properties: unknown until its first answer to a PROPPATCH, and
+/// until then only one PROPPATCH is in flight (the others wait for its answer).
+actor DeadPropertySupport {
+    private enum State { case unknown, kept, refused }
+    private var state = State.unknown
+    private var asking = false
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+
+    /// Runs `proppatch` unless the server is known to refuse; returns whether it kept them.
+    func ifKept(_ proppatch: @Sendable () async throws(StoreError) -> Bool) async throws(StoreError) -> Bool {
+        while state == .unknown && asking {
+            await withCheckedContinuation { waiting.append($0) }
+        }
+        switch state {
+        case .refused: return false
+        case .kept: return try await proppatch()
+        case .unknown: break
+        }
+        asking = true
+        defer {
+            asking = false
+            let resumed = waiting
+            waiting.removeAll()
+            for continuation in resumed { continuation.resume() }
+        }
+        let kept = try await proppatch()
+        state = kept ? .kept : .refused
+        return kept
+    }
+
+    var isRefused: Bool { state == .refused }
+}
+
 extension WebDAVStore {
     /// Mode and mtime as dead properties, where the server keeps them; false (the caller keeps
     /// them locally) where it does not.
     public func setAttributes(_ path: StorePath, _ attributes: StoreAttributes) async throws(StoreError) -> Bool {
-        guard !attributes.isEmpty, !path.isRoot, !deadPropertiesRefused.load(ordering: .relaxed) else { return false }
+        guard !attributes.isEmpty, !path.isRoot, await !deadProperties.isRefused else { return false }
         let current = try await stat(path)
-        return try await proppatch(path, attributes, version: current.etag, collection: current.kind == .directory)
+        return try await deadProperties.ifKept { () throws(StoreError) in
+            try await self.proppatch(path, attributes, version: current.etag, collection: current.kind == .directory)
+        }
     }
 
     /// A PUT, then the attributes as dead properties, for the version the PUT made.
     public func write(_ path: StorePath, fromLocalFile localFile: String, condition: WriteCondition,
                       attributes: StoreAttributes) async throws(StoreError) -> RemoteEntry {
         let written = try await write(path, fromLocalFile: localFile, condition: condition)
-        guard !attributes.isEmpty, !deadPropertiesRefused.load(ordering: .relaxed),
-              try await proppatch(path, attributes, version: written.etag, collection: false) else { return written }
+        guard !attributes.isEmpty, await !deadProperties.isRefused else { return written }
+        let kept = try await deadProperties.ifKept { () throws(StoreError) in
+            try await self.proppatch(path, attributes, version: written.etag, collection: false)
+        }
+        guard kept else { return written }
         // What the server reports now: its version, should a PROPPATCH have changed it, and the
         // time and mode as they will be read back.
         return try await stat(path)
     }
 
-    /// One PROPPATCH. True when the server kept every property; false (and remembered) when it
-    /// refused them.
+    /// One PROPPATCH. True when the server kept every property; false when it refused them.
     private func proppatch(_ path: StorePath, _ attributes: StoreAttributes, version: ETag?, collection: Bool) async throws(StoreError) -> Bool {
         let body = PosixProperties.proppatchBody(attributes, version: version)
         let answer = try await transport.metadata(.PROPPATCH, url: url(path, collection: collection), path: path,
@@ -102,9 +140,7 @@ extension WebDAVStore {
         default:
             throw answer.error(method: "PROPPATCH", path: path)
         }
-        if !deadPropertiesRefused.exchange(true, ordering: .relaxed) {
-            logger.info("the server keeps no dead properties: modes and times stay in docfs's catalog", metadata: ["path": "\(path)"])
-        }
+        logger.info("the server keeps no dead properties: modes and times stay in docfs's catalog", metadata: ["path": "\(path)"])
         return false
     }
 }

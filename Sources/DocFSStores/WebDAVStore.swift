@@ -16,7 +16,6 @@ import Foundation
 import Logging
 import NIOCore
 import NIOHTTP1
-import Synchronization
 
 public final class WebDAVStore: Store {
     public let identity: StoreIdentity
@@ -26,8 +25,8 @@ public final class WebDAVStore: Store {
     let baseComponents: [String]
     let transport: HTTPTransport
     let logger: Logger
-    /// Set once the server refused docfs's dead properties (WebDAVDeadProperties.swift).
-    let deadPropertiesRefused = Atomic<Bool>(false)
+    /// Whether the server keeps docfs's dead properties (WebDAVDeadProperties.swift).
+    let deadProperties = DeadPropertySupport()
 
     /// Deadline of a metadata call (PROPFIND, MKCOL, DELETE, MOVE, HEAD), body included.
     static let metadataTimeout: TimeAmount = .seconds(30)

@@ -191,6 +191,20 @@ class Server:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def _wait_listening(self, what: str):
+        """Waits until the spawned server accepts connections on self.port; stops it and fails if it exits."""
+        def listening():
+            if not self.alive():
+                raise AssertionError(f"{what} exited {self.proc.returncode}\n{self.diagnostics()}")
+            return port_open(self.port)
+
+        try:
+            wait_until(listening, 30, f"{what} to listen on {self.url}")
+        except AssertionError as error:
+            self.stop()
+            raise AssertionError(f"{error}\n{self.diagnostics()}") from None
+        return self
+
     def diagnostics(self) -> str:
         out = self.out_path.read_text(errors="replace") if self.out_path.exists() else ""
         err = self.err_path.read_text(errors="replace") if self.err_path.exists() else ""
@@ -263,18 +277,7 @@ class RcloneServer(Server):
         self.url = f"http://127.0.0.1:{self.port}/"
         self._spawn(["rclone", "serve", "webdav", str(self.root), "--addr", f"127.0.0.1:{self.port}",
                      "-v", "--log-file", str(self.log_path), "--config", str(self.workdir / "rclone.conf")])
-
-        def listening():
-            if not self.alive():
-                raise AssertionError(f"rclone exited {self.proc.returncode}\n{self.diagnostics()}")
-            return port_open(self.port)
-
-        try:
-            wait_until(listening, 30, f"rclone serve webdav to listen on {self.url}")
-        except AssertionError as error:
-            self.stop()
-            raise AssertionError(f"{error}\n{self.diagnostics()}") from None
-        return self
+        return self._wait_listening("rclone serve webdav")
 
     def requests(self) -> list[Request]:
         if not self.log_path.exists():
@@ -317,18 +320,7 @@ class WsgidavServer(Server):
         }
         (self.workdir / "wsgidav.json").write_text(json.dumps(config))
         self._spawn(["wsgidav", "-c", str(self.workdir / "wsgidav.json")])
-
-        def listening():
-            if not self.alive():
-                raise AssertionError(f"wsgidav exited {self.proc.returncode}\n{self.diagnostics()}")
-            return port_open(self.port)
-
-        try:
-            wait_until(listening, 30, f"wsgidav to listen on {self.url}")
-        except AssertionError as error:
-            self.stop()
-            raise AssertionError(f"{error}\n{self.diagnostics()}") from None
-        return self
+        return self._wait_listening("wsgidav")
 
     def requests(self) -> list[Request]:
         out = []
