@@ -38,6 +38,8 @@ public final class InMemoryStore: Store, Sendable {
         var readGate: (@Sendable () async -> Void)?
         var writes: [StorePath: Int] = [:]
         var writeFault: StoreError?
+        var writeGate: (@Sendable () async -> Void)?
+        var attributes: [StorePath: StoreAttributes] = [:]
         var log: [String] = []
     }
 
@@ -111,6 +113,16 @@ public final class InMemoryStore: Store, Sendable {
     }
 
     /// Every write (upload) fails with `error` (nil: writes work again).
+    /// Uploads wait for `gate` before they store anything (nil: they go ahead at once).
+    public func holdWrites(until gate: (@Sendable () async -> Void)?) {
+        state.withLock { $0.writeGate = gate }
+    }
+
+    /// The mode and times the store carries for `path` (this store keeps them, like S3's metadata).
+    public func attributes(of path: String) -> StoreAttributes? {
+        state.withLock { $0.attributes[try! StorePath(path)] }
+    }
+
     public func failWrites(with error: StoreError?) {
         state.withLock { $0.writeFault = error }
     }
@@ -198,6 +210,7 @@ public final class InMemoryStore: Store, Sendable {
     }
 
     public func write(_ path: StorePath, fromLocalFile localFile: String, condition: WriteCondition) async throws(StoreError) -> RemoteEntry {
+        if let gate = state.withLock({ $0.writeGate }) { await gate() }
         guard let data = FileManager.default.contents(atPath: localFile) else { throw .localIO(errno: ENOENT, message: localFile) }
         return try state.withLock { state throws(StoreError) -> RemoteEntry in
             if let fault = state.writeFault { throw fault }
@@ -212,6 +225,18 @@ public final class InMemoryStore: Store, Sendable {
             state.writes[path, default: 0] += 1
             state.log.append("PUT \(path)")
             return Self.entry(path, file)
+        }
+    }
+
+    public func setAttributes(_ path: StorePath, _ attributes: StoreAttributes) async throws(StoreError) -> Bool {
+        try state.withLock { state throws(StoreError) -> Bool in
+            guard state.files[path] != nil || state.directories.contains(path) else { throw .notFound(path) }
+            var kept = state.attributes[path] ?? StoreAttributes()
+            kept.mode = attributes.mode ?? kept.mode
+            kept.modified = attributes.modified ?? kept.modified
+            kept.accessed = attributes.accessed ?? kept.accessed
+            state.attributes[path] = kept
+            return true
         }
     }
 

@@ -218,6 +218,28 @@ struct ChangeTests {
         #expect(after.changed != nil)
     }
 
+    @Test func attributesSetWhileTheUploadIsOnItsWayReachTheStore() async throws {
+        let fixture = try CoreFixture.writable()
+        let (opened, gate) = AsyncStream<Void>.makeStream()
+        fixture.store.holdWrites { for await _ in opened { return } }
+        let item = try await fixture.createFile("new.txt", Array("content".utf8))
+        for _ in 0..<200 where try fixture.fs.item(item.inode).state != .uploading {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(try fixture.fs.item(item.inode).state == .uploading)
+
+        // chmod and touch while the upload (with the old mode and time) is in flight.
+        _ = try await fixture.fs.setAttributes(of: item.inode, .init(mode: 0o600, modified: Timestamp(seconds: 1_600_000_000)), handle: nil)
+        gate.yield()
+        gate.finish()
+        await fixture.settle()
+
+        #expect(fixture.store.content("new.txt") == Array("content".utf8))
+        let kept = try #require(fixture.store.attributes(of: "new.txt"))
+        #expect(kept.mode == 0o600)
+        #expect(kept.modified == Timestamp(seconds: 1_600_000_000))
+    }
+
     @Test func truncateWithoutAHandleToZeroDoesNotDownload() async throws {
         let fixture = try CoreFixture.writable()
         fixture.store.addFile("big", randomBytes(10_000))
