@@ -36,7 +36,7 @@ struct SymlinkProbe {
         guard !unknown.isEmpty else { return (resolved, []) }
         logger.debug("asking the store which small files are links", metadata: ["path": "\(directory.path)", "count": "\(unknown.count)"])
         var unresolved = Set(unknown.map { entries[$0].name })
-        for (index, stated) in await stat(unknown.map { entries[$0] }, indices: unknown) {
+        for (index, stated) in await stat(unknown.map { ($0, entries[$0]) }) {
             // The stat's answer is as new as the listing's or newer: take all of it.
             resolved[index] = stated
             unresolved.remove(stated.name)
@@ -47,10 +47,10 @@ struct SymlinkProbe {
     /// What `stat` says of each entry, `concurrency` at a time. An entry that cannot be asked
     /// about (gone since the listing, a failing store) is left out: the caller keeps the
     /// catalog's kind for it, and it is asked about again with the next listing.
-    private func stat(_ entries: [RemoteEntry], indices: [Int]) async -> [(Int, RemoteEntry)] {
+    private func stat(_ entries: [(index: Int, entry: RemoteEntry)]) async -> [(Int, RemoteEntry)] {
         await withTaskGroup(of: (Int, RemoteEntry)?.self) { group in
             var results: [(Int, RemoteEntry)] = []
-            var pending = zip(indices, entries).makeIterator()
+            var pending = entries.makeIterator()
             func startNext() {
                 guard let (index, entry) = pending.next() else { return }
                 group.addTask { [store, retry, logger] in

@@ -38,4 +38,9 @@ public struct Timestamp: Sendable, Hashable, Comparable, CustomStringConvertible
     public static func < (lhs: Timestamp, rhs: Timestamp) -> Bool { lhs.nanoseconds < rhs.nanoseconds }
 
     public var description: String { "\(parts.seconds).\(String(format: "%09lld", parts.nanoseconds))" }
+
+    /// Seconds as stores keep them in text (S3's `x-amz-meta-mtime`, docfs's WebDAV `mtime`):
+    /// whole seconds alone when there is no fraction (what s3fs's integer parser reads), else
+    /// with all nine digits of it.
+    public var decimalSeconds: String { parts.nanoseconds == 0 ? String(parts.seconds) : description }
 }

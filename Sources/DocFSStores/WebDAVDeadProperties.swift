@@ -52,10 +52,7 @@ struct PosixProperties: Sendable, Equatable {
         var props = ""
         if let mode = attributes.mode { props += "<P:mode>" + String(mode & 0o7777, radix: 8) + "</P:mode>" }
         if let modified = attributes.modified, let version {
-            let parts = modified.parts
-            let seconds = parts.nanoseconds == 0 ? String(parts.seconds)
-                : String(parts.seconds) + "." + String(String(parts.nanoseconds + 1_000_000_000).dropFirst())
-            props += "<P:mtime>" + seconds + "</P:mtime><P:mtime-of>" + XMLText.escaped(version.value) + "</P:mtime-of>"
+            props += "<P:mtime>" + modified.decimalSeconds + "</P:mtime><P:mtime-of>" + XMLText.escaped(version.value) + "</P:mtime-of>"
         }
         return """
             <?xml version="1.0" encoding="utf-8"?>

@@ -27,9 +27,7 @@ enum S3Metadata {
             headers.append((modeHeader, String(type.rawValue | (mode & 0o7777))))
         }
         if let modified = attributes.modified {
-            let parts = modified.parts
-            headers.append((mtimeHeader, parts.nanoseconds == 0 ? String(parts.seconds)
-                : String(parts.seconds) + "." + String(String(parts.nanoseconds + 1_000_000_000).dropFirst())))
+            headers.append((mtimeHeader, modified.decimalSeconds))
         }
         return headers
     }
