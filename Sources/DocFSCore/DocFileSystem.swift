@@ -75,12 +75,18 @@ public final class DocFileSystem: Sendable {
 
     // MARK: Metadata
 
-    /// An item as `stat` should show it: an item with local changes shows its local copy's
-    /// size and modification time.
+    /// An item as `stat` should show it: a file with a local copy shows the copy's size, since
+    /// the copy is what reads return. The catalog's size is only as new as the last commit:
+    /// after an fsync's upload the item is `local` again while its handles go on writing and
+    /// truncating. A copy still downloading (or just created, before that starts) holds only a
+    /// prefix, so then the catalog answers. The copy's modification time counts once the copy
+    /// was changed here: a fresh download's file time is the download's.
     public func item(_ inode: Inode) throws(FSError) -> Item {
         guard var item = try catalog.item(inode) else { throw .notFound }
-        if item.hasUnsyncedChanges, let copy = provider.presentCopies.withLock({ $0[inode] }) {
-            item.size = copy.length
+        guard item.kind == .file, item.state != .downloading, item.state != .placeholder,
+              let copy = provider.presentCopies.withLock({ $0[inode] }) else { return item }
+        item.size = copy.length
+        if item.hasUnsyncedChanges || copy.generation > 0 {
             item.modified = copy.modificationTime
         }
         return item
