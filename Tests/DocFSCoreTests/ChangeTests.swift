@@ -310,14 +310,27 @@ struct ConflictWhileOpenTests {
         let handle = try await fixture.fs.open(item.inode, mode: .init(writable: true, truncate: true))
         try fixture.write(handle: handle, Array("mine-1".utf8))
         fixture.store.addFile("doc.txt", Array("theirs".utf8))
-        try? await fixture.fs.fsync(handle: handle)          // conflict: "mine-1" kept as a copy
+        // A conflict is resolved by keeping "mine-1" as a copy on the store: the bytes are safe,
+        // so fsync succeeds (an error here would tell the writer its data was not kept).
+        try await fixture.fs.fsync(handle: handle)
+        func conflictCopies() -> [String: String] {
+            var contents: [String: String] = [:]
+            for name in fixture.store.fileNames(in: "/") where name.hasPrefix("doc (conflict ") {
+                contents[name] = fixture.store.content(name).map { String(decoding: $0, as: UTF8.self) }
+            }
+            return contents
+        }
+        let afterFsync = conflictCopies()
+        #expect(Array(afterFsync.values) == ["mine-1"], "fsync has put the first version on the store as a conflict copy: \(afterFsync)")
         try fixture.write(handle: handle, Array("mine-2".utf8))  // the same open file goes on
         await fixture.fs.release(handle: handle)
         await fixture.settle()
 
         #expect(fixture.store.content("doc.txt") == Array("theirs".utf8), "the store's version is never overwritten")
-        let copies = fixture.store.fileNames(in: "/").filter { $0.hasPrefix("doc (conflict ") }
-        let contents = Set(copies.compactMap { fixture.store.content($0) }.map { String(decoding: $0, as: UTF8.self) })
-        #expect(contents.contains("mine-2"), "the later local content is kept too: \(copies)")
+        let copies = conflictCopies()
+        for (name, content) in afterFsync {
+            #expect(copies[name] == content, "the first version's copy is kept as it was: \(copies)")
+        }
+        #expect(copies.values.sorted() == ["mine-1", "mine-2"], "every local version is kept, each once: \(copies)")
     }
 }
