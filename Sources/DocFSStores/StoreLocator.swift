@@ -27,10 +27,10 @@ public enum StoreLocator {
             // file:///abs/path or file://localhost/abs/path
             var path = Substring(rest)
             if path.hasPrefix("localhost/") { path = path.dropFirst("localhost".count) }
-            guard path.hasPrefix("/") else { throw .invalidURL(WebDAVURL.redacted(trimmed), reason: "a file URL needs an absolute path (file:///…)") }
+            guard path.hasPrefix("/") else { throw .invalidURL(StoreURL.redacted(trimmed), reason: "a file URL needs an absolute path (file:///…)") }
             var decoded: [String] = []
             for segment in path.split(separator: "/", omittingEmptySubsequences: false) {
-                guard let part = WebDAVMultistatus.percentDecode(segment) else {
+                guard let part = PercentEncoding.decode(segment) else {
                     throw .invalidURL(trimmed, reason: "the path is not valid UTF-8 once decoded")
                 }
                 decoded.append(part)
@@ -38,19 +38,19 @@ public enum StoreLocator {
             return try local(path: decoded.joined(separator: "/"), logger: logger)
         case "http", "https", "webdav", "webdavs":
             let httpScheme = (scheme == "https" || scheme == "webdavs") ? "https" : "http"
-            let url: WebDAVURL
+            let url: StoreURL
             do {
-                url = try WebDAVURL(httpScheme + "://" + rest)
+                url = try StoreURL(httpScheme + "://" + rest)
             } catch {
-                throw .invalidURL(WebDAVURL.redacted(trimmed), reason: "\(error)")
+                throw .invalidURL(StoreURL.redacted(trimmed), reason: "\(error)")
             }
             let credentials = try self.credentials(url: url, file: credentialsFile, environment: environment)
             // The store gets the URL without credentials; they travel separately.
-            let bare = url.origin + "/" + url.components.map(WebDAVMultistatus.percentEncode).joined(separator: "/")
+            let bare = url.origin + "/" + url.components.map { PercentEncoding.encode($0) }.joined(separator: "/")
             do {
                 return try WebDAVStore(baseURL: bare, username: credentials?.user, password: credentials?.password, logger: logger)
             } catch {
-                throw .invalidURL(WebDAVURL.redacted(trimmed), reason: "\(error)")
+                throw .invalidURL(StoreURL.redacted(trimmed), reason: "\(error)")
             }
         case "s3":
             // Endpoint, region, path style, unsigned requests and part size come from the URL's
@@ -60,10 +60,10 @@ public enum StoreLocator {
                 let configuration = try S3Store.Configuration.from(url: trimmed, environment: environment)
                 return try S3Store(configuration: configuration, logger: logger)
             } catch {
-                throw .invalidURL(WebDAVURL.redacted(trimmed), reason: "\(error)")
+                throw .invalidURL(StoreURL.redacted(trimmed), reason: "\(error)")
             }
         default:
-            throw .unsupportedURL(WebDAVURL.redacted(trimmed))
+            throw .unsupportedURL(StoreURL.redacted(trimmed))
         }
     }
 
@@ -91,7 +91,7 @@ public enum StoreLocator {
     }
 
     /// In the URL, else the environment, else the credentials file; nil when none is given.
-    static func credentials(url: WebDAVURL, file: String?, environment: [String: String]) throws(StoreLocatorError) -> Credentials? {
+    static func credentials(url: StoreURL, file: String?, environment: [String: String]) throws(StoreLocatorError) -> Credentials? {
         // A credentials file that others can read is refused even when another source wins:
         // the user asked for it, and should learn it is exposed.
         let fromFile = try file.map { (path) throws(StoreLocatorError) in try readCredentialsFile(path) }

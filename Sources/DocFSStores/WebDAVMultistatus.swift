@@ -1,6 +1,6 @@
 // WebDAVMultistatus: what a WebDAV server says in a 207 Multi-Status answer to PROPFIND, and the
-// helpers that turn it into store entries: the XML parser, percent-encoding of paths on the
-// wire and decoding of hrefs, and HTTP dates. Nothing here does I/O, so it is tested on fixed samples.
+// helpers that turn it into store entries: the XML parser (percent-encoding lives in
+// PercentEncoding.swift), and HTTP dates. Nothing here does I/O, so it is tested on fixed samples.
 
 #if canImport(FoundationXML)
 import FoundationXML
@@ -52,69 +52,6 @@ enum WebDAVMultistatus {
         // A cut-off document must not pass for a short listing.
         guard delegate.closedMultistatus else { throw .protocolError("PROPFIND answer ends before </multistatus>") }
         return delegate.responses
-    }
-
-    /// The decoded path components of an href (an absolute URL or an absolute path).
-    /// Returns nil when the href cannot be decoded to UTF-8. Components may be unsafe names
-    /// (`..`, names with `/` once decoded): the caller checks them.
-    static func decodedComponents(ofHref href: String) -> [String]? {
-        var path = Substring(href.trimmingCharacters(in: .whitespacesAndNewlines))
-        if let schemeEnd = path.range(of: "://") {
-            let afterScheme = path[schemeEnd.upperBound...]
-            path = afterScheme.firstIndex(of: "/").map { afterScheme[$0...] } ?? "/"
-        }
-        if let query = path.firstIndex(of: "?") { path = path[..<query] }
-        var components: [String] = []
-        for segment in path.split(separator: "/", omittingEmptySubsequences: true) {
-            guard let decoded = percentDecode(segment) else { return nil }
-            components.append(decoded)
-        }
-        return components
-    }
-
-    /// Percent-decodes one path segment; a `%` not followed by two hex digits is kept as is.
-    /// Returns nil if the bytes are not valid UTF-8.
-    static func percentDecode(_ segment: Substring) -> String? {
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(segment.utf8.count)
-        let utf8 = Array(segment.utf8)
-        var index = 0
-        while index < utf8.count {
-            if utf8[index] == UInt8(ascii: "%"), index + 2 < utf8.count,
-               let high = hexValue(utf8[index + 1]), let low = hexValue(utf8[index + 2]) {
-                bytes.append(high << 4 | low)
-                index += 3
-            } else {
-                bytes.append(utf8[index])
-                index += 1
-            }
-        }
-        return String(validating: bytes, as: UTF8.self)
-    }
-
-    /// Percent-encodes a name for the wire: every byte but the unreserved `A-Za-z0-9-._~`.
-    static func percentEncode(_ name: String) -> String {
-        var result = ""
-        result.reserveCapacity(name.utf8.count)
-        for byte in name.utf8 {
-            switch byte {
-            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
-                 UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
-                result.unicodeScalars.append(Unicode.Scalar(byte))
-            default:
-                result += "%" + String(byte >> 4, radix: 16, uppercase: true) + String(byte & 0xF, radix: 16, uppercase: true)
-            }
-        }
-        return result
-    }
-
-    private static func hexValue(_ byte: UInt8) -> UInt8? {
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): return byte - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): return byte - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): return byte - UInt8(ascii: "A") + 10
-        default: return nil
-        }
     }
 }
 

@@ -1,7 +1,8 @@
 // WebDAVStore: the store protocol over WebDAV (RFC 4918), for Nextcloud, ownCloud, Apache,
 // rclone serve and `docfs serve`. It owns the mapping of store calls onto HTTP methods and of
-// HTTP statuses onto StoreError; the wire helpers (XML, percent-encoding, dates) live in
-// WebDAVMultistatus.swift, the transport (timeouts, auth, error mapping) in HTTPClient+Store.swift.
+// HTTP statuses onto StoreError; the wire helpers live in WebDAVMultistatus.swift (XML, dates),
+// PercentEncoding.swift, StoreURL.swift (base URLs) and ETag+HTTP.swift, the transport
+// (timeouts, auth, error mapping) in HTTPClient+Store.swift.
 //
 // Paths: names are percent-encoded on the wire (every byte but `A-Za-z0-9-._~`), hrefs in
 // answers are decoded and compared component by component with the requested collection, so
@@ -47,7 +48,7 @@ public final class WebDAVStore: Store {
     ///     `username` is nil).
     public init(baseURL: String, username: String? = nil, password: String? = nil,
                 logger: Logger = Logger(label: "docfs.store.webdav")) throws(StoreError) {
-        let parsed = try WebDAVURL(baseURL)
+        let parsed = try StoreURL(baseURL)
         self.origin = parsed.origin
         self.baseComponents = parsed.components
         let user = username ?? parsed.username
@@ -58,7 +59,7 @@ public final class WebDAVStore: Store {
         }
         self.transport = HTTPTransport(authorization: authorization, logger: logger)
         self.logger = logger
-        let location = parsed.origin + "/" + parsed.components.map(WebDAVMultistatus.percentEncode).joined(separator: "/")
+        let location = parsed.origin + "/" + parsed.components.map { PercentEncoding.encode($0) }.joined(separator: "/")
         self.identity = StoreIdentity(kind: "webdav", location: location)
     }
 
@@ -75,7 +76,7 @@ public final class WebDAVStore: Store {
     /// The wire URL of `path` (a collection's ends with `/`).
     func url(_ path: StorePath, collection: Bool = false) -> String {
         let components = baseComponents + path.components
-        var url = origin + "/" + components.map(WebDAVMultistatus.percentEncode).joined(separator: "/")
+        var url = origin + "/" + components.map { PercentEncoding.encode($0) }.joined(separator: "/")
         if collection, !components.isEmpty { url += "/" }
         return url
     }
@@ -116,7 +117,7 @@ public final class WebDAVStore: Store {
         var seen = Set<String>()
         var skipped = 0
         for response in responses {
-            guard let components = WebDAVMultistatus.decodedComponents(ofHref: response.href) else {
+            guard let components = PercentEncoding.decodedPathComponents(of: response.href) else {
                 logger.warning("skipping an href that does not decode to UTF-8", metadata: ["directory": "\(directory)"])
                 skipped += 1
                 continue
@@ -153,18 +154,12 @@ public final class WebDAVStore: Store {
                            etag: etag, mode: response.posix.mode)
     }
 
-    /// ETags as `"…"` (or `W/"…"`): some servers send them unquoted in PROPFIND and quoted in headers.
-    static func normalizedETag(_ raw: String) -> ETag {
-        let value = raw.trimmingCharacters(in: .whitespaces)
-        if value.hasPrefix("\"") || value.hasPrefix("W/\"") { return ETag(value) }
-        return ETag("\"" + value + "\"")
-    }
+    /// ETags as `"…"` (or `W/"…"`): some servers send them unquoted in PROPFIND and quoted in
+    /// headers. The one implementation, shared with S3, is in ETag+HTTP.swift.
+    static func normalizedETag(_ raw: String) -> ETag { ETag.normalized(raw) }
 
-    /// Two ETags name the same version (the weak marker aside).
-    static func sameVersion(_ a: ETag, _ b: ETag) -> Bool {
-        func strong(_ e: ETag) -> Substring { e.value.hasPrefix("W/") ? e.value.dropFirst(2) : Substring(e.value) }
-        return strong(a) == strong(b)
-    }
+    /// Two ETags name the same version (the weak marker aside); see ETag+HTTP.swift.
+    static func sameVersion(_ a: ETag, _ b: ETag) -> Bool { ETag.sameVersion(a, b) }
 
     // MARK: - stat
 
@@ -179,7 +174,7 @@ public final class WebDAVStore: Store {
         }
         let responses = try WebDAVMultistatus.parse(answer.body)
         let wanted = baseComponents + path.components
-        let match = responses.first { WebDAVMultistatus.decodedComponents(ofHref: $0.href) == wanted }
+        let match = responses.first { PercentEncoding.decodedPathComponents(of: $0.href) == wanted }
             ?? (responses.count == 1 ? responses.first : nil)
         guard let match else { throw .protocolError("PROPFIND of \(path) did not describe it") }
         if let status = match.status, !(200..<300).contains(status) {
@@ -391,54 +386,5 @@ struct ContentRange {
         self.first = first
         self.last = last
         self.total = halves[1] == "*" ? nil : Int64(halves[1])
-    }
-}
-
-/// A base URL taken apart: origin, decoded path components and credentials.
-struct WebDAVURL {
-    var origin: String
-    var components: [String]
-    var username: String?
-    var password: String?
-
-    init(_ string: String) throws(StoreError) {
-        guard let schemeEnd = string.range(of: "://") else { throw .protocolError("not a URL: \(WebDAVURL.redacted(string))") }
-        let scheme = string[..<schemeEnd.lowerBound].lowercased()
-        guard scheme == "http" || scheme == "https" else { throw .notSupported("URL scheme \(scheme)") }
-        let rest = string[schemeEnd.upperBound...]
-        let authorityEnd = rest.firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) ?? rest.endIndex
-        var authority = rest[..<authorityEnd]
-        let pathPart = rest[authorityEnd...]
-        guard !pathPart.contains("?"), !pathPart.contains("#") else {
-            throw .protocolError("a store URL cannot have a query or fragment: \(WebDAVURL.redacted(string))")
-        }
-        if let at = authority.lastIndex(of: "@") {
-            let userinfo = authority[..<at]
-            authority = authority[authority.index(after: at)...]
-            if let colon = userinfo.firstIndex(of: ":") {
-                username = WebDAVMultistatus.percentDecode(userinfo[..<colon])
-                password = WebDAVMultistatus.percentDecode(userinfo[userinfo.index(after: colon)...])
-            } else {
-                username = WebDAVMultistatus.percentDecode(userinfo)
-            }
-        }
-        guard !authority.isEmpty else { throw .protocolError("no host in \(WebDAVURL.redacted(string))") }
-        origin = scheme + "://" + authority
-        guard let decoded = WebDAVMultistatus.decodedComponents(ofHref: String(pathPart)) else {
-            throw .protocolError("undecodable path in \(WebDAVURL.redacted(string))")
-        }
-        for component in decoded where !StorePath.isValidName(component) {
-            throw .invalidName(component)
-        }
-        components = decoded
-    }
-
-    /// The URL with any `user:password@` removed, for messages.
-    static func redacted(_ string: String) -> String {
-        guard let schemeEnd = string.range(of: "://") else { return string }
-        let rest = string[schemeEnd.upperBound...]
-        let authorityEnd = rest.firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) ?? rest.endIndex
-        guard let at = rest[..<authorityEnd].lastIndex(of: "@") else { return string }
-        return String(string[..<schemeEnd.upperBound]) + String(rest[rest.index(after: at)...])
     }
 }

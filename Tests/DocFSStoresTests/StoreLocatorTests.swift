@@ -89,13 +89,13 @@ struct StoreLocatorTests {
             #expect(!store.identity.description.contains("hunter2"))
             #expect(!store.identity.description.contains("bob"))
         }
-        let url = try WebDAVURL("https://bob:hunter%202@example.com/dav/")
+        let url = try StoreURL("https://bob:hunter%202@example.com/dav/")
         let credentials = try StoreLocator.credentials(url: url, file: nil, environment: ["DOCFS_USER": "env", "DOCFS_PASSWORD": "envpw"])
         #expect(credentials == StoreLocator.Credentials(user: "bob", password: "hunter 2"))
     }
 
     @Test func credentialPrecedence() throws {
-        let bare = try WebDAVURL("https://example.com/dav/")
+        let bare = try StoreURL("https://example.com/dav/")
         let file = try credentialsFile("# comment\nuser = carol\npassword=p=w d\n", mode: 0o600)
         defer { unlink(file) }
         #expect(try StoreLocator.credentials(url: bare, file: nil, environment: [:]) == nil)

@@ -135,7 +135,7 @@ extension S3Store {
         guard let etag = S3XML.parseResultETag(answer.body) ?? answer.headers.first(name: "ETag") else {
             throw .protocolError("COMPLETE-MULTIPART \(path): no ETag in the answer")
         }
-        return Self.normalizedETag(etag)
+        return ETag.normalized(etag)
     }
 
     func abortMultipartUpload(_ objectKey: String, uploadId: String, path: StorePath) async throws(StoreError) {

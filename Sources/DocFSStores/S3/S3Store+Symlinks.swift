@@ -45,7 +45,7 @@ extension S3Store {
         default: throw error(answer, method: "PUT", path: path)
         }
         return RemoteEntry(path: path, kind: .symlink(target: target), size: Int64(bytes.count), modified: modified.seconds,
-                           etag: answer.headers.first(name: "ETag").map(Self.normalizedETag), mode: 0o777)
+                           etag: answer.headers.first(name: "ETag").map(ETag.normalized), mode: 0o777)
     }
 
     /// The entry of an object whose HEAD said it is a link: one GET reads the target. What the

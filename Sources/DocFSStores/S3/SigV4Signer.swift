@@ -130,22 +130,9 @@ struct SigV4Signer: Sendable {
     }
 
     /// AWS's UriEncode: unreserved bytes (`A-Za-z0-9-._~`) kept, `/` kept unless `encodeSlash`,
-    /// every other byte of the UTF-8 form as `%XX` with upper-case hex.
+    /// every other byte of the UTF-8 form as `%XX` with upper-case hex (PercentEncoding.swift).
     static func uriEncode(_ string: String, encodeSlash: Bool) -> String {
-        var result = ""
-        result.reserveCapacity(string.utf8.count)
-        for byte in string.utf8 {
-            switch byte {
-            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
-                 UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
-                result.unicodeScalars.append(Unicode.Scalar(byte))
-            case UInt8(ascii: "/") where !encodeSlash:
-                result.append("/")
-            default:
-                result += "%" + String(byte >> 4, radix: 16, uppercase: true) + String(byte & 0xF, radix: 16, uppercase: true)
-            }
-        }
-        return result
+        PercentEncoding.encode(string, keepingSlash: !encodeSlash)
     }
 
     /// The wire (and canonical) path of an object key: `/` + the key, encoded with `/` kept.
