@@ -1,0 +1,226 @@
+import DocFSStore
+import Synchronization
+
+/// A store as one client process sees it: every call goes through to `inner` until the test
+/// says the client was killed (`crash()`) or the server went down (`outage`).
+///
+/// - `crash()` simulates `kill -9` of the client in process: from then on every call of this
+///   proxy parks forever and never reaches the store, and a call that was answered after the
+///   crash never gets its answer back (the store may have done it; the dead client cannot know).
+///   A restarted client gets a new proxy on the same inner store.
+/// - `outage` makes every call fail at once with that error (a transient one for "server down").
+/// - The calls that change the store run one at a time, and `asAnotherClient` runs a test's
+///   own change of the inner store between them, never in the middle of one (an upload's
+///   conditional check and its write are one step, as on a real server).
+/// - Writes, moves and new directories need their parent to be a directory, as on a local
+///   directory or WebDAV (`.notFound` otherwise); `InMemoryStore` alone would keep a file
+///   under a file, where no listing shows it.
+/// - A directory is never moved onto an existing entry, nor a file onto a directory
+///   (`InMemoryStore` would trap on the first and keep both on the second).
+/// - ETags are made distinct over the store's life: the inner ETag plus the entry's mtime.
+///   (`InMemoryStore` numbers versions per path, so a path deleted and made again starts at
+///   `"v1"` again, and an `If-Match` from before the delete would match other content.)
+public final class CrashableStore: Store, Sendable {
+    public let inner: any Store
+    public var identity: StoreIdentity { inner.identity }
+    public var capabilities: StoreCapabilities { inner.capabilities }
+
+    private struct State {
+        var crashed = false
+        var outage: StoreError?
+        /// Calls of the dead client, kept so they stay parked (and no continuation leaks).
+        var parked: [CheckedContinuation<Void, Never>] = []
+    }
+
+    private let state = Mutex(State())
+    private let changes = AsyncLock()
+
+    public init(wrapping inner: any Store) {
+        self.inner = inner
+    }
+
+    /// The client is killed: nothing it asks from now on reaches the store.
+    public func crash() {
+        state.withLock { $0.crashed = true }
+    }
+
+    public var isCrashed: Bool { state.withLock { $0.crashed } }
+
+    /// While set, every call fails with this error (nil: the server answers again).
+    public var outage: StoreError? {
+        get { state.withLock { $0.outage } }
+        set { state.withLock { $0.outage = newValue } }
+    }
+
+    /// Runs `body` (a change another client makes, on `inner` directly) with no change of this
+    /// client's under way.
+    public func asAnotherClient<T>(_ body: () throws -> T) async rethrows -> T {
+        await changes.lock()
+        defer { changes.unlock() }
+        return try body()
+    }
+
+    // MARK: Store
+
+    public func list(_ directory: StorePath, page: PageToken?) async throws(StoreError) -> ListPage {
+        try await gate()
+        var result = try await inner.list(directory, page: page)
+        result.entries = result.entries.map(Self.distinct)
+        try await answer()
+        return result
+    }
+
+    public func stat(_ path: StorePath) async throws(StoreError) -> RemoteEntry {
+        try await gate()
+        let entry = Self.distinct(try await inner.stat(path))
+        try await answer()
+        return entry
+    }
+
+    public func read(_ path: StorePath, range: ByteRange?, ifMatch: ETag?, into sink: any ContentSink) async throws(StoreError) -> RemoteEntry {
+        try await gate()
+        var innerMatch: ETag?
+        if let ifMatch {
+            let current = Self.distinct(try await inner.stat(path))
+            guard current.etag == ifMatch else { throw .versionMismatch(path) }
+            innerMatch = try await inner.stat(path).etag
+        }
+        let entry = Self.distinct(try await inner.read(path, range: range, ifMatch: innerMatch, into: sink))
+        try await answer()
+        return entry
+    }
+
+    public func write(_ path: StorePath, fromLocalFile localFile: String, condition: WriteCondition) async throws(StoreError) -> RemoteEntry {
+        try await change { () async throws(StoreError) -> RemoteEntry in
+            try await self.requireParentDirectory(path)
+            let condition = try await self.innerCondition(path, condition)
+            return Self.distinct(try await self.inner.write(path, fromLocalFile: localFile, condition: condition))
+        }
+    }
+
+    public func write(_ path: StorePath, fromLocalFile localFile: String, condition: WriteCondition,
+                      attributes: StoreAttributes) async throws(StoreError) -> RemoteEntry {
+        try await change { () async throws(StoreError) -> RemoteEntry in
+            try await self.requireParentDirectory(path)
+            let condition = try await self.innerCondition(path, condition)
+            return Self.distinct(try await self.inner.write(path, fromLocalFile: localFile, condition: condition, attributes: attributes))
+        }
+    }
+
+    public func makeDirectory(_ path: StorePath) async throws(StoreError) -> RemoteEntry {
+        try await change { () async throws(StoreError) -> RemoteEntry in
+            try await self.requireParentDirectory(path)
+            return try await self.inner.makeDirectory(path)
+        }
+    }
+
+    public func delete(_ path: StorePath, isDirectory: Bool) async throws(StoreError) {
+        try await change { () async throws(StoreError) in try await self.inner.delete(path, isDirectory: isDirectory) }
+    }
+
+    public func move(_ source: StorePath, to target: StorePath, replace: Bool) async throws(StoreError) -> RemoteEntry {
+        try await change { () async throws(StoreError) -> RemoteEntry in
+            try await self.requireParentDirectory(target)
+            let moving = try? await self.inner.stat(source)
+            let replacing = try? await self.inner.stat(target)
+            if moving?.isDirectory == true, replacing != nil { throw .alreadyExists(target) }
+            if replacing?.isDirectory == true, moving?.isDirectory != true { throw .isADirectory(target) }
+            return Self.distinct(try await self.inner.move(source, to: target, replace: replace))
+        }
+    }
+
+    public func makeSymlink(_ path: StorePath, target: String) async throws(StoreError) -> RemoteEntry {
+        try await change { () async throws(StoreError) -> RemoteEntry in Self.distinct(try await self.inner.makeSymlink(path, target: target)) }
+    }
+
+    public func setAttributes(_ path: StorePath, _ attributes: StoreAttributes) async throws(StoreError) -> Bool {
+        try await change { () async throws(StoreError) -> Bool in try await self.inner.setAttributes(path, attributes) }
+    }
+
+    // MARK: Private
+
+    /// Before a call: a dead client parks here, a down server fails it.
+    private func gate() async throws(StoreError) {
+        let (crashed, outage) = state.withLock { ($0.crashed, $0.outage) }
+        if crashed { await park() }
+        if let outage { throw outage }
+    }
+
+    /// After a call: a client killed meanwhile never sees the answer.
+    private func answer() async throws(StoreError) {
+        if isCrashed { await park() }
+    }
+
+    private func park() async {
+        await withCheckedContinuation { continuation in
+            state.withLock { $0.parked.append(continuation) }
+        }
+    }
+
+    private func change<T>(_ body: () async throws(StoreError) -> T) async throws(StoreError) -> T {
+        try await gate()
+        await changes.lock()
+        if isCrashed {
+            changes.unlock()
+            await park()
+        }
+        let result: Result<T, StoreError>
+        do throws(StoreError) { result = .success(try await body()) } catch { result = .failure(error) }
+        changes.unlock()
+        try await answer()
+        return try result.get()
+    }
+
+    private func requireParentDirectory(_ path: StorePath) async throws(StoreError) {
+        guard let parent = path.parent, !parent.isRoot else { return }
+        let entry: RemoteEntry
+        do throws(StoreError) { entry = try await inner.stat(parent) } catch { throw .notFound(parent) }
+        guard entry.isDirectory else { throw .notFound(parent) }
+    }
+
+    /// `If-Match` with one of our ETags, as the inner store's condition.
+    private func innerCondition(_ path: StorePath, _ condition: WriteCondition) async throws(StoreError) -> WriteCondition {
+        guard case .ifMatch(let etag) = condition else { return condition }
+        let current: RemoteEntry
+        do throws(StoreError) { current = try await inner.stat(path) } catch .notFound { throw .versionMismatch(path) }
+        guard Self.distinct(current).etag == etag, let innerEtag = current.etag else { throw .versionMismatch(path) }
+        return .ifMatch(innerEtag)
+    }
+
+    private static func distinct(_ entry: RemoteEntry) -> RemoteEntry {
+        guard let etag = entry.etag else { return entry }
+        var entry = entry
+        entry.etag = ETag(etag.value + "@\(entry.modified)")
+        return entry
+    }
+}
+
+/// A lock that waits without blocking a thread.
+final class AsyncLock: Sendable {
+    private let state = Mutex<(locked: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+
+    func lock() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let acquired = state.withLock { state -> Bool in
+                if !state.locked {
+                    state.locked = true
+                    return true
+                }
+                state.waiters.append(continuation)
+                return false
+            }
+            if acquired { continuation.resume() }
+        }
+    }
+
+    func unlock() {
+        let next = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            if state.waiters.isEmpty {
+                state.locked = false
+                return nil
+            }
+            return state.waiters.removeFirst()
+        }
+        next?.resume()
+    }
+}
