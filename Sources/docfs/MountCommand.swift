@@ -173,19 +173,20 @@ struct MountCommand: AsyncParsableCommand {
             fflush(nil)
         }
 
-        do {
-            try await filesystem.start()
-        } catch {
-            logger.error("cannot resume pending uploads", metadata: ["error": "\(error)"])
-        }
         let recoveryCleanup = Task { [filesystem, catalog, logger] in
             await Self.removeRecoveryFoldersOnceSynced(stateDirectory: layout.stateDirectory, filesystem: filesystem,
                                                        catalog: catalog, logger: logger)
         }
         let result = await mount.run()
         logger.info("unmounted, finishing uploads and evicting local copies", metadata: ["loop": "\(result)"])
+        // Requests still being answered settle first (bounded; replies after that are
+        // dropped), so the file system's shutdown sees their releases and no reply outlives
+        // the session.
+        await mount.finish()
+        // After an abort (`umount -f`, /sys/fs/fuse/connections/N/abort) libfuse leaves the dead
+        // mount point in place ("Transport endpoint is not connected"): take it away too.
+        if MountTable.entry(at: path)?.type == MountTable.docfsType { mount.requestUnmount() }
         await filesystem.shutdown()
-        mount.finish()
         recoveryCleanup.cancel()
         let unsynced = (try? catalog.items(in: [.modified, .uploading])) ?? []
         layout.clearCache(keeping: Set(unsynced.map(\.id)))
