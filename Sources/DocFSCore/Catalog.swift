@@ -74,6 +74,20 @@ public final class Catalog: Sendable {
             // listings cannot show links (S3) is asked once per version, not once per listing.
             try db.execute(sql: "ALTER TABLE item ADD COLUMN kindKnownFor TEXT")
         }
+        migrator.registerMigration("v5-copy-journal") { db in
+            // The life of a local copy (see CopyLife): the store version it started from
+            // (`baseEtag`, what uploads are conditional on; a refresh moves `etag` only), the
+            // latest content a close/fsync committed and the latest one the store confirmed
+            // (`committedSeq`/`uploadedSeq`), and whether writes since the last commit may be
+            // in the copy (`uncommitted`: such bytes are never uploaded over the store's version).
+            try db.execute(sql: """
+                ALTER TABLE item ADD COLUMN baseEtag TEXT;
+                ALTER TABLE item ADD COLUMN committedSeq INTEGER NOT NULL DEFAULT 0;
+                ALTER TABLE item ADD COLUMN uploadedSeq INTEGER NOT NULL DEFAULT 0;
+                ALTER TABLE item ADD COLUMN uncommitted INTEGER NOT NULL DEFAULT 0;
+                UPDATE item SET baseEtag = etag, committedSeq = 1 WHERE state IN ('modified', 'uploading');
+                """)
+        }
         return migrator
     }
 
@@ -134,7 +148,15 @@ public final class Catalog: Sendable {
     /// Makes the catalog's children of `directory` match a complete listing from the store:
     /// new entries become placeholders, changed ones are updated (keeping inode and id),
     /// vanished ones are removed with their subtree. Entries whose kind changed are replaced.
-    /// Items with a local copy in use are left to the provider, which holds its own handle.
+    ///
+    /// A listing describes the *store*; it never moves a local copy. For an item with a local
+    /// copy (open, or holding changes) it updates only what the store has (`etag`, and size and
+    /// time while the copy is clean), never `baseEtag`, the version the copy started from: so
+    /// an upload made from that copy still meets the store's newer version as a conflict.
+    /// An item with a local copy, or a folder with one below it, that vanished from the store or
+    /// changed kind there keeps its row (marked not on the store, so a later upload recreates it
+    /// instead of overwriting something else) until the copy is resolved.
+    /// Names are compared by their bytes: `café` precomposed and decomposed are two entries.
     /// Every entry's kind is recorded as known for the entry's version, except for the names in
     /// `kindUnknown` (see `SymlinkProbe`): an item already there keeps its row, a new one is
     /// added with its kind still to be confirmed.
@@ -145,22 +167,47 @@ public final class Catalog: Sendable {
                 return
             }
             let dirPath: String = dirRow["path"]
-            var existing: [String: Row] = [:]
+            var existing: [[UInt8]: Row] = [:]
             for row in try Row.fetchAll(db, sql: "SELECT * FROM item WHERE parent = ?", arguments: [Int64(bitPattern: directory)]) {
-                existing[row["name"]] = row
+                existing[Array((row["name"] as String).utf8)] = row
             }
-            var seen = Set<String>()
+            let unknown = Set(kindUnknown.map { Array($0.utf8) })
+            // One entry per name; where a store shows a name as both a file and a folder (S3:
+            // object `a` and prefix `a/`), the folder wins, whatever page each came on.
+            var byName: [[UInt8]: RemoteEntry] = [:]
+            var order: [[UInt8]] = []
             for entry in entries {
+                let key = Array(entry.name.utf8)
+                if let earlier = byName[key] {
+                    if Catalog.kind(of: entry) == .directory && Catalog.kind(of: earlier) != .directory { byName[key] = entry }
+                } else {
+                    byName[key] = entry
+                    order.append(key)
+                }
+            }
+            for key in order {
+                let entry = byName[key]!
                 let name = entry.name
-                guard !seen.contains(name) else { continue }
-                seen.insert(name)
                 let kind = Catalog.kind(of: entry)
-                if let row = existing[name], Catalog.hasLocalChanges(row) || kindUnknown.contains(name) {
-                    // A local change wins until it is uploaded; the upload detects any conflict.
+                let row = existing[key]
+                if row != nil, unknown.contains(key) {
                     // A kind the store could not confirm keeps what the catalog knows.
                     continue
                 }
-                if let row = existing[name], (row["kind"] as Int) == kind.rawValue {
+                if let row, (row["kind"] as Int) == kind.rawValue {
+                    if Catalog.hasLocalCopy(row) {
+                        // The store's version moves; the copy's base does not. A clean copy shows
+                        // its own size while open (DocFileSystem.item), the store's once evicted.
+                        let dirty = Catalog.hasLocalChanges(row)
+                        try db.execute(sql: """
+                            UPDATE item SET etag = ?, onStore = 1, kindKnownFor = ?,
+                                size = CASE WHEN ? THEN size ELSE ? END,
+                                modifiedNs = CASE WHEN ? OR (etag IS NOT NULL AND etag = ?) THEN modifiedNs ELSE ? END
+                            WHERE inode = ?
+                            """, arguments: [entry.etag?.value, entry.etag?.value, dirty, entry.size, dirty, entry.etag?.value,
+                                             Timestamp(seconds: entry.modified).nanoseconds, row["inode"] as Int64])
+                        continue
+                    }
                     // A time set here (utimensat) stays until the content itself changes.
                     try db.execute(sql: """
                         UPDATE item SET size = ?, modifiedNs = CASE WHEN etag IS NOT NULL AND etag = ? THEN modifiedNs ELSE ? END,
@@ -168,23 +215,37 @@ public final class Catalog: Sendable {
                         WHERE inode = ?
                         """, arguments: [entry.size, entry.etag?.value, Timestamp(seconds: entry.modified).nanoseconds, entry.etag?.value, Catalog.target(of: entry),
                                          entry.mode.map { Int64($0) }, entry.etag?.value, row["inode"] as Int64])
-                } else {
-                    if let row = existing[name] {
-                        try db.execute(sql: "DELETE FROM item WHERE inode = ?", arguments: [row["inode"] as Int64])
-                    }
-                    try db.execute(sql: """
-                        INSERT INTO item (id, parent, name, path, kind, size, modifiedNs, etag, symlinkTarget, mode, state, kindKnownFor)
-                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                        """, arguments: [UUID().uuidString, Int64(bitPattern: directory), name,
-                                         Catalog.join(dirPath, name), kind.rawValue, entry.size, Timestamp(seconds: entry.modified).nanoseconds,
-                                         entry.etag?.value, Catalog.target(of: entry), entry.mode.map { Int64($0) },
-                                         kind == .directory ? ItemState.directory.rawValue : ItemState.placeholder.rawValue,
-                                         kindUnknown.contains(name) ? nil : entry.etag?.value])
+                    continue
                 }
+                if let row {
+                    // The kind changed on the store. What holds a local copy stays as it is (its
+                    // upload meets the new kind and is kept as a conflict copy); the rest is replaced.
+                    if try Catalog.holdsLocalCopies(db, row) {
+                        try db.execute(sql: "UPDATE item SET onStore = 0 WHERE inode = ? AND kind != ?",
+                                       arguments: [row["inode"] as Int64, Item.Kind.directory.rawValue])
+                        continue
+                    }
+                    try db.execute(sql: "DELETE FROM item WHERE inode = ?", arguments: [row["inode"] as Int64])
+                }
+                try db.execute(sql: """
+                    INSERT INTO item (id, parent, name, path, kind, size, modifiedNs, etag, symlinkTarget, mode, state, kindKnownFor)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """, arguments: [UUID().uuidString, Int64(bitPattern: directory), name,
+                                     Catalog.join(dirPath, name), kind.rawValue, entry.size, Timestamp(seconds: entry.modified).nanoseconds,
+                                     entry.etag?.value, Catalog.target(of: entry), entry.mode.map { Int64($0) },
+                                     kind == .directory ? ItemState.directory.rawValue : ItemState.placeholder.rawValue,
+                                     unknown.contains(key) ? nil : entry.etag?.value])
             }
-            for (name, row) in existing where !seen.contains(name) {
-                // Never drop what holds unsynced changes (a new file, an edit, or a folder with one).
-                if try Catalog.holdsLocalChanges(db, row) { continue }
+            for (key, row) in existing where byName[key] == nil {
+                // Never drop a local copy or what holds one (an open file, a change, a new file, a
+                // folder with one of those below): the store no longer has it, so its upload
+                // (if any) recreates it, and a clean copy's row goes when the copy is evicted.
+                if try Catalog.holdsLocalCopies(db, row) {
+                    if (row["kind"] as Int) != Item.Kind.directory.rawValue {
+                        try db.execute(sql: "UPDATE item SET onStore = 0 WHERE inode = ?", arguments: [row["inode"] as Int64])
+                    }
+                    continue
+                }
                 try db.execute(sql: "DELETE FROM item WHERE inode = ?", arguments: [row["inode"] as Int64])
             }
             try db.execute(sql: "UPDATE item SET listedAt = ? WHERE inode = ?", arguments: [listedAt, Int64(bitPattern: directory)])
@@ -243,70 +304,30 @@ public final class Catalog: Sendable {
             try db.execute(sql: "UPDATE item SET parent = ?, name = ?, path = ?, changedNs = ? WHERE inode = ?",
                            arguments: [Int64(bitPattern: parent), name, newPath, changed.nanoseconds, Int64(bitPattern: inode)])
             // SQLite's substr counts characters (code points), hence unicodeScalars below.
+            // The subtree is the range of paths between "old/" and "old0" ('0' follows '/'),
+            // which the path index finds without scanning the table.
             try db.execute(sql: """
-                UPDATE item SET path = ? || substr(path, ?) WHERE substr(path, 1, ?) = ?
-                """, arguments: [newPath, oldPath.unicodeScalars.count + 1, oldPath.unicodeScalars.count + 1, oldPath + "/"])
-        }
-    }
-
-    /// Records the local copy's size and times after a change (before close/fsync returns).
-    public func recordLocalChange(of inode: Inode, size: Int64, modified: Timestamp) throws(FSError) {
-        try write { db in
-            try db.execute(sql: """
-                UPDATE item SET size = ?, modifiedNs = ?, changedNs = ?, state = 'modified' WHERE inode = ?
-                """, arguments: [size, modified.nanoseconds, modified.nanoseconds, Int64(bitPattern: inode)])
-        }
-    }
-
-    /// The store confirmed an upload: the item now matches `entry`'s version.
-    public func recordUpload(of inode: Inode, etag: ETag?, state: ItemState) throws(FSError) {
-        try write { db in
-            try db.execute(sql: """
-                UPDATE item SET etag = ?, kindKnownFor = ?, onStore = 1, state = ?, uploadError = NULL WHERE inode = ?
-                """, arguments: [etag?.value, etag?.value, state.rawValue, Int64(bitPattern: inode)])
+                UPDATE item SET path = ? || substr(path, ?) WHERE path > ? AND path < ?
+                """, arguments: [newPath, oldPath.unicodeScalars.count + 1, oldPath + "/", oldPath + "0"])
         }
     }
 
     /// The store's version of an item changed without a content change (attributes pushed).
+    /// A copy based on the old version is based on the new one: its content did not change.
     public func recordVersion(of inode: Inode, etag: ETag?) throws(FSError) {
         try write { db in
             // Attributes do not change an item's kind: a kind known for the old version stays known.
             try db.execute(sql: """
                 UPDATE item SET kindKnownFor = CASE WHEN kindKnownFor = etag THEN COALESCE(?, etag) ELSE kindKnownFor END,
+                    baseEtag = CASE WHEN baseEtag = etag THEN COALESCE(?, etag) ELSE baseEtag END,
                     etag = COALESCE(?, etag) WHERE inode = ?
-                """, arguments: [etag?.value, etag?.value, Int64(bitPattern: inode)])
+                """, arguments: [etag?.value, etag?.value, etag?.value, Int64(bitPattern: inode)])
         }
     }
 
     public func recordUploadError(of inode: Inode, _ message: String?) throws(FSError) {
         try write { db in
             try db.execute(sql: "UPDATE item SET uploadError = ? WHERE inode = ?", arguments: [message, Int64(bitPattern: inode)])
-        }
-    }
-
-    /// After a conflict: the item shows the store's version again, and names the kept copy.
-    public func recordConflict(of inode: Inode, storeVersion entry: RemoteEntry?, conflictCopy: String) throws(FSError) {
-        try write { db in
-            if let entry {
-                try db.execute(sql: """
-                    UPDATE item SET size = ?, modifiedNs = ?, etag = ?, onStore = 1, state = 'placeholder', uploadError = NULL, conflictCopy = ?
-                    WHERE inode = ?
-                    """, arguments: [entry.size, Timestamp(seconds: entry.modified).nanoseconds, entry.etag?.value, conflictCopy, Int64(bitPattern: inode)])
-            } else {
-                try db.execute(sql: """
-                    UPDATE item SET state = 'placeholder', uploadError = NULL, conflictCopy = ?, onStore = 0 WHERE inode = ?
-                    """, arguments: [conflictCopy, Int64(bitPattern: inode)])
-            }
-        }
-    }
-
-    /// A conflict met while the file is still open: name the kept copy, but keep the version the
-    /// edit started from, so anything the open copy uploads later conflicts again (and is kept
-    /// as another copy) instead of overwriting the store's version.
-    public func recordConflictWhileOpen(of inode: Inode, conflictCopy: String) throws(FSError) {
-        try write { db in
-            try db.execute(sql: "UPDATE item SET state = 'local', uploadError = NULL, conflictCopy = ? WHERE inode = ?",
-                           arguments: [conflictCopy, Int64(bitPattern: inode)])
         }
     }
 
@@ -331,20 +352,112 @@ public final class Catalog: Sendable {
         }
     }
 
-    public func setState(of inode: Inode, to state: ItemState) throws(FSError) {
+    // MARK: The copy journal (written only by LocalCopy, after each CopyLife event)
+
+    /// Persists a copy's life: its state, base version, commits and whether it is on the store.
+    public func recordCopy(_ inode: Inode, _ life: CopyLife) throws(FSError) {
+        try write { db in try Catalog.persist(db, inode, life) }
+    }
+
+    /// A commit: the copy's size and time are the item's now.
+    public func recordCommit(_ inode: Inode, _ life: CopyLife, size: Int64, modified: Timestamp) throws(FSError) {
         try write { db in
-            try db.execute(sql: "UPDATE item SET state = ? WHERE inode = ?", arguments: [state.rawValue, Int64(bitPattern: inode)])
+            try Catalog.persist(db, inode, life)
+            try db.execute(sql: "UPDATE item SET size = ?, modifiedNs = ?, changedNs = ? WHERE inode = ?",
+                           arguments: [size, modified.nanoseconds, modified.nanoseconds, Int64(bitPattern: inode)])
         }
     }
 
-    /// After a restart no local copy is open: every file is a placeholder again
-    /// (clean copies are evicted by the caller; their content is on the store).
+    /// A download finished: the item is the version the store sent.
+    public func recordFetched(_ inode: Inode, _ life: CopyLife, entry: RemoteEntry) throws(FSError) {
+        try write { db in
+            try Catalog.persist(db, inode, life)
+            try db.execute(sql: """
+                UPDATE item SET size = ?, modifiedNs = CASE WHEN etag IS NOT NULL AND etag = ? THEN modifiedNs ELSE ? END,
+                    etag = COALESCE(?, etag), mode = COALESCE(?, mode) WHERE inode = ?
+                """, arguments: [entry.size, entry.etag?.value, Timestamp(seconds: entry.modified).nanoseconds, entry.etag?.value,
+                                 entry.mode.map { Int64($0) }, Int64(bitPattern: inode)])
+        }
+    }
+
+    /// The store confirmed an upload: it has the item as version `etag`.
+    public func recordUploaded(_ inode: Inode, _ life: CopyLife, etag: ETag?) throws(FSError) {
+        try write { db in
+            try Catalog.persist(db, inode, life)
+            try db.execute(sql: "UPDATE item SET etag = ?, kindKnownFor = ?, onStore = 1, uploadError = NULL WHERE inode = ?",
+                           arguments: [etag?.value, etag?.value, Int64(bitPattern: inode)])
+        }
+    }
+
+    /// A conflict: the local content was kept as `conflictCopy`; the item shows the store's
+    /// version (`storeVersion`; nil: the store has no such item any more) once the copy goes.
+    public func recordConflictKept(_ inode: Inode, _ life: CopyLife, conflictCopy: String, storeVersion: RemoteEntry?) throws(FSError) {
+        try write { db in
+            try Catalog.persist(db, inode, life)
+            try db.execute(sql: "UPDATE item SET uploadError = NULL, conflictCopy = ? WHERE inode = ?",
+                           arguments: [conflictCopy, Int64(bitPattern: inode)])
+            if let entry = storeVersion {
+                try db.execute(sql: "UPDATE item SET size = ?, modifiedNs = ?, etag = ?, onStore = 1 WHERE inode = ?",
+                               arguments: [entry.size, Timestamp(seconds: entry.modified).nanoseconds, entry.etag?.value, Int64(bitPattern: inode)])
+            } else {
+                try db.execute(sql: "UPDATE item SET onStore = 0 WHERE inode = ?", arguments: [Int64(bitPattern: inode)])
+            }
+        }
+    }
+
+    /// The copy is gone: the item is a placeholder again. One the store no longer has (deleted
+    /// or renamed there while the copy was open) goes with it.
+    public func recordEvicted(_ inode: Inode) throws(FSError) {
+        try write { db in
+            try db.execute(sql: "DELETE FROM item WHERE inode = ? AND onStore = 0", arguments: [Int64(bitPattern: inode)])
+            try db.execute(sql: """
+                UPDATE item SET state = 'placeholder', baseEtag = NULL, uncommitted = 0, committedSeq = 0, uploadedSeq = 0
+                WHERE inode = ? AND kind != ?
+                """, arguments: [Int64(bitPattern: inode), Item.Kind.directory.rawValue])
+        }
+    }
+
+    /// The copy's life as the journal last recorded it (for a copy adopted after a restart).
+    public func recordedLife(of inode: Inode) throws(FSError) -> CopyLife? {
+        try read { db in
+            guard let row = try Row.fetchOne(db, sql: "SELECT * FROM item WHERE inode = ?", arguments: [Int64(bitPattern: inode)]) else { return nil }
+            let base: String? = row["baseEtag"]
+            var life = CopyLife(content: .present, base: base.map(ETag.init))
+            life.committed = UInt64(max(row["committedSeq"] as Int64, 0))
+            life.uploaded = UInt64(max(row["uploadedSeq"] as Int64, 0))
+            life.uncommitted = row["uncommitted"]
+            return life
+        }
+    }
+
+    /// Items whose copy holds writes no close or fsync handed over (open when the daemon died).
+    public func itemsWithUncommittedWrites() throws(FSError) -> [Item] {
+        try read { db in try Row.fetchAll(db, sql: "SELECT * FROM item WHERE uncommitted != 0") }.map(Catalog.item(from:))
+    }
+
+    /// Items whose committed changes the store does not have yet: the upload journal.
+    public func itemsPendingUpload() throws(FSError) -> [Item] {
+        try read { db in try Row.fetchAll(db, sql: "SELECT * FROM item WHERE state IN ('modified', 'uploading') AND uncommitted = 0") }
+            .map(Catalog.item(from:))
+    }
+
+    /// After a restart no local copy is open: a clean copy's item is a placeholder again (its
+    /// content is on the store), and an upload cut short is simply pending again.
     public func resetTransientStates() throws(FSError) {
         try write { db in
-            try db.execute(sql: "UPDATE item SET state = 'placeholder' WHERE state IN ('downloading', 'local')")
-            // An upload cut short by the crash is simply pending again.
+            try db.execute(sql: """
+                UPDATE item SET state = 'placeholder', baseEtag = NULL, committedSeq = 0, uploadedSeq = 0
+                WHERE state IN ('downloading', 'local') AND uncommitted = 0
+                """)
             try db.execute(sql: "UPDATE item SET state = 'modified' WHERE state = 'uploading'")
         }
+    }
+
+    private static func persist(_ db: Database, _ inode: Inode, _ life: CopyLife) throws {
+        try db.execute(sql: """
+            UPDATE item SET state = ?, baseEtag = ?, committedSeq = ?, uploadedSeq = ?, uncommitted = ? WHERE inode = ?
+            """, arguments: [life.state.rawValue, life.base?.value, Int64(life.committed), Int64(life.uploaded), life.uncommitted,
+                             Int64(bitPattern: inode)])
     }
 
     // MARK: Plumbing
@@ -359,17 +472,24 @@ public final class Catalog: Sendable {
 
     private static func hasLocalChanges(_ row: Row) -> Bool {
         let state: String = row["state"]
-        return state == ItemState.modified.rawValue || state == ItemState.uploading.rawValue
+        return state == ItemState.modified.rawValue || state == ItemState.uploading.rawValue || (row["uncommitted"] as Bool? ?? false)
     }
 
-    /// Whether `row`, or anything below it, holds unsynced changes.
-    private static func holdsLocalChanges(_ db: Database, _ row: Row) throws -> Bool {
-        if hasLocalChanges(row) { return true }
+    /// Whether the item has a local copy: being fetched, open, or holding changes.
+    private static func hasLocalCopy(_ row: Row) -> Bool {
+        let state: String = row["state"]
+        return hasLocalChanges(row) || state == ItemState.local.rawValue || state == ItemState.downloading.rawValue
+    }
+
+    /// Whether `row`, or anything below it, has a local copy.
+    private static func holdsLocalCopies(_ db: Database, _ row: Row) throws -> Bool {
+        if hasLocalCopy(row) { return true }
         guard (row["kind"] as Int) == Item.Kind.directory.rawValue else { return false }
         let path: String = row["path"]
         return try Bool.fetchOne(db, sql: """
-            SELECT EXISTS(SELECT 1 FROM item WHERE state IN ('modified', 'uploading') AND substr(path, 1, ?) = ?)
-            """, arguments: [path.unicodeScalars.count + 1, path + "/"]) ?? false
+            SELECT EXISTS(SELECT 1 FROM item WHERE (state IN ('modified', 'uploading', 'local', 'downloading') OR uncommitted != 0)
+                          AND path > ? AND path < ?)
+            """, arguments: [path + "/", path + "0"]) ?? false
     }
 
     private static func join(_ dir: String, _ name: String) -> String {
@@ -415,7 +535,9 @@ public final class Catalog: Sendable {
             accessed: (row["accessedNs"] as Int64?).map(Timestamp.init(nanoseconds:)),
             changed: (row["changedNs"] as Int64?).map(Timestamp.init(nanoseconds:)),
             uploadError: row["uploadError"],
-            conflictCopy: row["conflictCopy"]
+            conflictCopy: row["conflictCopy"],
+            baseEtag: (row["baseEtag"] as String?).map(ETag.init),
+            hasUncommittedWrites: row["uncommitted"]
         )
     }
 }

@@ -9,12 +9,13 @@ import Synchronization
 /// (changes going back) together. Everything that may touch the network is `async`; what only
 /// touches the catalog or a local copy is synchronous and cheap.
 public final class DocFileSystem: Sendable {
-    public let catalog: Catalog
-    public let provider: Provider
-    public let enumerator: DirectoryEnumerator
-    public let uploader: Uploader
+    private let catalog: Catalog
+    private let provider: Provider
+    private let enumerator: DirectoryEnumerator
+    private let uploader: Uploader
     public let readOnly: Bool
     private let store: any Store
+    private let cacheDirectory: String
     private let logger: Logger
     private let handles = Mutex(HandleTable())
 
@@ -23,8 +24,6 @@ public final class DocFileSystem: Sendable {
         public var inode: Inode
         public var copy: LocalCopy
         public var writable: Bool
-        /// Whether this handle has already marked the item as modified in the catalog.
-        public var markedModified = false
     }
 
     /// How a file is opened.
@@ -66,6 +65,7 @@ public final class DocFileSystem: Sendable {
                 uploadBackoff: Duration = .seconds(15), logger: Logger) {
         self.store = store
         self.catalog = catalog
+        self.cacheDirectory = cacheDirectory
         self.readOnly = readOnly
         self.logger = logger
         self.provider = Provider(store: store, catalog: catalog, cacheDirectory: cacheDirectory, logger: logger)
@@ -86,7 +86,7 @@ public final class DocFileSystem: Sendable {
         guard item.kind == .file, item.state != .downloading, item.state != .placeholder,
               let copy = provider.presentCopies.withLock({ $0[inode] }) else { return item }
         item.size = copy.length
-        if item.hasUnsyncedChanges || copy.generation > 0 {
+        if item.hasUnsyncedChanges || copy.wasWritten {
             item.modified = copy.modificationTime
         }
         return item
@@ -119,12 +119,15 @@ public final class DocFileSystem: Sendable {
     public func open(_ inode: Inode, mode: OpenMode) async throws(FSError) -> UInt64 {
         if mode.writable && readOnly { throw .readOnly }
         let item = try item(inode)
-        let copy = try await provider.open(item, intent: mode.truncate && mode.writable ? .empty : .content)
-        let handle = register(OpenFile(inode: inode, copy: copy, writable: mode.writable))
-        if mode.truncate && mode.writable {
-            try markModified(handle: handle)
+        let truncating = mode.truncate && mode.writable
+        let copy = try await provider.open(item, intent: truncating ? .empty : .content)
+        if truncating {
+            do { try copy.truncate(to: 0) } catch {
+                _ = await provider.release(inode)
+                throw error
+            }
         }
-        return handle
+        return register(OpenFile(inode: inode, copy: copy, writable: mode.writable))
     }
 
     /// Creates a new file in `parent` and opens it. No download, nothing on the store until
@@ -140,10 +143,15 @@ public final class DocFileSystem: Sendable {
             return (try item(existing.inode), handle)
         }
         let now = Timestamp.now
+        // `modified` from the start: a listing never drops a row that holds changes.
         let created = try catalog.createItem(in: parent, name: name, kind: .file, modified: now, mode: mode & 0o7777,
                                              owner: owner, group: group, state: .modified, onStore: false)
         let copy = try await provider.open(created, intent: .empty)
-        let handle = register(OpenFile(inode: created.inode, copy: copy, writable: true, markedModified: true))
+        do { try copy.markChanged() } catch {
+            _ = await provider.release(created.inode)
+            throw error
+        }
+        let handle = register(OpenFile(inode: created.inode, copy: copy, writable: true))
         return (try item(created.inode), handle)
     }
 
@@ -153,27 +161,27 @@ public final class DocFileSystem: Sendable {
         return try file.copy.read(into: buffer, at: offset)
     }
 
-    /// Writes into an open handle's local copy. The first write marks the item modified in
-    /// the catalog; flush/fsync/close commit the rest.
+    /// Writes into an open handle's local copy. The first write since a commit is recorded in
+    /// the journal before its bytes land; flush/fsync/close commit them.
     public func write(handle: UInt64, offset: Int64, bytes: UnsafeRawBufferPointer) throws(FSError) -> Int {
         guard let file = handles.withLock({ $0.open[handle] }) else { throw .invalidArgument }
         guard file.writable else { throw .invalidArgument }
-        if !file.markedModified { try markModified(handle: handle) }
         return try file.copy.writeLocal(bytes, at: offset)
     }
 
-    /// Commits a handle's changes to the journal: the local copy on disk, the catalog row
-    /// `modified` with its size. Runs before every close() returns.
+    /// Commits the copy's changes to the journal: the local copy durable on disk, the catalog
+    /// row with its size and a new commit. Runs before every close() returns. Only committed
+    /// content is ever uploaded over the store's version.
     public func flush(handle: UInt64) throws(FSError) {
-        guard let file = handles.withLock({ $0.open[handle] }), file.markedModified else { return }
-        try commit(file)
+        guard let file = handles.withLock({ $0.open[handle] }) else { return }
+        try file.copy.commit()
     }
 
     /// fsync: commit, then upload now and wait for the store to confirm.
     public func fsync(handle: UInt64) async throws(FSError) {
         guard let file = handles.withLock({ $0.open[handle] }) else { throw .invalidArgument }
         try flush(handle: handle)
-        if await provider.hasUnsyncedChanges(file.inode) {
+        if file.copy.life.isDirty {
             try await uploader.sync(file.inode)
         }
     }
@@ -181,10 +189,8 @@ public final class DocFileSystem: Sendable {
     /// Closes a handle. The last close evicts the local copy, or hands it to the uploader.
     public func release(handle: UInt64) async {
         guard let file = handles.withLock({ $0.open.removeValue(forKey: handle) }) else { return }
-        if file.markedModified {
-            do { try commit(file) } catch {
-                logger.error("cannot commit changes", metadata: ["inode": "\(file.inode)", "error": "\(error)"])
-            }
+        do { try file.copy.commit() } catch {
+            logger.error("cannot commit changes", metadata: ["inode": "\(file.inode)", "error": "\(error)"])
         }
         let outcome = await provider.release(file.inode)
         if outcome == .needsUpload {
@@ -203,13 +209,11 @@ public final class DocFileSystem: Sendable {
             guard item.kind == .file else { throw item.isDirectory ? .isADirectory : .invalidArgument }
             if let handle, let file = handles.withLock({ $0.open[handle] }) {
                 try file.copy.truncate(to: size)
-                if !file.markedModified { try markModified(handle: handle) }
-                try flush(handle: handle)
+                try file.copy.commit()
             } else {
                 let temporary = try await open(inode, mode: OpenMode(writable: true, truncate: size == 0))
-                if let file = handles.withLock({ $0.open[temporary] }) {
+                if let file = handles.withLock({ $0.open[temporary] }), size != 0 {
                     try file.copy.truncate(to: size)
-                    try markModified(handle: temporary)
                 }
                 await release(handle: temporary)
             }
@@ -235,7 +239,7 @@ public final class DocFileSystem: Sendable {
     /// object, as s3fs writes it); `EPERM` elsewhere.
     public func makeSymlink(in parent: Inode, name: String, target: String, owner: UInt32, group: UInt32) async throws(FSError) -> Item {
         let path = try await pathForNewEntry(named: name, in: parent)
-        let entry = try await uploader.exclusively { () async throws(FSError) -> RemoteEntry in
+        let entry = try await uploader.exclusively(touching: [path]) { () async throws(FSError) -> RemoteEntry in
             do throws(StoreError) {
                 return try await store.makeSymlink(path, target: target)
             } catch .notSupported {
@@ -253,7 +257,7 @@ public final class DocFileSystem: Sendable {
     /// mkdir: on the store first, then in the catalog.
     public func makeDirectory(in parent: Inode, name: String, mode: UInt32, owner: UInt32, group: UInt32) async throws(FSError) -> Item {
         let path = try await pathForNewEntry(named: name, in: parent)
-        let entry = try await uploader.exclusively { () async throws(FSError) -> RemoteEntry in
+        let entry = try await uploader.exclusively(touching: [path]) { () async throws(FSError) -> RemoteEntry in
             do throws(StoreError) { return try await store.makeDirectory(path) } catch { throw FSError(error) }
         }
         return try catalog.createItem(in: parent, name: name, kind: .directory, modified: entry.modified > 0 ? Timestamp(seconds: entry.modified) : .now,
@@ -271,7 +275,7 @@ public final class DocFileSystem: Sendable {
         } else if target.isDirectory {
             throw .isADirectory
         }
-        try await uploader.exclusively { () async throws(FSError) in
+        try await uploader.exclusively(touching: [target.path]) { () async throws(FSError) in
             await uploader.cancel(target.inode)
             // Re-read: an upload that was in flight until now may have put it on the store.
             let target = try catalog.item(target.inode) ?? target
@@ -315,7 +319,7 @@ public final class DocFileSystem: Sendable {
             }
         }
         let targetPath = try storePath(destinationDirectory.path, newName)
-        try await uploader.exclusively { () async throws(FSError) in
+        try await uploader.exclusively(touching: [source.path, targetPath]) { () async throws(FSError) in
             // Re-read both: an upload that was in flight until now may have put them on the store.
             let source = try catalog.item(source.inode) ?? source
             let existing = try existing.map { (old: Item) throws(FSError) -> Item in try catalog.item(old.inode) ?? old }
@@ -340,9 +344,44 @@ public final class DocFileSystem: Sendable {
 
     // MARK: Lifecycle
 
-    /// Starts uploading what an earlier mount left unsynced.
+    /// Takes over what an earlier mount left (see `CrashRecovery`): clean copies go, committed
+    /// changes are uploaded, writes never closed are kept as `NAME (unsaved …)`. Call before
+    /// the filesystem serves anything.
     public func start() async throws(FSError) {
+        let reverted = try CrashRecovery(catalog: catalog, cacheDirectory: cacheDirectory, logger: logger).run()
         try await uploader.resumePending()
+        // Items whose unsaved writes were set aside show the store's version: ask for its size
+        // now, so stat is right at once (a store that is down leaves them to the next listing).
+        for item in reverted {
+            if let entry = try? await store.stat(item.path), try catalog.item(item.inode)?.state == .placeholder {
+                try? catalog.updateMetadata(of: item.inode, from: entry)
+            }
+        }
+    }
+
+    /// Waits until every queued upload has been tried (`untilStalled`: or waits for a retry).
+    public func waitForUploads(untilStalled: Bool = false) async {
+        await uploader.waitUntilIdle(untilStalled: untilStalled)
+    }
+
+    /// Uploads `inode`'s pending changes now and waits until the store has them.
+    public func uploadNow(_ inode: Inode) async throws(FSError) {
+        try await uploader.sync(inode)
+    }
+
+    /// Lists `directory` from the store now and waits for it.
+    public func refresh(directory inode: Inode) async throws(FSError) {
+        try await enumerator.refresh(try item(inode))
+    }
+
+    /// How many items the catalog holds (`statfs`'s file count).
+    public func itemCount() throws(FSError) -> Int {
+        try catalog.itemCount()
+    }
+
+    /// Items with changes the store does not have yet.
+    public func unsyncedItems() throws(FSError) -> [Item] {
+        try catalog.items(in: [.modified, .uploading])
     }
 
     /// The mount is going away: wait (at most `uploadGrace`) for pending uploads, then evict
@@ -352,8 +391,8 @@ public final class DocFileSystem: Sendable {
             defer { table.open.removeAll() }
             return Array(table.open.values)
         }
-        for file in handlesLeft where file.markedModified {
-            try? commit(file)
+        for file in handlesLeft {
+            try? file.copy.commit()
         }
         for file in handlesLeft {
             if await provider.release(file.inode) == .needsUpload { await uploader.enqueue(file.inode) }
@@ -380,21 +419,6 @@ public final class DocFileSystem: Sendable {
             table.open[handle] = file
             return handle
         }
-    }
-
-    private func markModified(handle: UInt64) throws(FSError) {
-        guard let file = handles.withLock({ table -> OpenFile? in
-            table.open[handle]?.markedModified = true
-            return table.open[handle]
-        }) else { return }
-        try catalog.setState(of: file.inode, to: .modified)
-    }
-
-    /// The journal commit: the local copy durable on disk, the catalog row `modified` with the
-    /// copy's size and time. What close() and fsync() wait for.
-    private func commit(_ file: OpenFile) throws(FSError) {
-        try file.copy.sync()
-        try catalog.recordLocalChange(of: file.inode, size: file.copy.length, modified: file.copy.modificationTime)
     }
 
     /// Where a new entry `name` in `parent` goes on the store; refuses a read-only mount, a

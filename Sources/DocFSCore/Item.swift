@@ -45,11 +45,15 @@ public struct Item: Sendable, Equatable {
     public var uploadError: String?
     /// The name of the copy kept when the last upload met a newer version on the store.
     public var conflictCopy: String?
+    /// The store version the local copy started from (nil without a copy). See `CopyLife`.
+    public var baseEtag: ETag?
+    /// Writes no close or fsync has handed over yet may be in the local copy.
+    public var hasUncommittedWrites = false
 
     public var isDirectory: Bool { kind == .directory }
 
     /// Whether the item has local changes the store does not have yet.
-    public var hasUnsyncedChanges: Bool { state == .modified || state == .uploading }
+    public var hasUnsyncedChanges: Bool { state == .modified || state == .uploading || hasUncommittedWrites }
 }
 
 /// Where an item's content is. Persisted in the catalog, shown as `user.docfs.state`.

@@ -2,67 +2,114 @@ import DocFSStore
 import Foundation
 import Synchronization
 
-/// The content of one item on local disk, in docfs's private cache directory (mode 0600).
+/// The content of one item on local disk, in docfs's private cache directory (mode 0600), and
+/// the one owner of that copy's life (`CopyLife`).
 ///
 /// A local copy is filled by byte ranges and knows which ranges it holds (`held`), so a read
 /// can be served only from bytes that really arrived; a partial download is never presented
 /// as the file. The store writes into it through `ContentSink`; readers use `read(into:at:)`.
-/// Reads and writes use `pread`/`pwrite` on one descriptor, which is safe from any thread;
-/// the range set is guarded by a mutex.
+/// Reads and writes use `pread`/`pwrite` on one descriptor, which is safe from any thread.
+///
+/// Every change of the copy's life happens under its lock and is written to the catalog
+/// before the lock is let go (`Catalog.recordCopy` and friends), so the journal on disk never
+/// lags what the copy is: the first write after a commit is recorded *before* its bytes land
+/// (write-ahead), a commit after `fdatasync`, and an upload's snapshot is taken while no write
+/// is under way. The lock is never held across the network.
 public final class LocalCopy: ContentSink, Sendable {
     public let path: String
+    public let inode: Inode
     private let descriptor: Int32
+    private let catalog: Catalog
     private let state: Mutex<State>
 
     private struct State {
         var held = ByteRangeSet()
         /// The file's length as the user sees it (downloads and local writes extend it).
         var length: Int64 = 0
-        /// Bumped by every local change; an upload knows which generation it sent.
-        var generation: UInt64 = 0
+        /// Whether a local write ever touched the copy (its time is then the item's).
+        var written = false
+        /// Local writes whose bytes are landing right now (a snapshot waits for none).
+        var writesInFlight = 0
         var discarded = false
+        var life: CopyLife
     }
 
-    /// Creates an empty local copy at `path` (replacing whatever was there).
-    public init(path: String) throws(FSError) {
+    /// Creates an empty local copy at `path` (replacing whatever was there), at the start of
+    /// `life`. Nothing is recorded yet: the caller records the copy once it is in place.
+    public init(path: String, inode: Inode, catalog: Catalog, life: CopyLife) throws(FSError) {
         let fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw .local(errno: errno, "cannot create local copy \(path): \(String(cString: strerror(errno)))") }
         self.path = path
+        self.inode = inode
         self.descriptor = fd
-        self.state = Mutex(State())
+        self.catalog = catalog
+        self.state = Mutex(State(life: life))
     }
 
-    /// Reopens a complete local copy that is already on disk (unsynced changes from before a
-    /// restart): every byte of it is held.
-    public init(adopting path: String) throws(FSError) {
+    /// Reopens a complete local copy that is already on disk (committed changes from before a
+    /// restart, as the journal recorded them in `life`): every byte of it is held.
+    public init(adopting path: String, inode: Inode, catalog: Catalog, life: CopyLife) throws(FSError) {
         let fd = open(path, O_RDWR | O_CLOEXEC)
         guard fd >= 0 else { throw .local(errno: errno, "cannot open local copy \(path): \(String(cString: strerror(errno)))") }
         var info = stat()
         fstat(fd, &info)
         self.path = path
+        self.inode = inode
         self.descriptor = fd
-        var initial = State()
+        self.catalog = catalog
+        var initial = State(life: life)
         initial.length = Int64(info.st_size)
         initial.held = ByteRangeSet([0..<Int64(info.st_size)])
+        initial.written = true
         self.state = Mutex(initial)
     }
 
     /// The file's current length.
     public var length: Int64 { state.withLock { $0.length } }
 
-    /// Which local change this copy is at.
-    public var generation: UInt64 { state.withLock { $0.generation } }
+    /// The copy's life as it stands.
+    public var life: CopyLife { state.withLock { $0.life } }
 
-    /// Makes the copy complete and empty, without a download (O_TRUNC, a new file).
-    public func makeEmpty() throws(FSError) {
-        try truncate(to: 0)
+    /// Whether a local write ever touched the copy.
+    public var wasWritten: Bool { state.withLock { $0.written } }
+
+    // MARK: Life
+
+    /// Applies `event` to the copy's life and records the result in the catalog, under the
+    /// copy's lock; returns the event's action. The one way anyone changes a copy's life.
+    @discardableResult
+    public func update<Result>(_ event: (inout CopyLife) -> Result) throws(FSError) -> Result {
+        try state.withLock { (state) throws(FSError) -> Result in
+            var life = state.life
+            let result = event(&life)
+            if life != state.life {
+                try catalog.recordCopy(inode, life)
+                state.life = life
+            }
+            return result
+        }
+    }
+
+    /// Applies `event` and records it with `record` (a catalog write that persists the life
+    /// together with other columns), under the copy's lock.
+    public func update<Result>(_ event: (inout CopyLife) -> Result,
+                               recording record: (CopyLife) throws(FSError) -> Void) throws(FSError) -> Result {
+        try state.withLock { (state) throws(FSError) -> Result in
+            var life = state.life
+            let result = event(&life)
+            try record(life)
+            state.life = life
+            return result
+        }
     }
 
     // MARK: Local changes
 
-    /// Writes the user's bytes at `offset`. They are held from now on, and the copy is one
-    /// generation further.
+    /// Writes the user's bytes at `offset`. The first change since a commit is recorded in
+    /// the journal before the bytes land.
     public func writeLocal(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(FSError) -> Int {
+        try beginChange()
+        defer { state.withLock { $0.writesInFlight -= 1 } }
         var written = 0
         while written < bytes.count {
             let n = pwrite(descriptor, bytes.baseAddress! + written, bytes.count - written, off_t(offset) + off_t(written))
@@ -76,13 +123,16 @@ public final class LocalCopy: ContentSink, Sendable {
             if offset > state.length { state.held.insert(state.length..<offset) }  // the hole reads as zeros
             state.held.insert(offset..<(offset + Int64(written)))
             state.length = max(state.length, offset + Int64(written))
-            state.generation += 1
+            state.written = true
         }
         return written
     }
 
-    /// Sets the length (truncate/ftruncate/O_TRUNC). Growing adds zeros, which are held.
+    /// Sets the length (truncate/ftruncate/O_TRUNC): a change like a write. Growing adds
+    /// zeros, which are held.
     public func truncate(to size: Int64) throws(FSError) {
+        try beginChange()
+        defer { state.withLock { $0.writesInFlight -= 1 } }
         guard ftruncate(descriptor, off_t(size)) == 0 else {
             throw .local(errno: errno, "truncating \(path): \(String(cString: strerror(errno)))")
         }
@@ -96,7 +146,64 @@ public final class LocalCopy: ContentSink, Sendable {
             }
             if size == 0 { state.held = ByteRangeSet() }
             state.length = size
-            state.generation += 1
+            state.written = true
+        }
+    }
+
+    /// Records a change with no bytes (a new, empty file): it must reach the store.
+    public func markChanged() throws(FSError) {
+        try beginChange()
+        state.withLock { $0.writesInFlight -= 1 }
+    }
+
+    /// Makes the local changes durable and hands them over: the journal's commit (what close()
+    /// and fsync() wait for). Returns false when there was nothing to commit.
+    @discardableResult
+    public func commit() throws(FSError) -> Bool {
+        guard life.uncommitted else { return false }
+        try sync()
+        return try state.withLock { (state) throws(FSError) -> Bool in
+            // A write still landing, or one that began after the sync, stays uncommitted.
+            guard state.life.uncommitted, state.writesInFlight == 0 else { return false }
+            var life = state.life
+            life.committedChanges()
+            try catalog.recordCommit(inode, life, size: state.length, modified: modificationTimeUnlocked())
+            state.life = life
+            return true
+        }
+    }
+
+    /// Copies the committed content to `snapshotPath` for an upload, and records that the
+    /// upload of that commit started. Returns the commit it holds, or nil when there is nothing
+    /// to upload or writes since the last commit are in the copy (their close commits and
+    /// uploads them). With `committingPending` (fsync), those writes are committed first.
+    public func startUpload(snapshotTo snapshotPath: String, committingPending: Bool) throws(FSError) -> UInt64? {
+        if committingPending && life.uncommitted { try sync() }
+        return try state.withLock { (state) throws(FSError) -> UInt64? in
+            guard state.writesInFlight == 0 else { return nil }
+            var life = state.life
+            if life.uncommitted && committingPending { life.committedChanges() }
+            guard life.uploadStarted(), let commit = life.uploading else { return nil }
+            try Snapshot.copy(from: descriptor, length: state.length, to: snapshotPath)
+            if life.committed != state.life.committed {
+                try catalog.recordCommit(inode, life, size: state.length, modified: modificationTimeUnlocked())
+            } else {
+                try catalog.recordCopy(inode, life)
+            }
+            state.life = life
+            return commit
+        }
+    }
+
+    private func beginChange() throws(FSError) {
+        try state.withLock { (state) throws(FSError) in
+            if !state.life.uncommitted {
+                var life = state.life
+                life.changed()
+                try catalog.recordCopy(inode, life)
+                state.life = life
+            }
+            state.writesInFlight += 1
         }
     }
 
@@ -105,7 +212,7 @@ public final class LocalCopy: ContentSink, Sendable {
         state.withLock { $0.held.contains(0..<$0.length) }
     }
 
-    /// Makes the local changes durable on disk (before close/fsync returns).
+    /// Makes the local changes durable on disk.
     public func sync() throws(FSError) {
         guard fdatasync(descriptor) == 0 else {
             throw .local(errno: errno, "syncing \(path): \(String(cString: strerror(errno)))")
@@ -182,7 +289,9 @@ public final class LocalCopy: ContentSink, Sendable {
     }
 
     /// The local file's modification time (the kernel moves it on every local write).
-    public var modificationTime: Timestamp {
+    public var modificationTime: Timestamp { modificationTimeUnlocked() }
+
+    private func modificationTimeUnlocked() -> Timestamp {
         var info = stat()
         guard fstat(descriptor, &info) == 0 else { return 0 }
         return Timestamp(seconds: Int64(info.st_mtim.tv_sec), nanoseconds: Int64(info.st_mtim.tv_nsec))

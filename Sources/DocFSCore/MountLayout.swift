@@ -49,10 +49,16 @@ public struct MountLayout: Sendable, Equatable {
     /// (copies with unsynced changes: the upload journal needs them). Returns how many went.
     @discardableResult
     public func clearCache(keeping: Set<String> = []) -> Int {
-        guard let names = try? FileManager.default.contentsOfDirectory(atPath: cacheDirectory) else { return 0 }
+        MountLayout.clear(directory: cacheDirectory, keeping: keeping)
+    }
+
+    /// Removes the files in `directory` except those named in `keeping`; returns how many went.
+    @discardableResult
+    public static func clear(directory: String, keeping: Set<String>) -> Int {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return 0 }
         var removed = 0
         for name in names where !keeping.contains(name) {
-            unlink(cacheDirectory + "/" + name)
+            unlink(directory + "/" + name)
             removed += 1
         }
         return removed

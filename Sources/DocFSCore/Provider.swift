@@ -9,12 +9,12 @@ import Synchronization
 /// The first `open()` of a file creates its local copy and fetches the content; concurrent
 /// opens of the same item share that one copy and that one fetch. An open that truncates,
 /// or a new file, gets an empty copy without any download. Each successful open is matched
-/// by one `release()`; the last release evicts the copy and the item is a placeholder again —
-/// unless the copy has changes the store does not have yet: then the uploader gets it, and
-/// the copy is evicted only once the store confirmed the upload (`uploadFinished`).
+/// by one `release()`. What happens to a copy is decided by its `CopyLife` (held and recorded
+/// by the `LocalCopy`); the provider keeps the copies by inode and carries out the actions:
+/// fetching, evicting, and handing copies with committed changes to the uploader.
 ///
-/// The provider is an actor: its bookkeeping is touched only on its executor, and the network
-/// work happens in a detached task it awaits, never on a caller's thread.
+/// The provider is an actor: its map is touched only on its executor, and the network work
+/// happens in a detached task it awaits, never on a caller's thread.
 public actor Provider {
     private let store: any Store
     private let catalog: Catalog
@@ -22,20 +22,14 @@ public actor Provider {
     private let retry: RetryPolicy
     private let logger: Logger
     private var providing: [Inode: Providing] = [:]
+    private var isShutDown = false
 
     /// Copies by inode, readable without hopping onto the actor (for `st_blocks`, `stat` sizes).
     public nonisolated let presentCopies = Mutex<[Inode: LocalCopy]>([:])
 
     private struct Providing {
         var copy: LocalCopy
-        var openCount: Int
         var fetch: Task<Void, any Error>
-        /// The generation the store has (after a download or a confirmed upload).
-        var syncedGeneration: UInt64
-        /// Whether an upload of this copy is queued or under way.
-        var uploadPending = false
-        /// The item was unlinked while open: nothing to upload, evict on last release.
-        var removed = false
     }
 
     /// How an open wants the content.
@@ -59,27 +53,29 @@ public actor Provider {
         cacheDirectory + "/" + item.id
     }
 
+    /// Where an upload's snapshot of an item's copy goes.
+    public nonisolated func snapshotPath(for item: Item) -> String {
+        cacheDirectory + "/" + item.id + ".upload"
+    }
+
     /// Makes `item`'s content local (or joins the fetch already under way) and counts one
     /// more user of the copy.
     public func open(_ item: Item, intent: OpenIntent = .content) async throws(FSError) -> LocalCopy {
         guard item.kind == .file else { throw item.isDirectory ? .isADirectory : .invalidArgument }
+        guard !isShutDown else { throw .io("the mount is going away") }
         let entry: Providing
-        if var existing = providing[item.inode] {
-            existing.openCount += 1
-            providing[item.inode] = existing
+        if let existing = providing[item.inode] {
             entry = existing
         } else {
             entry = try startProviding(item, intent: intent)
         }
+        try entry.copy.update { $0.opened() }
         do {
             try await entry.fetch.value
         } catch {
             // This opener never got a handle: give its count back.
-            _ = release(item.inode)
+            fetchFailed(item.inode, copy: entry.copy)
             throw (error as? FSError) ?? .io("\(error)")
-        }
-        if case .empty = intent, entry.copy.length != 0 {
-            try entry.copy.makeEmpty()
         }
         return entry.copy
     }
@@ -87,91 +83,82 @@ public actor Provider {
     /// One user let go. The last one evicts the copy — or, if it holds changes, hands it to
     /// the uploader and keeps it until the upload is confirmed. Returns what happened.
     public func release(_ inode: Inode) -> ReleaseOutcome {
-        guard var entry = providing[inode] else { return .notPresent }
-        entry.openCount -= 1
-        providing[inode] = entry
-        guard entry.openCount <= 0 else { return .stillOpen }
-        if !entry.removed && entry.copy.generation != entry.syncedGeneration {
-            entry.uploadPending = true
-            providing[inode] = entry
-            return .needsUpload
+        guard let entry = providing[inode] else { return .notPresent }
+        let action: CopyLife.Action
+        do {
+            action = try entry.copy.update { $0.released() }
+        } catch {
+            logger.error("cannot record a release", metadata: ["inode": "\(inode)", "error": "\(error)"])
+            return .stillOpen
         }
-        if entry.uploadPending { return .uploadInFlight }
-        providing[inode] = nil
-        entry.fetch.cancel()
-        evict(inode, copy: entry.copy, removed: entry.removed)
-        return .evicted
+        return perform(action, on: entry.copy)
     }
 
     /// Whether someone has `inode` open.
     public func isOpen(_ inode: Inode) -> Bool {
-        (providing[inode]?.openCount ?? 0) > 0
+        (providing[inode]?.copy.life.openCount ?? 0) > 0
     }
 
-    /// Whether the open copy of `inode` has changes the store does not have.
-    public func hasUnsyncedChanges(_ inode: Inode) -> Bool {
-        guard let entry = providing[inode] else { return false }
-        return !entry.removed && entry.copy.generation != entry.syncedGeneration
-    }
-
-    /// The uploader is about to send `inode`'s copy: which file, at which generation.
-    /// A copy that is not open (after a restart) is read from its file in the cache.
-    public func beginUpload(of item: Item) -> (path: String, generation: UInt64)? {
-        if var entry = providing[item.inode] {
-            guard !entry.removed else { return nil }
-            entry.uploadPending = true
-            providing[item.inode] = entry
-            return (entry.copy.path, entry.copy.generation)
+    /// The copy the uploader should send for `item`: the one in use, or (after a restart) the
+    /// one the journal left in the cache, adopted with the life the journal recorded. Nil when
+    /// there is nothing local to send.
+    public func copyForUpload(of item: Item) -> LocalCopy? {
+        if let entry = providing[item.inode] {
+            return entry.copy.life.removed ? nil : entry.copy
         }
-        let path = copyPath(for: item)
-        return FileManager.default.fileExists(atPath: path) ? (path, 0) : nil
+        guard !isShutDown, item.hasUnsyncedChanges, FileManager.default.fileExists(atPath: copyPath(for: item)) else { return nil }
+        do {
+            guard let life = try catalog.recordedLife(of: item.inode) else { return nil }
+            let copy = try LocalCopy(adopting: copyPath(for: item), inode: item.inode, catalog: catalog, life: life)
+            providing[item.inode] = Providing(copy: copy, fetch: Task {})
+            presentCopies.withLock { $0[item.inode] = copy }
+            return copy
+        } catch {
+            logger.error("cannot reopen a pending local copy", metadata: ["path": "\(item.path)", "error": "\(error)"])
+            return nil
+        }
     }
 
-    /// The store has `generation` of the copy (or, after a conflict, no longer needs it).
-    /// Evicts the copy if nobody has it open and nothing changed since. Returns whether the
-    /// item is clean now.
+    /// The store confirmed commit `commit` of `copy` as `entry`. Returns whether nothing newer
+    /// was committed meanwhile (writes still open are sent after their own close).
     @discardableResult
-    public func uploadFinished(_ item: Item, generation: UInt64, discardLocalCopy: Bool = false) -> Bool {
-        guard var entry = providing[item.inode] else {
-            // Not open (a restart's pending upload): the file is done with.
-            unlink(copyPath(for: item))
-            return true
-        }
-        if discardLocalCopy {
-            // A conflict: the local content now lives in the conflict copy on the store.
-            entry.syncedGeneration = entry.copy.generation
-        } else if entry.copy.generation == generation {
-            entry.syncedGeneration = generation
-        }
-        entry.uploadPending = false
-        providing[item.inode] = entry
-        let clean = entry.copy.generation == entry.syncedGeneration
-        if clean && entry.openCount <= 0 {
-            providing[item.inode] = nil
-            evict(item.inode, copy: entry.copy, removed: false)
-        } else if !clean && entry.openCount <= 0 {
-            entry.uploadPending = true
-            providing[item.inode] = entry
-        }
-        return clean
+    public func uploaded(_ copy: LocalCopy, commit: UInt64, as entry: RemoteEntry) throws(FSError) -> Bool {
+        let action = try copy.update({ $0.uploaded(commit, etag: entry.etag) },
+                                     recording: { (life) throws(FSError) in try catalog.recordUploaded(copy.inode, life, etag: entry.etag) })
+        _ = perform(action, on: copy)
+        let life = copy.life
+        return life.removed || life.committed == life.uploaded
+    }
+
+    /// The store had moved on; commit `commit` of `copy` is on the store as `conflictCopy`.
+    public func conflictKept(_ copy: LocalCopy, commit: UInt64, conflictCopy: String, storeVersion: RemoteEntry?) throws(FSError) {
+        let action = try copy.update({ $0.conflictKept(commit) }, recording: { (life) throws(FSError) in
+            try catalog.recordConflictKept(copy.inode, life, conflictCopy: conflictCopy, storeVersion: storeVersion)
+        })
+        _ = perform(action, on: copy)
     }
 
     /// The upload could not finish (it will be retried): keep the copy.
-    public func uploadPaused(_ inode: Inode) {
-        guard var entry = providing[inode] else { return }
-        entry.uploadPending = entry.openCount <= 0
-        providing[inode] = entry
+    public func uploadFailed(_ copy: LocalCopy) {
+        do { try copy.update { $0.uploadFailed() } } catch {
+            logger.error("cannot record a failed upload", metadata: ["inode": "\(copy.inode)", "error": "\(error)"])
+        }
+    }
+
+    /// Nothing was sent (nothing committed to send): a copy nobody uses goes.
+    public func uploadNotNeeded(_ copy: LocalCopy) {
+        guard let entry = providing[copy.inode], entry.copy === copy else { return }
+        let life = copy.life
+        if life.openCount == 0, life.uploading == nil, !life.isDirty, life.content == .present {
+            evict(copy)
+        }
     }
 
     /// The item was unlinked. An open copy lives on for its handles (POSIX), nothing is uploaded.
     public func itemRemoved(_ inode: Inode, item: Item) {
-        if var entry = providing[inode] {
-            entry.removed = true
-            providing[inode] = entry
-            if entry.openCount <= 0 {
-                providing[inode] = nil
-                evict(inode, copy: entry.copy, removed: true)
-            }
+        if let entry = providing[inode] {
+            let action = (try? entry.copy.update { $0.removedLocally() }) ?? .none
+            _ = perform(action, on: entry.copy)
         } else {
             unlink(copyPath(for: item))
         }
@@ -180,12 +167,13 @@ public actor Provider {
     /// Evicts every clean local copy and closes the others, whose files stay for the next
     /// mount to upload: the mount is going away.
     public func shutdown() {
-        for (inode, entry) in providing {
+        isShutDown = true
+        for (_, entry) in providing {
             entry.fetch.cancel()
-            if entry.removed || entry.copy.generation == entry.syncedGeneration {
-                evict(inode, copy: entry.copy, removed: entry.removed)
-            } else {
+            if entry.copy.life.isDirty {
                 entry.copy.close()
+            } else {
+                evict(entry.copy)
             }
         }
         providing.removeAll()
@@ -194,32 +182,45 @@ public actor Provider {
 
     // MARK: Private
 
+    private func perform(_ action: CopyLife.Action, on copy: LocalCopy) -> ReleaseOutcome {
+        switch action {
+        case .evict:
+            evict(copy)
+            return .evicted
+        case .upload:
+            return .needsUpload
+        case .none:
+            let life = copy.life
+            if life.openCount > 0 { return .stillOpen }
+            return life.uploading != nil ? .uploadInFlight : .stillOpen
+        }
+    }
+
+    private func fetchFailed(_ inode: Inode, copy: LocalCopy) {
+        _ = try? copy.update { $0.openCount = max($0.openCount - 1, 0) }
+        if copy.life.openCount == 0, providing[inode]?.copy === copy {
+            evict(copy)
+        }
+    }
+
     private func startProviding(_ item: Item, intent: OpenIntent) throws(FSError) -> Providing {
         let path = copyPath(for: item)
-        // Unsynced changes from before a restart: the copy on disk is the truth.
-        if item.hasUnsyncedChanges, FileManager.default.fileExists(atPath: path) {
-            let copy = try LocalCopy(adopting: path)
-            presentCopies.withLock { $0[item.inode] = copy }
-            let entry = Providing(copy: copy, openCount: 1, fetch: Task {}, syncedGeneration: UInt64.max, uploadPending: true)
-            providing[item.inode] = entry
-            return entry
+        // Committed changes from before a restart: the copy on disk is the truth.
+        if item.hasUnsyncedChanges, !item.hasUncommittedWrites, FileManager.default.fileExists(atPath: path),
+           let life = try catalog.recordedLife(of: item.inode) {
+            let copy = try LocalCopy(adopting: path, inode: item.inode, catalog: catalog, life: life)
+            return register(Providing(copy: copy, fetch: Task {}))
         }
-        let copy = try LocalCopy(path: path)
-        presentCopies.withLock { $0[item.inode] = copy }
-        if case .empty = intent {
-            // No download. The caller records the change (state `modified`) itself: setting
-            // `local` here would hide a new file's changes from the journal and from a relisting.
-            let entry = Providing(copy: copy, openCount: 1, fetch: Task {}, syncedGeneration: item.onStore && item.size == 0 ? 0 : UInt64.max)
-            providing[item.inode] = entry
-            return entry
+        let fetchNeeded = intent == .content && item.onStore
+        // The version an empty copy replaces is the one the catalog knows; an upload of it
+        // meets any newer one as a conflict.
+        let life = CopyLife(content: fetchNeeded ? .fetching : .present, base: item.onStore ? item.etag : nil)
+        let copy = try LocalCopy(path: path, inode: item.inode, catalog: catalog, life: life)
+        try catalog.recordCopy(item.inode, life)
+        guard fetchNeeded else {
+            // No download: O_TRUNC, or a file created here whose copy is gone (nothing to fetch).
+            return register(Providing(copy: copy, fetch: Task {}))
         }
-        guard item.onStore else {
-            // Created here, never uploaded, and its copy is gone: nothing to fetch.
-            let entry = Providing(copy: copy, openCount: 1, fetch: Task {}, syncedGeneration: UInt64.max)
-            providing[item.inode] = entry
-            return entry
-        }
-        try catalog.setState(of: item.inode, to: .downloading)
         // Detached: the download must not run on (and hold up) the provider's executor.
         let fetch = Task.detached { [store, catalog, retry, logger] () async throws -> Void in
             do {
@@ -235,8 +236,8 @@ public actor Provider {
                     throw FSError.io("incomplete download of \(item.path): \(copy.held.count) of \(entry.size) bytes")
                 }
                 try copy.setLength(entry.size)
-                try catalog.updateMetadata(of: item.inode, from: entry)
-                try catalog.setState(of: item.inode, to: .local)
+                try copy.update({ $0.fetched(etag: entry.etag) },
+                                recording: { (life) throws(FSError) in try catalog.recordFetched(item.inode, life, entry: entry) })
                 if entry.etag != item.etag, item.etag != nil {
                     logger.info("content changed on the store since listing", metadata: ["path": "\(item.path)"])
                 }
@@ -251,19 +252,28 @@ public actor Provider {
                 throw error
             }
         }
-        let entry = Providing(copy: copy, openCount: 1, fetch: fetch, syncedGeneration: copy.generation)
-        providing[item.inode] = entry
+        return register(Providing(copy: copy, fetch: fetch))
+    }
+
+    private func register(_ entry: Providing) -> Providing {
+        providing[entry.copy.inode] = entry
+        presentCopies.withLock { $0[entry.copy.inode] = entry.copy }
         return entry
     }
 
-    private func evict(_ inode: Inode, copy: LocalCopy, removed: Bool) {
+    private func evict(_ copy: LocalCopy) {
+        let inode = copy.inode
+        if providing[inode]?.copy === copy {
+            providing[inode]?.fetch.cancel()
+            providing[inode] = nil
+        }
         copy.discard()
         presentCopies.withLock { copies in
             if copies[inode] === copy { copies[inode] = nil }
         }
-        guard !removed else { return }
+        guard !copy.life.removed else { return }
         do {
-            try catalog.setState(of: inode, to: .placeholder)
+            try catalog.recordEvicted(inode)
         } catch {
             logger.warning("cannot record eviction", metadata: ["inode": "\(inode)", "error": "\(error)"])
         }

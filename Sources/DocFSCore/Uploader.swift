@@ -4,17 +4,19 @@ import Logging
 
 /// Sends changed local copies back to the store: File Provider's `itemChangedAtURL:`.
 ///
-/// The journal is the catalog itself: an item in state `modified` has changes the store does
-/// not have, committed before `close()`/`fsync()` returned, and its local copy stays in the
-/// cache until an upload of its latest generation is confirmed. After a crash the next mount
-/// finds those rows and calls `resumePending()`.
+/// The journal is the catalog itself: an item whose latest commit (`committedSeq`) the store has
+/// not confirmed (`uploadedSeq`) has changes the store does not have, committed before
+/// `close()`/`fsync()` returned, and its local copy stays in the cache until an upload of that
+/// commit is confirmed. After a crash the next mount finds those rows and calls `resumePending()`.
 ///
 /// Uploads are conditional on the version the edit started from (`If-Match`), and new files
 /// on nothing being there yet (`If-None-Match: *`). When the store has moved on, both versions
 /// survive: the local one is uploaded next to it as `NAME (conflict YYYY-MM-DD HHMMSS).EXT`.
 /// Transient failures (store down, timeouts, 5xx) are retried with backoff for as long as the
-/// mount lives. Metadata operations run `exclusively`, so a rename never races an upload to
-/// the old name.
+/// mount lives. Metadata operations run `exclusively` on the paths they touch, so a rename
+/// never races an upload to the old name, and an upload elsewhere never holds them up.
+/// Every upload sends a snapshot of one commit of the copy (`LocalCopy.startUpload`), never
+/// the live file that writes may still change.
 public actor Uploader {
     private let store: any Store
     private let catalog: Catalog
@@ -25,13 +27,19 @@ public actor Uploader {
 
     private var queue: [Inode] = []
     private var queued: Set<Inode> = []
-    private var inFlight: Set<Inode> = []
+    /// Uploads under way, with the path each one writes.
+    private var inFlight: [Inode: StorePath] = [:]
+    /// Items an fsync waits for: their pending writes are committed and sent.
+    private var forced: Set<Inode> = []
     private var backoff: [Inode: Duration] = [:]
-    private var exclusiveHolders = 0
+    /// Namespace operations under way, with the paths they touch (see `exclusively`).
+    private var exclusiveHolders: [Int: [StorePath]] = [:]
+    private var nextHolder = 0
     private var exclusiveWaiters: [CheckedContinuation<Void, Never>] = []
     private var idleWaiters: [CheckedContinuation<Void, Never>] = []
     private var itemWaiters: [Inode: [CheckedContinuation<Void, Never>]] = [:]
     private var retryTasks: [Inode: Task<Void, Never>] = [:]
+    private var stopped = false
 
     public init(store: any Store, catalog: Catalog, provider: Provider, maximumBackoff: Duration = .seconds(15), logger: Logger) {
         self.store = store
@@ -41,9 +49,9 @@ public actor Uploader {
         self.logger = logger
     }
 
-    /// Queues every change left from before a restart (or a crash).
+    /// Queues every committed change left from before a restart (or a crash).
     public func resumePending() throws(FSError) {
-        let pending = try catalog.items(in: [.modified, .uploading])
+        let pending = try catalog.itemsPendingUpload()
         if !pending.isEmpty {
             logger.info("resuming unsynced changes", metadata: ["count": "\(pending.count)"])
         }
@@ -52,6 +60,7 @@ public actor Uploader {
 
     /// Queues an upload of `inode`'s copy.
     public func enqueue(_ inode: Inode) {
+        guard !stopped else { return }
         retryTasks.removeValue(forKey: inode)?.cancel()
         if !queued.contains(inode) {
             queued.insert(inode)
@@ -60,12 +69,13 @@ public actor Uploader {
         startWork()
     }
 
-    /// Uploads `inode` now and waits until the store has its current content (fsync).
+    /// Uploads `inode` now, with every write made so far, and waits until the store has it (fsync).
     public func sync(_ inode: Inode) async throws(FSError) {
         retryTasks.removeValue(forKey: inode)?.cancel()
         backoff[inode] = nil
+        forced.insert(inode)
         enqueue(inode)
-        while queued.contains(inode) || inFlight.contains(inode) {
+        while queued.contains(inode) || inFlight[inode] != nil {
             await withCheckedContinuation { itemWaiters[inode, default: []].append($0) }
             if retryTasks[inode] != nil {
                 // It failed and waits for a retry: fsync reports the failure.
@@ -83,14 +93,18 @@ public actor Uploader {
         }
     }
 
-    /// Runs a metadata operation with no upload in flight and none starting meanwhile.
-    public func exclusively<T: Sendable>(_ body: @Sendable () async throws(FSError) -> T) async throws(FSError) -> T {
-        exclusiveHolders += 1
-        while !inFlight.isEmpty {
+    /// Runs a namespace operation that touches `paths` (and everything below them) with no
+    /// upload of those paths in flight and none starting meanwhile. Uploads elsewhere go on:
+    /// one large upload never stalls the rest of the namespace.
+    public func exclusively<T: Sendable>(touching paths: [StorePath], _ body: @Sendable () async throws(FSError) -> T) async throws(FSError) -> T {
+        let holder = nextHolder
+        nextHolder += 1
+        exclusiveHolders[holder] = paths
+        while inFlight.values.contains(where: { Uploader.overlaps($0, paths) }) {
             await withCheckedContinuation { exclusiveWaiters.append($0) }
         }
         defer {
-            exclusiveHolders -= 1
+            exclusiveHolders[holder] = nil
             startWork()
         }
         return try await body()
@@ -101,24 +115,54 @@ public actor Uploader {
         retryTasks.removeValue(forKey: inode)?.cancel()
         if queued.remove(inode) != nil { queue.removeAll { $0 == inode } }
         backoff[inode] = nil
+        forced.remove(inode)
         wakeItemWaiters(inode)
         wakeIdleWaitersIfIdle()
     }
 
-    /// Stops retrying (the mount is going away); pending changes stay in the journal.
+    /// Stops retrying and starts nothing new (the mount is going away); pending changes stay
+    /// in the journal.
     public func stop() {
+        stopped = true
         for task in retryTasks.values { task.cancel() }
         retryTasks.removeAll()
+        queue.removeAll()
+        queued.removeAll()
         wakeIdleWaitersIfIdle()
     }
 
     // MARK: The work
 
+    /// Whether `path` is one of `paths`, or above or below one of them.
+    private static func overlaps(_ path: StorePath, _ paths: [StorePath]) -> Bool {
+        paths.contains { other in
+            let (a, b) = path.components.count <= other.components.count ? (path, other) : (other, path)
+            return zip(a.components, b.components).allSatisfy { $0.utf8.elementsEqual($1.utf8) }
+        }
+    }
+
     private func startWork() {
-        while exclusiveHolders == 0 && inFlight.count < maximumConcurrentUploads, let index = queue.firstIndex(where: { !inFlight.contains($0) }) {
-            let inode = queue.remove(at: index)
+        var index = 0
+        while inFlight.count < maximumConcurrentUploads && index < queue.count {
+            let inode = queue[index]
+            guard inFlight[inode] == nil else { index += 1; continue }
+            let path: StorePath
+            do {
+                guard let item = try catalog.item(inode) else {
+                    queue.remove(at: index)
+                    queued.remove(inode)
+                    continue
+                }
+                path = item.path
+            } catch {
+                index += 1
+                continue
+            }
+            let blocked = exclusiveHolders.values.contains { Uploader.overlaps(path, $0) }
+            guard !blocked else { index += 1; continue }
+            queue.remove(at: index)
             queued.remove(inode)
-            inFlight.insert(inode)
+            inFlight[inode] = path
             Task { await self.upload(inode) }
         }
         wakeIdleWaitersIfIdle()
@@ -126,17 +170,16 @@ public actor Uploader {
 
     private func upload(_ inode: Inode) async {
         let outcome = await attempt(inode)
-        inFlight.remove(inode)
+        inFlight[inode] = nil
         switch outcome {
         case .done:
             backoff[inode] = nil
+            forced.remove(inode)
         case .retryLater:
             scheduleRetry(inode)
         }
-        if inFlight.isEmpty {
-            for waiter in exclusiveWaiters { waiter.resume() }
-            exclusiveWaiters.removeAll()
-        }
+        for waiter in exclusiveWaiters { waiter.resume() }
+        exclusiveWaiters.removeAll()
         wakeItemWaiters(inode)
         startWork()
     }
@@ -153,39 +196,48 @@ public actor Uploader {
             return .retryLater
         }
         guard item.kind == .file else { return .done }
-        guard let (path, generation) = await provider.beginUpload(of: item) else {
-            if item.hasUnsyncedChanges {
+        guard let copy = await provider.copyForUpload(of: item) else {
+            if item.hasUnsyncedChanges && !item.hasUncommittedWrites {
                 logger.error("unsynced item has no local copy", metadata: ["path": "\(item.path)"])
             }
             return .done
         }
-        let condition: WriteCondition = item.onStore ? (item.etag.map(WriteCondition.ifMatch) ?? .always) : .mustNotExist
+        let snapshot = provider.snapshotPath(for: item)
+        defer { unlink(snapshot) }
+        let commit: UInt64
         do {
-            try catalog.setState(of: inode, to: .uploading)
+            guard let started = try copy.startUpload(snapshotTo: snapshot, committingPending: forced.contains(inode)) else {
+                // Nothing committed to send: writes still open are sent after their close.
+                await provider.uploadNotNeeded(copy)
+                return .done
+            }
+            commit = started
+        } catch {
+            return await failed(item, copy, error)
+        }
+        let base = copy.life.base
+        let condition: WriteCondition = item.onStore ? (base.map(WriteCondition.ifMatch) ?? .always) : .mustNotExist
+        do {
             // Mode and times go with the content to stores that carry them.
-            let entry = try await store.write(item.path, fromLocalFile: path, condition: condition,
+            let entry = try await store.write(item.path, fromLocalFile: snapshot, condition: condition,
                                               attributes: StoreAttributes(mode: item.mode, modified: item.modified))
-            try catalog.recordUpload(of: inode, etag: entry.etag, state: .local)
-            if await provider.uploadFinished(item, generation: generation) {
+            if try await provider.uploaded(copy, commit: commit, as: entry) {
                 logger.info("uploaded", metadata: ["path": "\(item.path)", "bytes": "\(entry.size)"])
                 await pushAttributesChangedDuringUpload(of: item)
             } else {
-                // Written to again while uploading: the newer content goes next.
-                try catalog.setState(of: inode, to: .modified)
+                // Committed again while uploading: the newer content goes next.
                 enqueue(inode)
             }
             return .done
         } catch let error as StoreError {
             switch error {
             case .versionMismatch, .alreadyExists:
-                return await keepBoth(item, localFile: path, generation: generation)
+                return await keepBoth(item, copy, commit: commit, snapshot: snapshot)
             default:
-                return await failed(item, FSError(error))
+                return await failed(item, copy, FSError(error))
             }
-        } catch let error as FSError {
-            return await failed(item, error)
         } catch {
-            return await failed(item, .io("\(error)"))
+            return await failed(item, copy, error)
         }
     }
 
@@ -196,41 +248,37 @@ public actor Uploader {
         await AttributeSync.push(StoreAttributes(mode: now.mode, modified: now.modified), of: now, to: store, catalog: catalog, logger: logger)
     }
 
-    private func failed(_ item: Item, _ error: FSError) async -> Outcome {
+    private func failed(_ item: Item, _ copy: LocalCopy, _ error: any Error) async -> Outcome {
+        let error = (error as? FSError) ?? .io("\(error)")
         logger.warning("upload failed, will retry", metadata: ["path": "\(item.path)", "error": "\(error)"])
-        try? catalog.setState(of: item.inode, to: .modified)
+        await provider.uploadFailed(copy)
         try? catalog.recordUploadError(of: item.inode, "\(error)")
-        await provider.uploadPaused(item.inode)
         return .retryLater
     }
 
     /// The store changed since the edit began: upload ours as a conflict copy, show theirs.
-    private func keepBoth(_ item: Item, localFile: String, generation: UInt64) async -> Outcome {
+    private func keepBoth(_ item: Item, _ copy: LocalCopy, commit: UInt64, snapshot: String) async -> Outcome {
         guard let parentPath = item.path.parent, let parent = item.parent else {
-            return await failed(item, .invalidArgument)
+            return await failed(item, copy, FSError.invalidArgument)
         }
         do {
-            let (conflictName, kept) = try await uploadConflictCopy(of: item, in: parentPath, from: localFile)
+            let (conflictName, kept) = try await uploadConflictCopy(of: item, in: parentPath, from: snapshot)
             _ = try? catalog.createItem(in: parent, name: conflictName, kind: .file, size: kept.size, modified: Timestamp(seconds: kept.modified),
                                         etag: kept.etag, mode: item.mode, state: .placeholder, onStore: true)
-            if await provider.isOpen(item.inode) {
-                try catalog.recordConflictWhileOpen(of: item.inode, conflictCopy: conflictName)
-            } else {
-                let theirs: RemoteEntry?
-                do { theirs = try await store.stat(item.path) } catch .notFound { theirs = nil }
-                try catalog.recordConflict(of: item.inode, storeVersion: theirs, conflictCopy: conflictName)
-            }
-            await provider.uploadFinished(item, generation: generation, discardLocalCopy: true)
+            let theirs = try await storeVersion(of: item.path)
+            try await provider.conflictKept(copy, commit: commit, conflictCopy: conflictName, storeVersion: theirs)
             logger.warning("conflict: the store changed while this file was edited; both versions kept",
                            metadata: ["path": "\(item.path)", "conflict copy": "\(conflictName)"])
+            if copy.life.isDirty && copy.life.openCount == 0 { enqueue(item.inode) }
             return .done
-        } catch let error as StoreError {
-            return await failed(item, FSError(error))
-        } catch let error as FSError {
-            return await failed(item, error)
         } catch {
-            return await failed(item, .io("\(error)"))
+            return await failed(item, copy, error)
         }
+    }
+
+    /// What the store has at `path` now (nil: nothing).
+    private func storeVersion(of path: StorePath) async throws(StoreError) -> RemoteEntry? {
+        do { return try await store.stat(path) } catch .notFound { return nil }
     }
 
     /// Uploads `localFile` next to `item` under the first free conflict name: two conflicts in
@@ -249,6 +297,7 @@ public actor Uploader {
     }
 
     private func scheduleRetry(_ inode: Inode) {
+        guard !stopped else { return }
         let delay = min((backoff[inode] ?? .milliseconds(250)) * 2, maximumBackoff)
         backoff[inode] = delay
         retryTasks[inode] = Task {
@@ -275,17 +324,23 @@ public actor Uploader {
 }
 
 /// `report (conflict 2026-11-22 061530).pdf`: the name a local version is kept under when the
-/// store changed meanwhile. Dot files and names without an extension get the suffix at the end.
+/// store changed meanwhile; `report (unsaved 2026-11-22 061530).pdf` for writes no close handed
+/// over before the daemon died. Dot files and names without an extension get the suffix at the end.
 public enum ConflictName {
-    public static func make(for name: String, at date: Date, attempt: Int = 1) -> String {
+    public enum Kind: String, Sendable {
+        case conflict
+        case unsaved
+    }
+
+    public static func make(for name: String, at date: Date, attempt: Int = 1, kind: Kind = .conflict) -> String {
         var calendar = Calendar(identifier: .gregorian)
         calendar.timeZone = TimeZone.current
         let c = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: date)
         var stamp = String(format: "%04d-%02d-%02d %02d%02d%02d", c.year!, c.month!, c.day!, c.hour!, c.minute!, c.second!)
         if attempt > 1 { stamp += " \(attempt)" }
         if let dot = name.lastIndex(of: "."), dot != name.startIndex {
-            return "\(name[..<dot]) (conflict \(stamp))\(name[dot...])"
+            return "\(name[..<dot]) (\(kind.rawValue) \(stamp))\(name[dot...])"
         }
-        return "\(name) (conflict \(stamp))"
+        return "\(name) (\(kind.rawValue) \(stamp))"
     }
 }

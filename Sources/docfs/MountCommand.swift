@@ -117,10 +117,6 @@ struct MountCommand: AsyncParsableCommand {
         do {
             try layout.createDirectories()
             catalog = try Catalog(path: layout.catalogPath)
-            // No handle survives a restart: every clean local copy left behind goes; copies
-            // with unsynced changes stay, to be uploaded.
-            try catalog.resetTransientStates()
-            layout.clearCache(keeping: Set(try catalog.items(in: [.modified, .uploading]).map(\.id)))
         } catch {
             await StoreLocator.shutdownIfNeeded(store)
             fail("\(error)")
@@ -150,6 +146,14 @@ struct MountCommand: AsyncParsableCommand {
         mountOptions += options.flatMap { $0.split(separator: ",").map(String.init) }
         let mount = FuseMount(filesystem: filesystem, mountpoint: path, options: mountOptions,
                               cacheDirectory: layout.cacheDirectory, logger: logger)
+        // What an earlier mount left (pending uploads, writes never closed) is settled before
+        // the first request.
+        do {
+            try await filesystem.start()
+        } catch {
+            await StoreLocator.shutdownIfNeeded(store)
+            fail("cannot take over what the last mount left: \(error)")
+        }
         do {
             try mount.mount()
         } catch {
@@ -179,14 +183,8 @@ struct MountCommand: AsyncParsableCommand {
         }
         let result = await mount.run()
         logger.info("unmounted, finishing uploads and evicting local copies", metadata: ["loop": "\(result)"])
-        // Requests still being answered settle first (bounded; replies after that are
-        // dropped), so the file system's shutdown sees their releases and no reply outlives
-        // the session.
-        await mount.finish()
-        // After an abort (`umount -f`, /sys/fs/fuse/connections/N/abort) libfuse leaves the dead
-        // mount point in place ("Transport endpoint is not connected"): take it away too.
-        if MountTable.entry(at: path)?.type == MountTable.docfsType { mount.requestUnmount() }
         await filesystem.shutdown()
+        mount.finish()
         recoveryCleanup.cancel()
         let unsynced = (try? catalog.items(in: [.modified, .uploading])) ?? []
         layout.clearCache(keeping: Set(unsynced.map(\.id)))
@@ -208,7 +206,7 @@ extension MountCommand {
     static func removeRecoveryFoldersOnceSynced(stateDirectory: String, filesystem: DocFileSystem, catalog: Catalog, logger: Logger) async {
         guard !RecoveryFolder.folders(stateDirectory: stateDirectory).isEmpty else { return }
         while !Task.isCancelled {
-            await filesystem.uploader.waitUntilIdle()
+            await filesystem.waitForUploads()
             if Task.isCancelled { return }
             if let pending = try? catalog.items(in: [.modified, .uploading]), pending.isEmpty {
                 RecoveryFolder.removeAll(stateDirectory: stateDirectory)

@@ -72,7 +72,7 @@ struct CatalogTests {
         let catalog = try Catalog(path: path)
         try catalog.applyListing(of: Item.rootInode, entries: [entry("a")], listedAt: 1)
         let a = try #require(try catalog.child(of: Item.rootInode, named: "a"))
-        try catalog.setState(of: a.inode, to: .downloading)
+        try catalog.recordCopy(a.inode, CopyLife(content: .fetching, base: nil))
         try catalog.resetTransientStates()
         #expect(try catalog.item(a.inode)?.state == .placeholder)
     }

@@ -171,7 +171,7 @@ struct ChangeTests {
         await fixture.settle()
         try await fixture.fs.rename(from: Item.rootInode, name: "draft", to: Item.rootInode, newName: "final", noReplace: false)
         fixture.store.failWrites(with: nil)
-        try await fixture.fs.uploader.sync(try await fixture.lookup("final").inode)
+        try await fixture.fs.uploadNow(try await fixture.lookup("final").inode)
         #expect(fixture.store.fileNames(in: "/") == ["final"])
     }
 
@@ -254,7 +254,7 @@ struct ChangeTests {
         let fixture = try CoreFixture(store: InMemoryStore(), ttl: 0, readOnly: false)
         fixture.store.failWrites(with: .unreachable("down"))
         try await fixture.createFile("local-only", [9])
-        try await fixture.fs.enumerator.refresh(try fixture.fs.item(Item.rootInode))
+        try await fixture.fs.refresh(directory: Item.rootInode)
         #expect(try fixture.catalog.children(of: Item.rootInode).map(\.name) == ["local-only"])
     }
 }
@@ -269,7 +269,7 @@ struct WritingStateTests {
         try fixture.write(handle: handle, Array(repeating: 7, count: 5000))
         #expect(try fixture.fs.item(item.inode).size == 5000)
         #expect(try fixture.fs.item(item.inode).state == .modified)
-        try await fixture.fs.enumerator.refresh(try fixture.fs.item(Item.rootInode))
+        try await fixture.fs.refresh(directory: Item.rootInode)
         #expect(try await fixture.lookup("w.txt").inode == item.inode, "a relisting never drops an unsynced file")
         try fixture.write(handle: handle, Array(repeating: 8, count: 5000), at: 5000)
         #expect(try fixture.fs.item(item.inode).size == 10000)

@@ -69,7 +69,7 @@ struct EnumerationTests {
         fixture.store.addFile("b", [1])
         _ = try await fixture.fs.children(of: Item.rootInode)
         fixture.store.remove("b")
-        try await fixture.fs.enumerator.refresh(try fixture.fs.item(Item.rootInode))
+        try await fixture.fs.refresh(directory: Item.rootInode)
         #expect(try fixture.catalog.children(of: Item.rootInode).map(\.name) == ["a"])
         await #expect(throws: FSError.notFound) { _ = try await fixture.lookup("b") }
     }

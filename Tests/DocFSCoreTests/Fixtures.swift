@@ -78,7 +78,7 @@ extension CoreFixture {
 
     /// Waits until every queued upload has been tried.
     func settle() async {
-        await fs.uploader.waitUntilIdle(untilStalled: true)
+        await fs.waitForUploads(untilStalled: true)
     }
 }
 

@@ -37,13 +37,13 @@ struct SymlinkDiscoveryTests {
         store.addFile("small", [1])
         let fixture = try CoreFixture(store: store)
         let root = try fixture.fs.item(Item.rootInode)
-        try await fixture.fs.enumerator.refresh(root)
+        try await fixture.fs.refresh(directory: root.inode)
         #expect(store.statCount == 2)
 
-        try await fixture.fs.enumerator.refresh(root)
+        try await fixture.fs.refresh(directory: root.inode)
         // A remount reads the same catalog: still nothing to ask.
         let remounted = try CoreFixture(store: store, reuse: fixture.directory)
-        try await remounted.fs.enumerator.refresh(root)
+        try await remounted.fs.refresh(directory: root.inode)
         #expect(store.statCount == 2)
         #expect(try await remounted.lookup("link").kind == .symlink)
     }
@@ -53,7 +53,7 @@ struct SymlinkDiscoveryTests {
         let made = try await fixture.fs.makeSymlink(in: Item.rootInode, name: "here", target: "../there", owner: 0, group: 0)
         #expect(fixture.store.mutations == ["SYMLINK /here"])
 
-        try await fixture.fs.enumerator.refresh(try fixture.fs.item(Item.rootInode))
+        try await fixture.fs.refresh(directory: Item.rootInode)
         let listed = try await fixture.lookup("here")
         #expect(listed.inode == made.inode)
         #expect(listed.kind == .symlink)
@@ -65,11 +65,11 @@ struct SymlinkDiscoveryTests {
         let fixture = try CoreFixture(store: Self.linkHidingStore())
         fixture.store.addSymlink("name", target: "target")
         let root = try fixture.fs.item(Item.rootInode)
-        try await fixture.fs.enumerator.refresh(root)
+        try await fixture.fs.refresh(directory: root.inode)
         #expect(try await fixture.lookup("name").kind == .symlink)
 
         fixture.store.addFile("name", Array("a file now".utf8))
-        try await fixture.fs.enumerator.refresh(root)
+        try await fixture.fs.refresh(directory: root.inode)
         let item = try await fixture.lookup("name")
         #expect(item.kind == .file)
         #expect(item.size == 10)

@@ -1,0 +1,142 @@
+import DocFSStore
+
+/// The life of one item's local copy, from the first open to the eviction: the one place that
+/// decides what happens to a copy. A plain value: every event changes it and returns what the
+/// caller must do (`Action`); `LocalCopy` holds it under its lock and persists it in the catalog
+/// after every event (`Catalog.recordCopy`), and `Provider` performs the actions.
+///
+///     placeholder ─open─▶ fetching ─fetched─▶ present(base) ─write─▶ dirty ─commit─▶ committed(n)
+///        ▲                                        ▲                                     │
+///        └──────────── evict (last release, ◀─────┴──── uploaded(n, etag) / conflictKept(n) ◀─ uploading(n)
+///                      clean, no upload)
+///
+/// The rules it makes hold:
+/// - uploads are conditional on `base`, the store version the copy started from; a listing
+///   never moves it (it moves the catalog's `etag`), so a change made elsewhere meets ours as a
+///   conflict and both are kept;
+/// - only committed content (what a close or fsync handed over) is ever uploaded; writes since
+///   the last commit (`uncommitted`) survive a crash as an unsaved copy, never over the store's
+///   version;
+/// - a copy is never evicted while open, dirty or uploading;
+/// - an upload confirms the commit it sent (`n`), not whatever the copy holds by then.
+public struct CopyLife: Sendable, Equatable {
+    /// Whether the content is all there.
+    public enum Content: Sendable, Equatable {
+        /// A download is filling the copy; reads wait for it.
+        case fetching
+        /// Every byte is local.
+        case present
+    }
+
+    public var content: Content
+    /// Handles open on the copy.
+    public var openCount = 0
+    /// The store version the copy started from; nil for a new file. (Whether the store has the
+    /// item at all is the catalog's `onStore`, which listings keep: an upload of an item the
+    /// store does not have must create it, never replace something.)
+    public var base: ETag?
+    /// Writes since the last commit may be in the copy.
+    public var uncommitted = false
+    /// The latest commit: bumped by every close/fsync that handed over changes.
+    public var committed: UInt64 = 0
+    /// The latest commit the store confirmed (or that was kept as a conflict copy).
+    public var uploaded: UInt64 = 0
+    /// The commit being uploaded now.
+    public var uploading: UInt64?
+    /// The item was unlinked while open: nothing to upload, evict on the last release.
+    public var removed = false
+
+    public init(content: Content, base: ETag?) {
+        self.content = content
+        self.base = base
+    }
+
+    /// Content the store does not have: never evict.
+    public var isDirty: Bool { !removed && (uncommitted || committed != uploaded) }
+
+    /// What `user.docfs.state` shows and the catalog keeps.
+    public var state: ItemState {
+        if content == .fetching { return .downloading }
+        if uploading != nil { return .uploading }
+        return isDirty ? .modified : .local
+    }
+
+    /// What the holder of a copy must do after an event.
+    public enum Action: Sendable, Equatable {
+        case none
+        /// Hand the copy to the uploader.
+        case upload
+        /// Delete the copy; the item is a placeholder again.
+        case evict
+    }
+
+    // MARK: Events
+
+    public mutating func opened() { openCount += 1 }
+
+    /// The download finished: the copy is the store's version `etag`.
+    public mutating func fetched(etag: ETag?) {
+        content = .present
+        base = etag
+    }
+
+    /// One handle let go.
+    public mutating func released() -> Action {
+        openCount = max(openCount - 1, 0)
+        return settle()
+    }
+
+    /// The first write (or truncate) since the last commit; recorded before the bytes land.
+    public mutating func changed() { uncommitted = true }
+
+    /// A close or fsync handed the changes over: they are commit `committed` now.
+    public mutating func committedChanges() {
+        guard uncommitted else { return }
+        uncommitted = false
+        committed += 1
+    }
+
+    /// The uploader took a snapshot of commit `committed`. Returns false when there is nothing
+    /// to send (clean, removed, or already uploading).
+    public mutating func uploadStarted() -> Bool {
+        guard isDirty, !uncommitted, uploading == nil else { return false }
+        uploading = committed
+        return true
+    }
+
+    /// The store has commit `sent` as version `etag`.
+    public mutating func uploaded(_ sent: UInt64, etag: ETag?) -> Action {
+        uploading = nil
+        uploaded = max(uploaded, sent)
+        base = etag
+        return settle()
+    }
+
+    /// The store had moved on: commit `sent` was kept as a conflict copy next to it. The copy's
+    /// base stays the old version, so anything it uploads later is kept as another copy too.
+    public mutating func conflictKept(_ sent: UInt64) -> Action {
+        uploading = nil
+        uploaded = max(uploaded, sent)
+        return settle()
+    }
+
+    /// The upload failed; it will be tried again.
+    public mutating func uploadFailed() {
+        uploading = nil
+    }
+
+    /// The item was unlinked. An open copy lives on for its handles (POSIX); nothing is uploaded.
+    public mutating func removedLocally() -> Action {
+        removed = true
+        uncommitted = false
+        return settle()
+    }
+
+    /// After any event: what a copy with nobody using it needs.
+    private func settle() -> Action {
+        guard openCount == 0, uploading == nil, content == .present || removed else { return .none }
+        if removed { return .evict }
+        if uncommitted { return .none }  // a failed commit: kept, the next mount saves it
+        return isDirty ? .upload : .evict
+    }
+}

@@ -1,0 +1,70 @@
+import DocFSStore
+import Foundation
+import Logging
+
+/// What a mount does first with what an earlier one left behind (a clean unmount, a crash, a
+/// `kill -9`): no handle survives a restart, so
+/// - a clean copy goes (the store has its content) and its item is a placeholder again;
+/// - committed changes the store does not have stay in the cache: the uploader sends them;
+/// - writes no close or fsync handed over (a file open when the daemon died: an `O_TRUNC`
+///   that was never refilled, a copy half overwritten) may never replace the store's version.
+///   They are kept, visibly and separately, as a new file `NAME (unsaved DATE).EXT` next to
+///   the item, which the uploader then creates on the store; the item itself shows the store's
+///   version again.
+struct CrashRecovery {
+    let catalog: Catalog
+    let cacheDirectory: String
+    let logger: Logger
+
+    /// Runs the recovery. Returns the items whose unsaved writes were set aside (their store
+    /// version should be looked up again: the catalog's size may be a local one).
+    func run(now: Date = Date()) throws(FSError) -> [Item] {
+        var reverted: [Item] = []
+        for item in try catalog.itemsWithUncommittedWrites() {
+            let copyPath = cacheDirectory + "/" + item.id
+            var info = stat()
+            if stat(copyPath, &info) == 0, info.st_size > 0, let parent = item.parent {
+                let unsaved = try keepUnsaved(item, parent: parent, copyPath: copyPath, size: Int64(info.st_size),
+                                              modified: Timestamp(seconds: Int64(info.st_mtim.tv_sec), nanoseconds: Int64(info.st_mtim.tv_nsec)),
+                                              now: now)
+                logger.warning("writes never closed before the daemon stopped are kept separately",
+                               metadata: ["path": "\(item.path)", "kept as": "\(unsaved.name)"])
+            } else {
+                unlink(copyPath)
+            }
+            if item.onStore {
+                try catalog.recordEvicted(item.inode)
+                reverted.append(item)
+            } else {
+                // Never on the store: the unsaved copy is all there is of it.
+                try catalog.removeItem(item.inode)
+            }
+        }
+        try catalog.resetTransientStates()
+        let keep = Set(try catalog.itemsPendingUpload().map(\.id))
+        MountLayout.clear(directory: cacheDirectory, keeping: keep)
+        return reverted
+    }
+
+    /// Creates `NAME (unsaved …).EXT` as a new file with committed content (the journal then
+    /// uploads it with `If-None-Match: *`), and moves the copy's file to it.
+    private func keepUnsaved(_ item: Item, parent: Inode, copyPath: String, size: Int64, modified: Timestamp, now: Date) throws(FSError) -> Item {
+        var attempt = 1
+        while true {
+            let name = ConflictName.make(for: item.name, at: now, attempt: attempt, kind: .unsaved)
+            if try catalog.child(of: parent, named: name) == nil {
+                let created = try catalog.createItem(in: parent, name: name, kind: .file, size: size, modified: modified,
+                                                     mode: item.mode, owner: item.owner, group: item.group,
+                                                     state: .modified, onStore: false)
+                var life = CopyLife(content: .present, base: nil)
+                life.committed = 1
+                try catalog.recordCopy(created.inode, life)
+                guard rename(copyPath, cacheDirectory + "/" + created.id) == 0 else {
+                    throw .local(errno: errno, "cannot keep the unsaved copy of \(item.path): \(String(cString: strerror(errno)))")
+                }
+                return created
+            }
+            attempt += 1
+        }
+    }
+}

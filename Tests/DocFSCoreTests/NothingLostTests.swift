@@ -1,0 +1,207 @@
+import DocFSCore
+import DocFSStore
+import DocFSTesting
+import Foundation
+import Testing
+
+/// The scenarios of "nothing is lost" (issue 8): a refresh, a remote change, a crash or an
+/// upload in flight never costs a version someone made, locally or elsewhere.
+@Suite("Nothing is lost: every version survives refreshes, remote changes, uploads and crashes")
+struct NothingLostTests {
+    private func conflictCopies(_ fixture: CoreFixture, of stem: String, kind: String = "conflict") -> [String] {
+        fixture.store.fileNames(in: "/").filter { $0.hasPrefix("\(stem) (\(kind) ") }
+    }
+
+    @Test func aRefreshUnderAnOpenCleanCopyNeverMovesItsBase() async throws {
+        let fixture = try CoreFixture.writable()
+        fixture.store.addFile("f.txt", Array("original".utf8))
+        let item = try await fixture.lookup("f.txt")
+        let handle = try await fixture.fs.open(item.inode, mode: .init(writable: true, truncate: false))
+        fixture.store.addFile("f.txt", Array("theirs, newer".utf8))  // another client
+        try await fixture.fs.refresh(directory: Item.rootInode)      // any `ls` lets this run
+        try fixture.write(handle: handle, Array("MINE".utf8))
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+
+        #expect(fixture.store.content("f.txt") == Array("theirs, newer".utf8), "the other client's version is kept")
+        let copies = conflictCopies(fixture, of: "f")
+        #expect(copies.count == 1)
+        #expect(copies.first.flatMap { fixture.store.content($0) } == Array("MINEinal".utf8), "the local edit, on the version it was made on")
+        #expect(fixture.cachedFiles().isEmpty)
+    }
+
+    @Test func aFileDeletedOnTheStoreWhileOpenKeepsTheWritesMadeAfterwards() async throws {
+        let fixture = try CoreFixture.writable()
+        fixture.store.addFile("gone.txt", Array("hello".utf8))
+        let item = try await fixture.lookup("gone.txt")
+        let handle = try await fixture.fs.open(item.inode, mode: .init(writable: true, truncate: false))
+        fixture.store.remove("gone.txt")
+        try await fixture.fs.refresh(directory: Item.rootInode)
+        try fixture.write(handle: handle, Array("J".utf8))
+        try fixture.fs.flush(handle: handle)
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+        #expect(fixture.store.content("gone.txt") == Array("Jello".utf8), "the edit recreates the file: nothing dropped")
+        #expect(fixture.cachedFiles().isEmpty)
+    }
+
+    @Test func aFileRenamedOnTheStoreWhileOpenKeepsBothVersions() async throws {
+        let fixture = try CoreFixture.writable()
+        fixture.store.addFile("old.txt", Array("hello".utf8))
+        let item = try await fixture.lookup("old.txt")
+        let handle = try await fixture.fs.open(item.inode, mode: .init(writable: true, truncate: false))
+        fixture.store.remove("old.txt")
+        fixture.store.addFile("new.txt", Array("hello".utf8))
+        try await fixture.fs.refresh(directory: Item.rootInode)
+        try fixture.write(handle: handle, Array("HE".utf8))
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+        #expect(fixture.store.content("new.txt") == Array("hello".utf8))
+        #expect(fixture.store.content("old.txt") == Array("HEllo".utf8))
+    }
+
+    @Test func aCleanCopyOfAFileDeletedOnTheStoreGoesWithItsLastClose() async throws {
+        let fixture = try CoreFixture.writable()
+        fixture.store.addFile("gone.txt", Array("hello".utf8))
+        let item = try await fixture.lookup("gone.txt")
+        let handle = try await fixture.fs.open(item.inode, mode: .read)
+        fixture.store.remove("gone.txt")
+        try await fixture.fs.refresh(directory: Item.rootInode)
+        #expect(try fixture.readAll(handle: handle, size: 5) == Array("hello".utf8), "an open file stays readable")
+        await fixture.fs.release(handle: handle)
+        await #expect(throws: FSError.self) { try await fixture.lookup("gone.txt") }
+        #expect(fixture.store.writeCount("gone.txt") == 0, "a read-only open never recreates it")
+    }
+
+    @Test func writesMadeWhileAConflictCopyUploadsAreNotLost() async throws {
+        let fixture = try CoreFixture.writable()
+        fixture.store.addFile("doc.txt", Array("v1".utf8))
+        let item = try await fixture.lookup("doc.txt")
+        let handle = try await fixture.fs.open(item.inode, mode: .init(writable: true, truncate: true))
+        try fixture.write(handle: handle, Array("mine-1".utf8))
+        fixture.store.addFile("doc.txt", Array("theirs".utf8))
+        try await fixture.fs.fsync(handle: handle)  // meets theirs: kept as a conflict copy
+        try fixture.write(handle: handle, Array("mine-2".utf8))
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+        #expect(fixture.store.content("doc.txt") == Array("theirs".utf8))
+        let kept = Set(conflictCopies(fixture, of: "doc").compactMap { fixture.store.content($0) })
+        #expect(kept == [Array("mine-1".utf8), Array("mine-2".utf8)], "both local versions are on the store")
+        #expect(fixture.cachedFiles().isEmpty)
+    }
+
+    @Test func aFolderThatBecameAFileOnTheStoreKeepsItsUnsyncedChildren() async throws {
+        let fixture = try CoreFixture.writable()
+        fixture.store.addDirectory("a")
+        let folder = try await fixture.lookup("a")
+        fixture.store.failWrites(with: .unreachable("down"))
+        try await fixture.createFile("note.txt", Array("unsynced".utf8), in: folder.inode)
+        await fixture.settle()
+        fixture.store.remove("a")
+        fixture.store.addFile("a", Array("a file now".utf8))
+        try await fixture.fs.refresh(directory: Item.rootInode)
+        let note = try await fixture.lookup("a/note.txt")
+        #expect(note.hasUnsyncedChanges, "the unsynced child is still there")
+        let handle = try await fixture.fs.open(note.inode, mode: .read)
+        #expect(try fixture.readAll(handle: handle, size: 8) == Array("unsynced".utf8))
+        await fixture.fs.release(handle: handle)
+    }
+
+    @Test func aCloseDuringAnUploadIsUploadedNextAndItsCopyStays() async throws {
+        let fixture = try CoreFixture.writable()
+        let gate = Gate()
+        let arrived = Gate()
+        fixture.store.holdWrites(until: { await arrived.open(); await gate.wait() })
+        let item = try await fixture.createFile("log.txt", Array("first".utf8))
+        await arrived.wait()  // the upload of "first" is in flight, held
+        let handle = try await fixture.fs.open(item.inode, mode: .init(writable: true, truncate: false))
+        try fixture.write(handle: handle, Array("second".utf8), at: 5)
+        await fixture.fs.release(handle: handle)
+        #expect(try fixture.fs.item(item.inode).state == .uploading || fixture.fs.item(item.inode).state == .modified)
+        await gate.open()
+        fixture.store.holdWrites(until: nil)
+        await fixture.settle()
+        #expect(fixture.store.content("log.txt") == Array("firstsecond".utf8))
+        #expect(try fixture.fs.item(item.inode).state == .placeholder)
+        #expect(fixture.cachedFiles().isEmpty)
+    }
+
+    @Test func bytesWrittenDuringAnUploadNeverTearTheUploadedObject() async throws {
+        let fixture = try CoreFixture.writable()
+        let gate = Gate()
+        let (item, handle) = try await fixture.fs.create(in: Item.rootInode, name: "db", mode: 0o644, owner: 0, group: 0,
+                                                         exclusive: true, truncate: false)
+        try fixture.write(handle: handle, Array(repeating: UInt8(ascii: "a"), count: 1000))
+        let arrived = Gate()
+        fixture.store.holdWrites(until: { await arrived.open(); await gate.wait() })
+        async let synced: Void = fixture.fs.fsync(handle: handle)
+        await arrived.wait()  // the PUT is under way, held
+        try fixture.write(handle: handle, Array(repeating: UInt8(ascii: "b"), count: 500), at: 0)
+        await gate.open()
+        fixture.store.holdWrites(until: nil)
+        try await synced
+        #expect(fixture.store.content("db") == Array(repeating: UInt8(ascii: "a"), count: 1000), "the store got the committed bytes, whole")
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+        #expect(fixture.store.content("db") == Array(repeating: UInt8(ascii: "b"), count: 500) + Array(repeating: UInt8(ascii: "a"), count: 500))
+        #expect(try fixture.fs.item(item.inode).state == .placeholder)
+    }
+
+    @Test func aKilledDaemonNeverUploadsWritesNoCloseHandedOver() async throws {
+        let store = InMemoryStore()
+        let good = randomBytes(50_000)
+        store.addFile("report.pdf", good)
+        let fixture = try CoreFixture.writable(store: store)
+        let item = try await fixture.lookup("report.pdf")
+        let handle = try await fixture.fs.open(item.inode, mode: .init(writable: true, truncate: true))
+        try fixture.write(handle: handle, Array("half of the new conte".utf8))
+        // kill -9: no close, no shutdown. The next mount starts from the same catalog and cache.
+        let restarted = try CoreFixture.writable(store: store, reuse: fixture.directory)
+        try await restarted.fs.start()
+        await restarted.settle()
+        #expect(store.content("report.pdf") == good, "the store's version is intact")
+        let unsaved = conflictCopies(restarted, of: "report", kind: "unsaved")
+        #expect(unsaved.count == 1)
+        #expect(unsaved.first.flatMap { store.content($0) } == Array("half of the new conte".utf8), "the unsaved bytes are findable")
+        let shown = try await restarted.lookup("report.pdf")
+        #expect(shown.size == 50_000, "stat shows the store's size at once")
+        #expect(shown.state == .placeholder)
+        #expect(restarted.cachedFiles().isEmpty)
+        _ = handle
+    }
+
+    @Test func aKilledDaemonStillUploadsWhatACloseCommitted() async throws {
+        let store = InMemoryStore()
+        store.failWrites(with: .unreachable("down"))
+        let fixture = try CoreFixture.writable(store: store)
+        try await fixture.createFile("done.txt", Array("closed".utf8))
+        await fixture.settle()
+        let restarted = try CoreFixture.writable(store: store, reuse: fixture.directory)
+        store.failWrites(with: nil)
+        try await restarted.fs.start()
+        await restarted.settle()
+        #expect(store.content("done.txt") == Array("closed".utf8))
+        #expect(restarted.store.fileNames(in: "/") == ["done.txt"])
+    }
+
+    @Test func aLargeUploadDoesNotHoldUpNamespaceChangesElsewhere() async throws {
+        let fixture = try CoreFixture.writable()
+        let gate = Gate()
+        let arrived = Gate()
+        fixture.store.holdWrites(until: { await arrived.open(); await gate.wait() })
+        try await fixture.createFile("big.bin", randomBytes(10_000))
+        await arrived.wait()  // its upload is in flight, held
+        let fs = fixture.fs
+        let mkdir = Task { try await fs.makeDirectory(in: Item.rootInode, name: "elsewhere", mode: 0o755, owner: 0, group: 0) }
+        var finished = false
+        for _ in 0..<40 where !finished {
+            try await Task.sleep(for: .milliseconds(50))
+            finished = fixture.store.mutations.contains { $0.contains("elsewhere") }
+        }
+        #expect(finished, "mkdir of another path did not wait for the upload")
+        await gate.open()
+        _ = try await mkdir.value
+        fixture.store.holdWrites(until: nil)
+        await fixture.settle()
+    }
+}
