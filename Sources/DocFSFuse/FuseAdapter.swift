@@ -27,6 +27,10 @@ final class FuseAdapter: Sendable {
     private let directories = Mutex(DirectoryHandles())
     /// The session, for notifications to the kernel (set once the session exists).
     let session = Mutex<SessionPointer?>(nil)
+    /// Every reply and notification passes here; shut before the session is destroyed.
+    let gate = ReplyGate()
+    /// The tasks answering requests (see `respond`), settled before the session is destroyed.
+    let inFlight = InFlightRequests()
 
     struct DirectoryEntry: Sendable {
         var name: String
@@ -47,10 +51,18 @@ final class FuseAdapter: Sendable {
         self.attributes = FileAttributes(owner: getuid(), group: getgid())
     }
 
-    /// Runs `work` in a Swift task; `work` owns the request and must reply.
+    /// The request for a handler that answers on the FUSE worker thread.
+    func request(_ req: fuse_req_t) -> FuseRequest {
+        FuseRequest(RequestToken(raw: req), gate: gate)
+    }
+
+    /// Runs `work` in a tracked Swift task; `work` owns the request and must reply.
     func respond(_ req: fuse_req_t, _ work: @escaping @Sendable (consuming FuseRequest) async -> Void) {
         let token = RequestToken(raw: req)
-        Task { await work(FuseRequest(token)) }
+        let gate = self.gate
+        let started = inFlight.start { await work(FuseRequest(token, gate: gate)) }
+        // Only after the loop ended (never in practice: its workers are joined by then).
+        if !started { FuseRequest(token, gate: gate).reply(errno: ENOTCONN) }
     }
 
     // MARK: Entries and attributes
@@ -80,8 +92,10 @@ final class FuseAdapter: Sendable {
 
     /// Tells the kernel to forget the cached attributes of `inode` (not its pages).
     func invalidateAttributes(of inode: Inode) {
-        guard let session = session.withLock({ $0 }) else { return }
-        _ = fuse_lowlevel_notify_inval_inode(session.pointer, inode, -1, 0)
+        gate.pass {
+            guard let session = session.withLock({ $0 }) else { return }
+            _ = fuse_lowlevel_notify_inval_inode(session.pointer, inode, -1, 0)
+        }
     }
 
     // MARK: Handlers

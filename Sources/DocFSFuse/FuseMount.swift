@@ -22,7 +22,8 @@ public enum FuseMountError: Error, CustomStringConvertible {
 /// kernel side goes away (`docfs unmount`, `fusermount3 -u`, or `requestUnmount()` on a signal).
 public final class FuseMount: @unchecked Sendable {
     // @unchecked: `session` is set once in `mount()` before the loop starts and cleared in
-    // `finish()` after it ended; libfuse's session calls are made from those two points only.
+    // `finish()` after it ended; libfuse's session calls are made from those two points only
+    // (replies and notifications from tasks pass the adapter's `ReplyGate`, shut before destroy).
     private var session: OpaquePointer?
     private let adapter: FuseAdapter
     private let retained: Unmanaged<FuseAdapter>
@@ -87,9 +88,22 @@ public final class FuseMount: @unchecked Sendable {
         }
     }
 
-    /// Unmounts (if still mounted) and destroys the session.
-    public func finish() {
+    /// After the loop ended: settles the requests still being answered in Swift tasks, then
+    /// unmounts (if still mounted) and destroys the session.
+    ///
+    /// The loop ends when the kernel connection is gone (an unmount, or an abort), while tasks
+    /// may still wait on a slow or dead store holding a `fuse_req_t`. They get `grace` to
+    /// finish, then are cancelled and get `cancelGrace` more; then the reply gate shuts, so a
+    /// task still running is dropped without a reply, and only then is the session destroyed:
+    /// no `fuse_reply_*` (nor `FuseRequest.deinit`'s) can reach a freed session.
+    public func finish(grace: Duration = .seconds(2), cancelGrace: Duration = .seconds(2)) async {
         guard let session else { return }
+        let abandoned = await adapter.inFlight.close(grace: grace, cancelGrace: cancelGrace)
+        if abandoned > 0 {
+            adapter.logger.warning("requests still running at unmount are dropped without a reply",
+                                   metadata: ["count": "\(abandoned)"])
+        }
+        adapter.gate.close()
         adapter.session.withLock { $0 = nil }
         fuse_session_unmount(session)
         fuse_session_destroy(session)

@@ -12,7 +12,7 @@ enum FuseOperations {
         var ops = fuse_lowlevel_ops()
 
         ops.lookup = { req, parent, name in
-            let name = String(cString: name!)
+            guard let name = decodedName(name) else { return fuseRequest(req).reply(errno: EILSEQ) }
             let adapter = fuseAdapter(req)
             adapter.respond(req!) { request in await adapter.lookup(request, parent: parent, name: name) }
         }
@@ -29,10 +29,10 @@ enum FuseOperations {
             fuse_reply_none(req)
         }
         ops.getattr = { req, inode, _ in
-            fuseAdapter(req).getattr(FuseRequest(RequestToken(raw: req!)), inode: inode)
+            fuseAdapter(req).getattr(fuseRequest(req), inode: inode)
         }
         ops.readlink = { req, inode in
-            fuseAdapter(req).readlink(FuseRequest(RequestToken(raw: req!)), inode: inode)
+            fuseAdapter(req).readlink(fuseRequest(req), inode: inode)
         }
         ops.open = { req, inode, fi in
             let flags = fi!.pointee.flags
@@ -40,7 +40,7 @@ enum FuseOperations {
             adapter.respond(req!) { request in await adapter.open(request, inode: inode, flags: flags) }
         }
         ops.read = { req, _, size, offset, fi in
-            fuseAdapter(req).read(FuseRequest(RequestToken(raw: req!)), handle: fi!.pointee.fh, offset: Int64(offset), size: size)
+            fuseAdapter(req).read(fuseRequest(req), handle: fi!.pointee.fh, offset: Int64(offset), size: size)
         }
         ops.release = { req, _, fi in
             let handle = fi!.pointee.fh
@@ -52,27 +52,28 @@ enum FuseOperations {
             adapter.respond(req!) { request in await adapter.opendir(request, inode: inode) }
         }
         ops.readdir = { req, _, size, offset, fi in
-            fuseAdapter(req).readdir(FuseRequest(RequestToken(raw: req!)), raw: req!, handle: fi!.pointee.fh,
+            fuseAdapter(req).readdir(fuseRequest(req), raw: req!, handle: fi!.pointee.fh,
                                  offset: Int64(offset), size: size, plus: false)
         }
         ops.readdirplus = { req, _, size, offset, fi in
-            fuseAdapter(req).readdir(FuseRequest(RequestToken(raw: req!)), raw: req!, handle: fi!.pointee.fh,
+            fuseAdapter(req).readdir(fuseRequest(req), raw: req!, handle: fi!.pointee.fh,
                                  offset: Int64(offset), size: size, plus: true)
         }
         ops.releasedir = { req, _, fi in
-            fuseAdapter(req).releasedir(FuseRequest(RequestToken(raw: req!)), handle: fi!.pointee.fh)
+            fuseAdapter(req).releasedir(fuseRequest(req), handle: fi!.pointee.fh)
         }
         ops.statfs = { req, _ in
-            fuseAdapter(req).statfs(FuseRequest(RequestToken(raw: req!)))
+            fuseAdapter(req).statfs(fuseRequest(req))
         }
         ops.getxattr = { req, inode, name, size in
-            fuseAdapter(req).getxattr(FuseRequest(RequestToken(raw: req!)), inode: inode, name: String(cString: name!), size: size)
+            guard let name = decodedName(name) else { return fuseRequest(req).reply(errno: EILSEQ) }
+            fuseAdapter(req).getxattr(fuseRequest(req), inode: inode, name: name, size: size)
         }
         ops.listxattr = { req, inode, size in
-            fuseAdapter(req).listxattr(FuseRequest(RequestToken(raw: req!)), inode: inode, size: size)
+            fuseAdapter(req).listxattr(fuseRequest(req), inode: inode, size: size)
         }
         ops.access = { req, inode, mask in
-            fuseAdapter(req).access(FuseRequest(RequestToken(raw: req!)), inode: inode, mask: mask)
+            fuseAdapter(req).access(fuseRequest(req), inode: inode, mask: mask)
         }
         ops.`init` = { _, conn in
             // O_TRUNC arrives with open() instead of as a separate truncate: no download.
@@ -83,18 +84,18 @@ enum FuseOperations {
             conn!.pointee.max_readahead = 1 << 20
         }
         ops.create = { req, parent, name, mode, fi in
-            let name = String(cString: name!)
+            guard let name = decodedName(name) else { return fuseRequest(req).reply(errno: EILSEQ) }
             let flags = fi!.pointee.flags
             let caller = callerIdentity(req)
             let adapter = fuseAdapter(req)
             adapter.respond(req!) { request in await adapter.create(request, parent: parent, name: name, mode: mode, flags: flags, caller: caller) }
         }
         ops.write = { req, _, buffer, size, offset, fi in
-            fuseAdapter(req).write(FuseRequest(RequestToken(raw: req!)), handle: fi!.pointee.fh, offset: Int64(offset),
+            fuseAdapter(req).write(fuseRequest(req), handle: fi!.pointee.fh, offset: Int64(offset),
                                    bytes: UnsafeRawBufferPointer(start: buffer, count: size))
         }
         ops.flush = { req, _, fi in
-            fuseAdapter(req).flush(FuseRequest(RequestToken(raw: req!)), handle: fi!.pointee.fh)
+            fuseAdapter(req).flush(fuseRequest(req), handle: fi!.pointee.fh)
         }
         ops.fsync = { req, _, _, fi in
             let handle = fi!.pointee.fh
@@ -108,30 +109,30 @@ enum FuseOperations {
             adapter.respond(req!) { request in await adapter.setattr(request, inode: inode, changes: changes, handle: handle) }
         }
         ops.mkdir = { req, parent, name, mode in
-            let name = String(cString: name!)
+            guard let name = decodedName(name) else { return fuseRequest(req).reply(errno: EILSEQ) }
             let caller = callerIdentity(req)
             let adapter = fuseAdapter(req)
             adapter.respond(req!) { request in await adapter.mkdir(request, parent: parent, name: name, mode: mode, caller: caller) }
         }
         ops.mknod = { req, parent, name, mode, _ in
-            let name = String(cString: name!)
+            guard let name = decodedName(name) else { return fuseRequest(req).reply(errno: EILSEQ) }
             let caller = callerIdentity(req)
             let adapter = fuseAdapter(req)
             adapter.respond(req!) { request in await adapter.mknod(request, parent: parent, name: name, mode: mode, caller: caller) }
         }
         ops.unlink = { req, parent, name in
-            let name = String(cString: name!)
+            guard let name = decodedName(name) else { return fuseRequest(req).reply(errno: EILSEQ) }
             let adapter = fuseAdapter(req)
             adapter.respond(req!) { request in await adapter.remove(request, parent: parent, name: name, directory: false) }
         }
         ops.rmdir = { req, parent, name in
-            let name = String(cString: name!)
+            guard let name = decodedName(name) else { return fuseRequest(req).reply(errno: EILSEQ) }
             let adapter = fuseAdapter(req)
             adapter.respond(req!) { request in await adapter.remove(request, parent: parent, name: name, directory: true) }
         }
         ops.rename = { req, parent, name, newParent, newName, flags in
-            let name = String(cString: name!)
-            let newName = String(cString: newName!)
+            guard let name = decodedName(name) else { return fuseRequest(req).reply(errno: EILSEQ) }
+            guard let newName = decodedName(newName) else { return fuseRequest(req).reply(errno: EILSEQ) }
             let adapter = fuseAdapter(req)
             adapter.respond(req!) { request in
                 await adapter.rename(request, parent: parent, name: name, newParent: newParent, newName: newName, flags: flags)
@@ -142,8 +143,8 @@ enum FuseOperations {
             fuse_reply_err(req, EPERM)
         }
         ops.symlink = { req, target, parent, name in
-            let target = String(cString: target!)
-            let name = String(cString: name!)
+            guard let target = decodedName(target) else { return fuseRequest(req).reply(errno: EILSEQ) }
+            guard let name = decodedName(name) else { return fuseRequest(req).reply(errno: EILSEQ) }
             let caller = callerIdentity(req)
             let adapter = fuseAdapter(req)
             adapter.respond(req!) { request in await adapter.symlink(request, parent: parent, name: name, target: target, caller: caller) }
@@ -162,6 +163,18 @@ enum FuseOperations {
 /// The adapter behind a request: the session's userdata (no globals).
 private func fuseAdapter(_ req: fuse_req_t?) -> FuseAdapter {
     Unmanaged<FuseAdapter>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue()
+}
+
+/// A name (or link target) from the kernel as a string; nil when its bytes are not valid UTF-8.
+/// Such a name is refused with `EILSEQ`: repairing it (`String(cString:)` puts U+FFFD in place of
+/// each bad byte) would make `a\xe9` and `a\xe8` one file. Valid names keep their bytes exactly.
+private func decodedName(_ name: UnsafePointer<CChar>?) -> String? {
+    name.flatMap { String(validatingCString: $0) }
+}
+
+/// The request, for a handler that answers on this thread.
+private func fuseRequest(_ req: fuse_req_t?) -> FuseRequest {
+    fuseAdapter(req).request(req!)
 }
 
 /// Who is asking: new files and directories belong to the calling process's user.

@@ -2,19 +2,33 @@ import CFuse
 import DocFSCore
 import Glibc
 import Logging
+import Synchronization
 
 /// A kernel request that must be answered exactly once.
 ///
 /// It is `~Copyable` and every reply is `consuming`, so the compiler refuses a second reply;
-/// a request dropped without a reply answers `EIO` from its `deinit` (and says so in the
-/// log), so the calling process never hangs.
+/// a request dropped without a reply answers `EIO` from its `deinit`, so the calling process
+/// never hangs. Every reply, that one included, passes the session's `ReplyGate`: once the
+/// session is being destroyed a reply is dropped instead of written into freed memory.
 struct FuseRequest: ~Copyable {
     private let raw: fuse_req_t
+    /// Unowned so that the request stays trivially destroyed (`discard self` needs that). Safe:
+    /// the gate belongs to the adapter, which the session's userdata retains while the loop
+    /// runs, and which every request task captures until the task (and its request) ends.
+    private unowned(unsafe) let gate: ReplyGate
 
-    init(_ token: RequestToken) { raw = token.raw }
+    init(_ token: RequestToken, gate: ReplyGate) {
+        raw = token.raw
+        self.gate = gate
+    }
 
     deinit {
-        fuse_reply_err(raw, EIO)
+        send { fuse_reply_err($0, EIO) }
+    }
+
+    /// Runs one `fuse_reply_*` call, unless the session is gone.
+    private func send(_ reply: (fuse_req_t) -> Int32) {
+        gate.pass { _ = reply(raw) }
     }
 
     consuming func fail(_ error: FSError) {
@@ -22,19 +36,19 @@ struct FuseRequest: ~Copyable {
     }
 
     consuming func reply(errno code: Int32) {
-        fuse_reply_err(raw, code)
+        send { fuse_reply_err($0, code) }
         discard self
     }
 
     consuming func replyEntry(_ entry: fuse_entry_param) {
         var entry = entry
-        fuse_reply_entry(raw, &entry)
+        send { fuse_reply_entry($0, &entry) }
         discard self
     }
 
     consuming func replyAttributes(_ attributes: stat, timeout: Double) {
         var attributes = attributes
-        fuse_reply_attr(raw, &attributes, timeout)
+        send { fuse_reply_attr($0, &attributes, timeout) }
         discard self
     }
 
@@ -42,7 +56,7 @@ struct FuseRequest: ~Copyable {
         var info = fuse_file_info()
         info.fh = handle
         docfs_fi_set_open_flags(&info, keepCache ? 1 : 0, 0)
-        fuse_reply_open(raw, &info)
+        send { fuse_reply_open($0, &info) }
         discard self
     }
 
@@ -50,23 +64,23 @@ struct FuseRequest: ~Copyable {
         var entry = entry
         var info = fuse_file_info()
         info.fh = handle
-        fuse_reply_create(raw, &entry, &info)
+        send { fuse_reply_create($0, &entry, &info) }
         discard self
     }
 
     consuming func replyWrite(count: Int) {
-        fuse_reply_write(raw, count)
+        send { fuse_reply_write($0, count) }
         discard self
     }
 
     consuming func replyBuffer(_ bytes: UnsafeRawBufferPointer) {
-        fuse_reply_buf(raw, bytes.baseAddress?.assumingMemoryBound(to: CChar.self), bytes.count)
+        send { fuse_reply_buf($0, bytes.baseAddress?.assumingMemoryBound(to: CChar.self), bytes.count) }
         discard self
     }
 
     consuming func replyBytes(_ bytes: [UInt8]) {
         bytes.withUnsafeBytes { buffer in
-            _ = fuse_reply_buf(raw, buffer.baseAddress?.assumingMemoryBound(to: CChar.self), buffer.count)
+            send { fuse_reply_buf($0, buffer.baseAddress?.assumingMemoryBound(to: CChar.self), buffer.count) }
         }
         discard self
     }
@@ -74,7 +88,7 @@ struct FuseRequest: ~Copyable {
     /// getxattr/listxattr: a caller asking with size 0 wants the size; a buffer too small is ERANGE.
     consuming func replyXattr(_ value: [UInt8], callerBufferSize: Int) {
         if callerBufferSize == 0 {
-            fuse_reply_xattr(raw, value.count)
+            send { fuse_reply_xattr($0, value.count) }
             discard self
         } else if callerBufferSize < value.count {
             fail(.rangeTooSmall)
@@ -84,19 +98,19 @@ struct FuseRequest: ~Copyable {
     }
 
     consuming func replyReadlink(_ target: String) {
-        fuse_reply_readlink(raw, target)
+        send { fuse_reply_readlink($0, target) }
         discard self
     }
 
     consuming func replyStatfs(_ statistics: statvfs) {
         var statistics = statistics
-        fuse_reply_statfs(raw, &statistics)
+        send { fuse_reply_statfs($0, &statistics) }
         discard self
     }
 
     /// For requests that take no reply (forget).
     consuming func replyNone() {
-        fuse_reply_none(raw)
+        send { fuse_reply_none($0); return 0 }
         discard self
     }
 }
@@ -106,4 +120,37 @@ struct FuseRequest: ~Copyable {
 /// sure it happens once.
 struct RequestToken: @unchecked Sendable {
     let raw: fuse_req_t
+}
+
+/// Whether replies may still reach the session, and how many are being written right now.
+///
+/// Requests answered from Swift tasks may outlive the session loop. `FuseMount.finish()`
+/// shuts the gate before `fuse_session_destroy`: `close()` waits for the replies already
+/// passing through, and every reply after it is dropped without touching the session (its
+/// kernel connection is gone by then, and no caller waits for the answer any more; the
+/// request's few bytes stay allocated, as libfuse has no way to free a request unanswered).
+final class ReplyGate: Sendable {
+    /// The count of replies in progress, with `closedBit` set once the gate is shut.
+    private let state = Atomic<Int>(0)
+    private static let closedBit = 1 << 62
+
+    /// Runs `reply` unless the gate is shut; returns whether it ran.
+    @discardableResult
+    func pass(_ reply: () -> Void) -> Bool {
+        let before = state.wrappingAdd(1, ordering: .sequentiallyConsistent).oldValue
+        defer { state.wrappingSubtract(1, ordering: .sequentiallyConsistent) }
+        guard before & Self.closedBit == 0 else { return false }
+        reply()
+        return true
+    }
+
+    var isOpen: Bool { state.load(ordering: .sequentiallyConsistent) & Self.closedBit == 0 }
+
+    /// Shuts the gate and returns once no reply is being written.
+    func close() {
+        state.bitwiseOr(Self.closedBit, ordering: .sequentiallyConsistent)
+        while state.load(ordering: .sequentiallyConsistent) & ~Self.closedBit != 0 {
+            sched_yield()
+        }
+    }
 }

@@ -3,8 +3,22 @@
 // (percent-encoding everything except unreserved characters and `/`).
 
 /// A request path, decoded and split into names. Never contains `..`, `.`, empty names or NUL.
+/// Names compare and hash by their bytes, as the file system under the served root does:
+/// `café` in NFC and in NFD are two paths (Swift's `String ==` would make them one).
 struct DAVPath: Sendable, Hashable {
     let components: [String]
+
+    static func == (lhs: DAVPath, rhs: DAVPath) -> Bool {
+        lhs.components.elementsEqual(rhs.components) { $0.utf8.elementsEqual($1.utf8) }
+    }
+
+    func hash(into hasher: inout Hasher) {
+        hasher.combine(components.count)
+        for component in components {
+            hasher.combine(component.utf8.count)
+            for byte in component.utf8 { hasher.combine(byte) }
+        }
+    }
 
     init(components: [String]) {
         self.components = components
@@ -22,10 +36,12 @@ struct DAVPath: Sendable, Hashable {
             throw DAVError(.badRequest, "path is not valid UTF-8")
         }
         var names: [String] = []
-        for name in decoded.split(separator: "/", omittingEmptySubsequences: true) {
-            if name == "." { continue }
-            if name == ".." { throw DAVError(.forbidden, "`..` in path") }
-            names.append(String(name))
+        // Split and check on bytes: Character-wise, a `/` followed by a combining mark is not
+        // a `/`, and would stay inside a name.
+        for name in decoded.utf8.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: true) {
+            if name.elementsEqual(".".utf8) { continue }
+            if name.elementsEqual("..".utf8) { throw DAVError(.forbidden, "`..` in path") }
+            names.append(String(Substring(name)))
         }
         self.components = names
     }
@@ -40,7 +56,8 @@ struct DAVPath: Sendable, Hashable {
 
     /// True when `self` is `other` or lies below it.
     func isSame(orInside other: DAVPath) -> Bool {
-        components.count >= other.components.count && Array(components.prefix(other.components.count)) == other.components
+        components.count >= other.components.count
+            && zip(components, other.components).allSatisfy { $0.utf8.elementsEqual($1.utf8) }
     }
 
     /// The file system path below `root` (root is a resolved absolute path).

@@ -155,43 +155,53 @@ struct ServedDirectory: Sendable {
         return lstat(path, &st) == 0 && st.st_mode & S_IFMT == S_IFLNK
     }
 
-    /// The names in a directory (without `.`, `..` and our temporary files), sorted.
+    /// The names in a directory (without `.`, `..` and our temporary files), in byte order.
+    /// A name that is not valid UTF-8 is left out: repaired (U+FFFD for each bad byte) it would
+    /// be a name that opens nothing, or another file's.
     static func names(in path: String) throws(DAVError) -> [String] {
-        guard let dir = opendir(path) else { throw DAVError.errno(errno, "opendir") }
+        try rawNames(in: Array(path.utf8))
+            .filter { !$0.starts(with: temporaryNamePrefix.utf8) }
+            .compactMap { String(validating: $0, as: UTF8.self) }
+            .sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
+    }
+
+    /// The names in a directory as the file system has them (bytes), without `.` and `..`.
+    private static func rawNames(in path: [UInt8]) throws(DAVError) -> [[UInt8]] {
+        guard let dir = withCString(path, { opendir($0) }) else { throw DAVError.errno(errno, "opendir") }
         defer { closedir(dir) }
-        var names: [String] = []
+        var names: [[UInt8]] = []
         while let entry = readdir(dir) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
-            }
-            if name == "." || name == ".." || name.hasPrefix(temporaryNamePrefix) { continue }
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in Array(raw.prefix(while: { $0 != 0 })) }
+            if name == Array(".".utf8) || name == Array("..".utf8) { continue }
             names.append(name)
         }
-        return names.sorted()
+        return names
+    }
+
+    private static func withCString<T>(_ path: [UInt8], _ body: (UnsafePointer<CChar>) -> T) -> T {
+        (path + [0]).withUnsafeBufferPointer { bytes in
+            bytes.withMemoryRebound(to: CChar.self) { body($0.baseAddress!) }
+        }
     }
 
     // MARK: Mutations (blocking)
 
     /// Removes a file, a symlink or a directory tree (never following symlinks).
     static func removeTree(_ path: String) throws(DAVError) {
+        try removeTree(bytes: Array(path.utf8))
+    }
+
+    /// Works on bytes, so that every entry is removed under its exact name, UTF-8 or not.
+    private static func removeTree(bytes path: [UInt8]) throws(DAVError) {
         var st = stat()
-        guard lstat(path, &st) == 0 else { throw DAVError.errno(errno, "lstat") }
+        guard withCString(path, { lstat($0, &st) }) == 0 else { throw DAVError.errno(errno, "lstat") }
         if st.st_mode & S_IFMT == S_IFDIR {
-            guard let dir = opendir(path) else { throw DAVError.errno(errno, "opendir") }
-            var children: [String] = []
-            while let entry = readdir(dir) {
-                let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                    String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
-                }
-                if name != "." && name != ".." { children.append(name) }
+            for child in try rawNames(in: path) {
+                try removeTree(bytes: path + [UInt8(ascii: "/")] + child)
             }
-            closedir(dir)
-            for child in children {
-                try removeTree(path + "/" + child)
-            }
-            guard rmdir(path) == 0 else { throw DAVError.errno(errno, "rmdir") }
+            guard withCString(path, { rmdir($0) }) == 0 else { throw DAVError.errno(errno, "rmdir") }
         } else {
-            guard unlink(path) == 0 else { throw DAVError.errno(errno, "unlink") }
+            guard withCString(path, { unlink($0) }) == 0 else { throw DAVError.errno(errno, "unlink") }
         }
     }
 

@@ -3,6 +3,8 @@
 /// Names are kept decoded (a WebDAV store percent-encodes them on the wire, a local store
 /// uses them as they are). A name is never empty, `.` or `..`, and never contains `/` or NUL:
 /// `StorePath` refuses such names so that a hostile listing cannot escape the store's root.
+/// Paths compare, hash and sort by the bytes of their names (see `FileName`): `café` in NFC
+/// and in NFD are two paths, as they are two files on every store.
 public struct StorePath: Sendable, Hashable, CustomStringConvertible, Comparable {
     public private(set) var components: [String]
 
@@ -15,17 +17,22 @@ public struct StorePath: Sendable, Hashable, CustomStringConvertible, Comparable
     /// Parses `a/b/c` (leading and trailing slashes ignored). Throws on a hostile component.
     public init(_ string: String) throws(StoreError) {
         var parts: [String] = []
-        for part in string.split(separator: "/", omittingEmptySubsequences: true) {
-            let name = String(part)
+        // Split on the byte `/`: `split(separator: "/")` works on Characters, and a `/` followed
+        // by a combining mark is another Character, so it would stay inside a name.
+        for part in string.utf8.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: true) {
+            let name = String(Substring(part))
             guard StorePath.isValidName(name) else { throw .invalidName(name) }
             parts.append(name)
         }
         self.components = parts
     }
 
+    /// Checked on bytes: `String.contains("/")` compares Characters, and misses a `/` (or a
+    /// NUL) that a combining mark follows.
     public static func isValidName(_ name: String) -> Bool {
-        !name.isEmpty && name != "." && name != ".." && !name.contains("/") && !name.contains("\0")
-            && name.utf8.count <= 255
+        let bytes = name.utf8
+        return !bytes.isEmpty && bytes.count <= 255 && !bytes.elementsEqual(".".utf8) && !bytes.elementsEqual("..".utf8)
+            && !bytes.contains(UInt8(ascii: "/")) && !bytes.contains(0)
     }
 
     public var isRoot: Bool { components.isEmpty }
@@ -42,7 +49,22 @@ public struct StorePath: Sendable, Hashable, CustomStringConvertible, Comparable
     /// `/a/b/c`, or `/` for the root.
     public var description: String { "/" + components.joined(separator: "/") }
 
+    public static func == (lhs: StorePath, rhs: StorePath) -> Bool {
+        lhs.components.elementsEqual(rhs.components) { $0.utf8.elementsEqual($1.utf8) }
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(components.count)
+        for component in components { hasher.combine(FileName(component)) }
+    }
+
     public static func < (lhs: StorePath, rhs: StorePath) -> Bool {
-        lhs.components.lexicographicallyPrecedes(rhs.components)
+        lhs.components.lexicographicallyPrecedes(rhs.components) { FileName($0) < FileName($1) }
+    }
+
+    /// True when `self` is `other` or lies below it (names compared by bytes).
+    public func isSame(orInside other: StorePath) -> Bool {
+        components.count >= other.components.count
+            && zip(components, other.components).allSatisfy { $0.utf8.elementsEqual($1.utf8) }
     }
 }

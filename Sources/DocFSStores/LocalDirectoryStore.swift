@@ -487,7 +487,7 @@ enum Walk {
                 logger.warning("skipping a name that is not valid UTF-8", metadata: ["directory": "\(directory)"])
                 continue
             }
-            if name == "." || name == ".." || name.hasPrefix(LocalDirectoryStore.temporaryPrefix) { continue }
+            if name == "." || name == ".." || name.utf8.starts(with: LocalDirectoryStore.temporaryPrefix.utf8) { continue }
             guard StorePath.isValidName(name) else {
                 logger.warning("skipping an unsafe name", metadata: ["directory": "\(directory)", "name": "\(name.debugDescription)"])
                 continue

@@ -114,7 +114,7 @@ public final class WebDAVStore: Store {
     func listing(of directory: StorePath, from responses: [WebDAVResponse]) throws(StoreError) -> Listing {
         let prefix = baseComponents + directory.components
         var children: [RemoteEntry] = []
-        var seen = Set<String>()
+        var seen = Set<FileName>()  // by bytes: NFC and NFD `café` are two entries
         var skipped = 0
         for response in responses {
             guard let components = PercentEncoding.decodedPathComponents(of: response.href) else {
@@ -122,7 +122,8 @@ public final class WebDAVStore: Store {
                 skipped += 1
                 continue
             }
-            guard components.count >= prefix.count, Array(components[0..<prefix.count]) == prefix else {
+            guard components.count >= prefix.count,
+                  zip(components, prefix).allSatisfy({ $0.utf8.elementsEqual($1.utf8) }) else {
                 logger.warning("skipping an href outside the listed collection",
                                metadata: ["directory": "\(directory)", "href": "\(response.href.debugDescription)"])
                 skipped += 1
@@ -139,7 +140,7 @@ public final class WebDAVStore: Store {
                 skipped += 1
                 continue
             }
-            guard seen.insert(name).inserted else { continue }
+            guard seen.insert(name.fileName).inserted else { continue }
             children.append(entry(StorePath(validated: directory.components + [name]), response))
         }
         return Listing(children: children, skipped: skipped)

@@ -4,7 +4,8 @@ import Synchronization
 
 /// A store held in memory, for testing the core without a server. It counts the calls the
 /// core makes (so tests can say "no download on stat", "one download for two opens") and
-/// can be told to fail, stall or cut a download short, like a bad network would.
+/// can be told to fail, stall or cut a download short, like a bad network would. Paths are
+/// keyed by their bytes (`StorePath` compares names as `FileName`s), as on a real store.
 public final class InMemoryStore: Store, Sendable {
     public let identity = StoreIdentity(kind: "memory", location: "test")
     public let capabilities: StoreCapabilities
@@ -136,7 +137,7 @@ public final class InMemoryStore: Store, Sendable {
     /// The names of files in a directory (for conflict copies).
     public func fileNames(in directory: String) -> [String] {
         let directory = try! StorePath(directory)
-        return state.withLock { $0.files.keys.filter { $0.parent == directory }.map(\.name).sorted() }
+        return state.withLock { $0.files.keys.filter { $0.parent == directory }.map(\.name).sorted { FileName($0) < FileName($1) } }
     }
 
     /// The mutating calls in order, e.g. `PUT /a`, `MOVE /a /b`.
@@ -282,7 +283,7 @@ public final class InMemoryStore: Store, Sendable {
                 func moved(_ path: StorePath) -> StorePath {
                     StorePath(validated: target.components + path.components.dropFirst(prefix.count))
                 }
-                let underneath = { (path: StorePath) in path.components.starts(with: prefix) }
+                let underneath = { (path: StorePath) in path.isSame(orInside: source) }
                 state.directories = Set(state.directories.map { underneath($0) ? moved($0) : $0 })
                 state.files = Dictionary(uniqueKeysWithValues: state.files.map { (underneath($0.key) ? moved($0.key) : $0.key, $0.value) })
                 state.log.append("MOVE \(source) \(target)")

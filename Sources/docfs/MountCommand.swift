@@ -183,8 +183,14 @@ struct MountCommand: AsyncParsableCommand {
         }
         let result = await mount.run()
         logger.info("unmounted, finishing uploads and evicting local copies", metadata: ["loop": "\(result)"])
+        // Requests still being answered settle first (bounded; replies after that are
+        // dropped), so the file system's shutdown sees their releases and no reply outlives
+        // the session.
+        await mount.finish()
+        // After an abort (`umount -f`, /sys/fs/fuse/connections/N/abort) libfuse leaves the dead
+        // mount point in place ("Transport endpoint is not connected"): take it away too.
+        if MountTable.entry(at: path)?.type == MountTable.docfsType { mount.requestUnmount() }
         await filesystem.shutdown()
-        mount.finish()
         recoveryCleanup.cancel()
         let unsynced = (try? catalog.items(in: [.modified, .uploading])) ?? []
         layout.clearCache(keeping: Set(unsynced.map(\.id)))

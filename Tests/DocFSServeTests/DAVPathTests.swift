@@ -22,6 +22,17 @@ import Testing
         #expect((try? DAVPath(percentEncoded: "/%C3")) == nil, "invalid UTF-8")
     }
 
+    @Test func namesCompareBytesAndSplitOnTheSlashByte() throws {
+        let nfc = try DAVPath(percentEncoded: "/d/caf%C3%A9"), nfd = try DAVPath(percentEncoded: "/d/cafe%CC%81")
+        #expect(nfc != nfd, "NFC and NFD are two files on the served file system")
+        #expect(Set([nfc, nfd]).count == 2)
+        #expect(!nfd.isSame(orInside: nfc))
+        #expect(try DAVPath(percentEncoded: "/d/caf%C3%A9/x").isSame(orInside: nfc))
+        // A `/` followed by a combining mark is one Character, but still the separator byte.
+        #expect(try DAVPath(percentEncoded: "/a/%CC%81b").components == ["a", "\u{301}b"])
+        #expect(throws: DAVError.self) { try DAVPath(percentEncoded: "/a/../%CC%81b") }
+    }
+
     @Test func destinationHeaders() {
         #expect(DAVPath.destinationPath("http://host:8080/a%20b/c") == "/a%20b/c")
         #expect(DAVPath.destinationPath("https://host") == "/")
