@@ -35,7 +35,10 @@ struct FileAttributes {
 }
 
 extension timespec {
+    /// `time` as `stat` reports it. Clamping, not trapping, where `time_t` is narrower than
+    /// 64 bits; with a 64-bit `time_t` (every Linux docfs builds for) it is exact.
     init(_ time: Timestamp) {
-        self.init(tv_sec: Int(time.parts.seconds), tv_nsec: Int(time.parts.nanoseconds))
+        let (seconds, nanoseconds) = time.parts
+        self.init(tv_sec: time_t(clamping: seconds), tv_nsec: Int(clamping: nanoseconds))
     }
 }

@@ -29,7 +29,7 @@ struct PosixProperties: Sendable, Equatable {
     mutating func set(_ name: String, to value: String) {
         switch name {
         case "mode": mode = UInt32(value, radix: 8).map { $0 & 0o7777 }
-        case "mtime": modified = Double(value).flatMap { $0.isFinite ? $0 : nil }
+        case "mtime": modified = Timestamp.representableSeconds(value)  // saturated; NaN is no time
         case "mtime-of": modifiedOf = value.isEmpty ? nil : value
         default: break
         }

@@ -1,6 +1,6 @@
 // WebDAVMultistatus: what a WebDAV server says in a 207 Multi-Status answer to PROPFIND, and the
 // helpers that turn it into store entries: the XML parser (percent-encoding lives in
-// PercentEncoding.swift), and HTTP dates. Nothing here does I/O, so it is tested on fixed samples.
+// PercentEncoding.swift, HTTP dates in HTTPDate.swift). Nothing here does I/O, so it is tested on fixed samples.
 
 #if canImport(FoundationXML)
 import FoundationXML
@@ -52,71 +52,6 @@ enum WebDAVMultistatus {
         // A cut-off document must not pass for a short listing.
         guard delegate.closedMultistatus else { throw .protocolError("PROPFIND answer ends before </multistatus>") }
         return delegate.responses
-    }
-}
-
-/// HTTP dates: RFC 1123 (`Sun, 06 Nov 1994 08:49:37 GMT`), RFC 850 (`Sunday, 06-Nov-94 08:49:37 GMT`)
-/// and asctime (`Sun Nov  6 08:49:37 1994`), always UTC.
-enum WebDAVDate {
-    private static let months = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
-
-    /// Seconds since 1970, or nil if `string` is none of the three forms.
-    static func parse(_ string: String) -> Double? {
-        // Tokenise on spaces, commas and dashes; the weekday is ignored.
-        let tokens = string.split(whereSeparator: { $0 == " " || $0 == "," || $0 == "-" || $0 == "\t" }).map(String.init)
-        guard tokens.count >= 4 else { return nil }
-        var day: Int?, month: Int?, year: Int?, time: (Int, Int, Int)?
-        for token in tokens {
-            if let parsed = parseTime(token) { time = parsed; continue }
-            if let index = months.firstIndex(of: token.lowercased()) { month = index + 1; continue }
-            if let number = Int(token) {
-                if day == nil, token.count <= 2 { day = number; continue }
-                if year == nil { year = token.count == 2 ? (number < 70 ? 2000 + number : 1900 + number) : number; continue }
-            }
-            if token.uppercased() == "GMT" || token.uppercased() == "UTC" || token == "+0000" { continue }
-        }
-        guard let day, let month, let year, let time, (1...31).contains(day), time.0 < 24, time.1 < 60, time.2 < 61 else { return nil }
-        let days = daysFromCivil(year: year, month: month, day: day)
-        return Double(days * 86_400 + time.0 * 3600 + time.1 * 60 + time.2)
-    }
-
-    /// RFC 1123 form of `seconds` since 1970.
-    static func format(_ seconds: Double) -> String {
-        let total = Int(seconds.rounded(.down))
-        let days = total >= 0 ? total / 86_400 : (total - 86_399) / 86_400
-        let rest = total - days * 86_400
-        let (year, month, day) = civilFromDays(days)
-        let weekday = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][((days % 7) + 7) % 7]
-        func two(_ n: Int) -> String { n < 10 ? "0\(n)" : "\(n)" }
-        return "\(weekday), \(two(day)) \(months[month - 1].capitalized) \(year) \(two(rest / 3600)):\(two(rest / 60 % 60)):\(two(rest % 60)) GMT"
-    }
-
-    private static func parseTime(_ token: String) -> (Int, Int, Int)? {
-        let parts = token.split(separator: ":")
-        guard parts.count == 3, let h = Int(parts[0]), let m = Int(parts[1]), let s = Int(parts[2]) else { return nil }
-        return (h, m, s)
-    }
-
-    // Howard Hinnant's days_from_civil / civil_from_days.
-    private static func daysFromCivil(year: Int, month: Int, day: Int) -> Int {
-        let y = month <= 2 ? year - 1 : year
-        let era = (y >= 0 ? y : y - 399) / 400
-        let yoe = y - era * 400
-        let doy = (153 * (month + (month > 2 ? -3 : 9)) + 2) / 5 + day - 1
-        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
-        return era * 146_097 + doe - 719_468
-    }
-
-    private static func civilFromDays(_ days: Int) -> (Int, Int, Int) {
-        let z = days + 719_468
-        let era = (z >= 0 ? z : z - 146_096) / 146_097
-        let doe = z - era * 146_097
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
-        let mp = (5 * doy + 2) / 153
-        let day = doy - (153 * mp + 2) / 5 + 1
-        let month = mp < 10 ? mp + 3 : mp - 9
-        return (yoe + era * 400 + (month <= 2 ? 1 : 0), month, day)
     }
 }
 

@@ -151,7 +151,7 @@ public final class WebDAVStore: Store {
         return RemoteEntry(path: path,
                            kind: response.isCollection ? .directory : .file,
                            size: response.isCollection ? 0 : max(0, response.contentLength ?? 0),
-                           modified: response.posix.modified(forVersion: etag) ?? response.lastModified.flatMap(WebDAVDate.parse) ?? 0,
+                           modified: response.posix.modified(forVersion: etag) ?? response.lastModified.flatMap(HTTPDate.parse) ?? 0,
                            etag: etag, mode: response.posix.mode)
     }
 
@@ -199,7 +199,7 @@ public final class WebDAVStore: Store {
         guard answer.status == 200 else { throw answer.error(method: "HEAD", path: path) }
         return RemoteEntry(path: path, kind: .file,
                            size: answer.headers.first(name: "Content-Length").flatMap { Int64($0) } ?? 0,
-                           modified: answer.headers.first(name: "Last-Modified").flatMap(WebDAVDate.parse) ?? 0,
+                           modified: answer.headers.first(name: "Last-Modified").flatMap(HTTPDate.parse) ?? 0,
                            etag: answer.headers.first(name: "ETag").map(Self.normalizedETag))
     }
 
@@ -243,7 +243,7 @@ public final class WebDAVStore: Store {
             await HTTPTransport.discard(response)
             throw .protocolError("GET \(path): unexpected Content-Encoding \(encoding)")
         }
-        let modified = response.headers.first(name: "Last-Modified").flatMap(WebDAVDate.parse) ?? 0
+        let modified = response.headers.first(name: "Last-Modified").flatMap(HTTPDate.parse) ?? 0
         let delivered = try await RangedBody.deliver(response, range: range, path: path, into: sink)
         var size = delivered.end
         if let totalSize = delivered.totalSize {
@@ -291,7 +291,7 @@ public final class WebDAVStore: Store {
         default: throw answer.error(method: "PUT", path: path)
         }
         if let etag = answer.headers.first(name: "ETag").map(Self.normalizedETag) {
-            let modified = answer.headers.first(name: "Last-Modified").flatMap(WebDAVDate.parse) ?? Date().timeIntervalSince1970
+            let modified = answer.headers.first(name: "Last-Modified").flatMap(HTTPDate.parse) ?? Date().timeIntervalSince1970
             return RemoteEntry(path: path, kind: .file, size: file.size, modified: modified, etag: etag)
         }
         return try await stat(path)

@@ -47,8 +47,11 @@ enum S3Metadata {
     }
 
     /// The modification time from `x-amz-meta-mtime`, if any (seconds, maybe with a fraction).
+    /// Anyone can write that header, so anything is expected: a time beyond what docfs holds
+    /// (`1e300`, `-inf`) is the nearest one it does (see `Timestamp`); `nan` or text that is no
+    /// number is no time, and the object's `Last-Modified` stands instead.
     static func modified(in headers: HTTPHeaders) -> Double? {
-        headers.first(name: mtimeHeader).flatMap { Double($0.trimmingCharacters(in: .whitespaces)) }
+        headers.first(name: mtimeHeader).flatMap(Timestamp.representableSeconds)
     }
 
     /// Every `x-amz-meta-*` header of a response, to keep them when replacing one.

@@ -43,7 +43,7 @@ extension S3Store {
             await HTTPTransport.discard(response)
             throw .versionMismatch(path)
         }
-        let modified = response.headers.first(name: "Last-Modified").flatMap(WebDAVDate.parse) ?? 0
+        let modified = response.headers.first(name: "Last-Modified").flatMap(HTTPDate.parse) ?? 0
         let delivered = try await RangedBody.deliver(response, range: range, path: path, into: sink)
         var size = delivered.end
         if let totalSize = delivered.totalSize {

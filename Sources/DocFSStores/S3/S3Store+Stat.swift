@@ -48,7 +48,7 @@ extension S3Store {
     func objectEntry(_ path: StorePath, _ headers: HTTPHeaders) -> RemoteEntry {
         RemoteEntry(path: path, kind: .file,
                     size: headers.first(name: "Content-Length").flatMap { Int64($0) } ?? 0,
-                    modified: S3Metadata.modified(in: headers) ?? headers.first(name: "Last-Modified").flatMap(WebDAVDate.parse) ?? 0,
+                    modified: S3Metadata.modified(in: headers) ?? headers.first(name: "Last-Modified").flatMap(HTTPDate.parse) ?? 0,
                     etag: headers.first(name: "ETag").map(ETag.normalized),
                     mode: S3Metadata.mode(in: headers))
     }
