@@ -107,9 +107,9 @@ public final class Catalog: Sendable {
 
     /// The kinds the catalog knows for `directory`'s children, by name, each with the version
     /// (ETag) it was confirmed for; an entry listed again with the same version needs no new look.
-    public func knownKinds(in directory: Inode) throws(FSError) -> [String: (version: ETag, kind: RemoteEntry.Kind)] {
+    public func knownKinds(in directory: Inode) throws(FSError) -> [FileName: (version: ETag, kind: RemoteEntry.Kind)] {
         try read { db in
-            var known: [String: (version: ETag, kind: RemoteEntry.Kind)] = [:]
+            var known: [FileName: (version: ETag, kind: RemoteEntry.Kind)] = [:]
             for row in try Row.fetchAll(db, sql: """
                 SELECT name, kind, symlinkTarget, kindKnownFor FROM item WHERE parent = ? AND kindKnownFor IS NOT NULL
                 """, arguments: [Int64(bitPattern: directory)]) {
@@ -119,7 +119,7 @@ public final class Catalog: Sendable {
                 case .directory?: kind = .directory
                 default: kind = .file
                 }
-                known[row["name"]] = (ETag(row["kindKnownFor"]), kind)
+                known[(row["name"] as String).fileName] = (ETag(row["kindKnownFor"]), kind)
             }
             return known
         }
@@ -160,7 +160,7 @@ public final class Catalog: Sendable {
     /// Every entry's kind is recorded as known for the entry's version, except for the names in
     /// `kindUnknown` (see `SymlinkProbe`): an item already there keeps its row, a new one is
     /// added with its kind still to be confirmed.
-    public func applyListing(of directory: Inode, entries: [RemoteEntry], kindUnknown: Set<String> = [],
+    public func applyListing(of directory: Inode, entries: [RemoteEntry], kindUnknown: Set<FileName> = [],
                              listedAt: Double) throws(FSError) {
         try write { db in
             guard let dirRow = try Row.fetchOne(db, sql: "SELECT path FROM item WHERE inode = ?", arguments: [Int64(bitPattern: directory)]) else {
@@ -171,7 +171,7 @@ public final class Catalog: Sendable {
             for row in try Row.fetchAll(db, sql: "SELECT * FROM item WHERE parent = ?", arguments: [Int64(bitPattern: directory)]) {
                 existing[Array((row["name"] as String).utf8)] = row
             }
-            let unknown = Set(kindUnknown.map { Array($0.utf8) })
+            let unknown = Set(kindUnknown.map { Array($0.string.utf8) })
             // One entry per name; where a store shows a name as both a file and a folder (S3:
             // object `a` and prefix `a/`), the folder wins, whatever page each came on.
             var byName: [[UInt8]: RemoteEntry] = [:]

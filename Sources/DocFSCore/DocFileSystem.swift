@@ -136,7 +136,10 @@ public final class DocFileSystem: Sendable {
                        exclusive: Bool, truncate: Bool) async throws(FSError) -> (item: Item, handle: UInt64) {
         if readOnly { throw .readOnly }
         guard name.utf8.count <= 255 else { throw .nameTooLong }
-        if let existing = try? await lookup(parent: parent, name: name) {
+        guard try item(parent).isDirectory else { throw .notADirectory }
+        let found: Item?
+        do { found = try await lookup(parent: parent, name: name) } catch .notFound { found = nil }
+        if let existing = found {
             if exclusive { throw .exists }
             if existing.isDirectory { throw .isADirectory }
             let handle = try await open(existing.inode, mode: OpenMode(writable: true, truncate: truncate))
@@ -208,8 +211,8 @@ public final class DocFileSystem: Sendable {
         if let size = changes.size {
             guard item.kind == .file else { throw item.isDirectory ? .isADirectory : .invalidArgument }
             if let handle, let file = handles.withLock({ $0.open[handle] }) {
+                // Like a write: handed over by the handle's close or fsync.
                 try file.copy.truncate(to: size)
-                try file.copy.commit()
             } else {
                 let temporary = try await open(inode, mode: OpenMode(writable: true, truncate: size == 0))
                 if let file = handles.withLock({ $0.open[temporary] }), size != 0 {

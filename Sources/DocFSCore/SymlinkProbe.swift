@@ -20,14 +20,14 @@ struct SymlinkProbe {
 
     /// `entries` of `directory` with each small file's true kind, and the names whose kind could
     /// not be learnt (the catalog keeps what it has for those).
-    func resolve(_ entries: [RemoteEntry], in directory: Item) async throws(FSError) -> (entries: [RemoteEntry], unknown: Set<String>) {
+    func resolve(_ entries: [RemoteEntry], in directory: Item) async throws(FSError) -> (entries: [RemoteEntry], unknown: Set<FileName>) {
         guard case .byStat(let maximumTargetBytes) = store.capabilities.symlinkDiscovery else { return (entries, []) }
         let known = try catalog.knownKinds(in: directory.inode)
         var resolved = entries
         var unknown: [Int] = []
         for (index, entry) in entries.enumerated() {
             guard entry.kind == .file, entry.size > 0, entry.size <= maximumTargetBytes else { continue }
-            if let etag = entry.etag, let kind = known[entry.name], kind.version == etag {
+            if let etag = entry.etag, let kind = known[entry.name.fileName], kind.version == etag {
                 resolved[index].kind = kind.kind
             } else {
                 unknown.append(index)
@@ -35,11 +35,11 @@ struct SymlinkProbe {
         }
         guard !unknown.isEmpty else { return (resolved, []) }
         logger.debug("asking the store which small files are links", metadata: ["path": "\(directory.path)", "count": "\(unknown.count)"])
-        var unresolved = Set(unknown.map { entries[$0].name })
+        var unresolved = Set(unknown.map { entries[$0].name.fileName })
         for (index, stated) in await stat(unknown.map { ($0, entries[$0]) }) {
             // The stat's answer is as new as the listing's or newer: take all of it.
             resolved[index] = stated
-            unresolved.remove(stated.name)
+            unresolved.remove(stated.name.fileName)
         }
         return (resolved, unresolved)
     }
