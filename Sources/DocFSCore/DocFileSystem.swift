@@ -24,6 +24,9 @@ public final class DocFileSystem: Sendable {
         public var inode: Inode
         public var copy: LocalCopy
         public var writable: Bool
+        /// The item as it was opened: what `fstat` shows once it is unlinked (POSIX keeps an
+        /// open file alive without a name).
+        public var opened: Item
     }
 
     /// How a file is opened.
@@ -82,7 +85,7 @@ public final class DocFileSystem: Sendable {
     /// prefix, so then the catalog answers. The copy's modification time counts once the copy
     /// was changed here: a fresh download's file time is the download's.
     public func item(_ inode: Inode) throws(FSError) -> Item {
-        guard var item = try catalog.item(inode) else { throw .notFound }
+        guard var item = try catalog.item(inode) ?? unlinkedButOpen(inode) else { throw .notFound }
         guard item.kind == .file, item.state != .downloading, item.state != .placeholder,
               let copy = provider.presentCopies.withLock({ $0[inode] }) else { return item }
         item.size = copy.length
@@ -127,7 +130,7 @@ public final class DocFileSystem: Sendable {
                 throw error
             }
         }
-        return register(OpenFile(inode: inode, copy: copy, writable: mode.writable))
+        return register(OpenFile(inode: inode, copy: copy, writable: mode.writable, opened: item))
     }
 
     /// Creates a new file in `parent` and opens it. No download, nothing on the store until
@@ -154,7 +157,7 @@ public final class DocFileSystem: Sendable {
             _ = await provider.release(created.inode)
             throw error
         }
-        let handle = register(OpenFile(inode: created.inode, copy: copy, writable: true))
+        let handle = register(OpenFile(inode: created.inode, copy: copy, writable: true, opened: created))
         return (try item(created.inode), handle)
     }
 
@@ -414,6 +417,11 @@ public final class DocFileSystem: Sendable {
     }
 
     // MARK: Private
+
+    /// An item unlinked while a handle still has it open, as that handle knows it.
+    private func unlinkedButOpen(_ inode: Inode) -> Item? {
+        handles.withLock { table in table.open.values.first { $0.inode == inode }?.opened }
+    }
 
     private func register(_ file: OpenFile) -> UInt64 {
         handles.withLock { table in

@@ -219,8 +219,10 @@ public actor Uploader {
         let condition: WriteCondition = item.onStore ? (base.map(WriteCondition.ifMatch) ?? .always) : .mustNotExist
         do {
             // Mode and times go with the content to stores that carry them.
-            let entry = try await store.write(item.path, fromLocalFile: snapshot, condition: condition,
-                                              attributes: StoreAttributes(mode: item.mode, modified: item.modified))
+            guard let entry = try await writeUnlessFolderGone(item, from: snapshot, condition: condition) else {
+                // A folder above it was deleted (or became a file) on the store meanwhile.
+                return await keepWhereFoldersWent(item, copy, commit: commit, snapshot: snapshot)
+            }
             if try await provider.uploaded(copy, commit: commit, as: entry) {
                 logger.info("uploaded", metadata: ["path": "\(item.path)", "bytes": "\(entry.size)"])
                 await pushAttributesChangedDuringUpload(of: item)
@@ -273,6 +275,69 @@ public actor Uploader {
             return .done
         } catch {
             return await failed(item, copy, error)
+        }
+    }
+
+    /// The store lost a folder above `item` (deleted elsewhere, or replaced by a file) while
+    /// the item had changes here. A deleted folder is made again and the item uploaded into it
+    /// (a remote delete never costs a local change). Where a file now stands in a folder's place,
+    /// the item goes under `FOLDER (conflict DATE)/…` next to it, with the rest of its path.
+    private func keepWhereFoldersWent(_ item: Item, _ copy: LocalCopy, commit: UInt64, snapshot: String) async -> Outcome {
+        do {
+            var target = StorePath.root
+            let folders = item.path.components.dropLast()
+            for (index, name) in folders.enumerated() {
+                var folder = try target.appending(name)
+                if try await !ensureFolder(folder) {
+                    let renamed = ConflictName.make(for: name, at: Date())
+                    folder = try target.appending(renamed)
+                    _ = try await ensureFolder(folder)
+                    logger.warning("a folder became a file on the store; changes below it kept in a conflict folder",
+                                   metadata: ["path": "\(item.path)", "kept under": "\(folder)", "depth": "\(index)"])
+                }
+                target = folder
+            }
+            let destination = try target.appending(item.name)
+            guard destination != item.path else {
+                // Folders made again: upload under the item's own path, creating it.
+                let entry = try await store.write(destination, fromLocalFile: snapshot, condition: .mustNotExist,
+                                                  attributes: StoreAttributes(mode: item.mode, modified: item.modified))
+                if try await !provider.uploaded(copy, commit: commit, as: entry) { enqueue(item.inode) }
+                return .done
+            }
+            let kept = try await store.write(destination, fromLocalFile: snapshot, condition: .mustNotExist)
+            try await provider.conflictKept(copy, commit: commit, conflictCopy: "\(destination)", storeVersion: nil)
+            logger.warning("kept where its folder went", metadata: ["path": "\(item.path)", "kept as": "\(destination)", "bytes": "\(kept.size)"])
+            return .done
+        } catch let error as StoreError {
+            switch error {
+            case .versionMismatch, .alreadyExists:
+                return await keepBoth(item, copy, commit: commit, snapshot: snapshot)
+            default:
+                return await failed(item, copy, FSError(error))
+            }
+        } catch {
+            return await failed(item, copy, error)
+        }
+    }
+
+    /// The upload itself; nil when the store has no folder to put it in.
+    private func writeUnlessFolderGone(_ item: Item, from snapshot: String, condition: WriteCondition) async throws(StoreError) -> RemoteEntry? {
+        do {
+            return try await store.write(item.path, fromLocalFile: snapshot, condition: condition,
+                                         attributes: StoreAttributes(mode: item.mode, modified: item.modified))
+        } catch .notFound, .notADirectory {
+            return nil
+        }
+    }
+
+    /// Makes `folder` on the store unless it is there. Returns false when a file stands there.
+    private func ensureFolder(_ folder: StorePath) async throws(StoreError) -> Bool {
+        do {
+            _ = try await store.makeDirectory(folder)
+            return true
+        } catch .alreadyExists {
+            return try await store.stat(folder).isDirectory
         }
     }
 
