@@ -13,7 +13,9 @@ struct CoreFixture {
     let fs: DocFileSystem
     var cacheDirectory: String { directory + "/cache" }
 
-    init(store: InMemoryStore = InMemoryStore(), ttl: Double = 30, readOnly: Bool = true, reuse directory: String? = nil) throws {
+    /// `proxy`: the way the core reaches `store` (a `CrashableStore`), if not directly.
+    init(store: InMemoryStore = InMemoryStore(), through proxy: (any Store)? = nil, ttl: Double = 30, readOnly: Bool = true,
+         reuse directory: String? = nil) throws {
         let directory = directory ?? FileManager.default.temporaryDirectory.appendingPathComponent("docfs-core-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: directory + "/cache", withIntermediateDirectories: true)
         self.directory = directory
@@ -21,7 +23,7 @@ struct CoreFixture {
         catalog = try Catalog(path: directory + "/catalog.sqlite")
         var logger = Logger(label: "test")
         logger.logLevel = .critical
-        fs = DocFileSystem(store: store, catalog: catalog, cacheDirectory: directory + "/cache", directoryTTL: ttl,
+        fs = DocFileSystem(store: proxy ?? store, catalog: catalog, cacheDirectory: directory + "/cache", directoryTTL: ttl,
                            readOnly: readOnly, uploadBackoff: .milliseconds(200), logger: logger)
     }
 

@@ -12,15 +12,7 @@ extension CoreFixture {
     /// A writable fixture whose core reaches `store` through `proxy` (a `CrashableStore` that
     /// can be crashed or taken down); `store` stays the test's handle for arranging changes.
     init(store: InMemoryStore, through proxy: any Store, reuse directory: String? = nil) throws {
-        let directory = directory ?? FileManager.default.temporaryDirectory.appendingPathComponent("docfs-model-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: directory + "/cache", withIntermediateDirectories: true)
-        self.directory = directory
-        self.store = store
-        catalog = try Catalog(path: directory + "/catalog.sqlite")
-        var logger = Logger(label: "test")
-        logger.logLevel = .critical
-        fs = DocFileSystem(store: proxy, catalog: catalog, cacheDirectory: directory + "/cache", directoryTTL: 30,
-                           readOnly: false, uploadBackoff: .milliseconds(200), logger: logger)
+        try self.init(store: store, through: proxy as (any Store)?, readOnly: false, reuse: directory)
     }
 
     /// `kill -9` of the daemon, in process: `proxy` (this core's way to the store) parks every

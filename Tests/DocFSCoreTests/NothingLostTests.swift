@@ -73,22 +73,8 @@ struct NothingLostTests {
         #expect(fixture.store.writeCount("gone.txt") == 0, "a read-only open never recreates it")
     }
 
-    @Test func writesMadeWhileAConflictCopyUploadsAreNotLost() async throws {
-        let fixture = try CoreFixture.writable()
-        fixture.store.addFile("doc.txt", Array("v1".utf8))
-        let item = try await fixture.lookup("doc.txt")
-        let handle = try await fixture.fs.open(item.inode, mode: .init(writable: true, truncate: true))
-        try fixture.write(handle: handle, Array("mine-1".utf8))
-        fixture.store.addFile("doc.txt", Array("theirs".utf8))
-        try await fixture.fs.fsync(handle: handle)  // meets theirs: kept as a conflict copy
-        try fixture.write(handle: handle, Array("mine-2".utf8))
-        await fixture.fs.release(handle: handle)
-        await fixture.settle()
-        #expect(fixture.store.content("doc.txt") == Array("theirs".utf8))
-        let kept = Set(conflictCopies(fixture, of: "doc").compactMap { fixture.store.content($0) })
-        #expect(kept == [Array("mine-1".utf8), Array("mine-2".utf8)], "both local versions are on the store")
-        #expect(fixture.cachedFiles().isEmpty)
-    }
+    // Writes made while a conflict copy uploads (item 4): ChangeTests'
+    // writingOnAfterAConflictOnFsyncKeepsEveryVersion.
 
     @Test func aFolderThatBecameAFileOnTheStoreKeepsItsUnsyncedChildren() async throws {
         let fixture = try CoreFixture.writable()
