@@ -28,6 +28,9 @@ public final class LocalCopy: ContentSink, Sendable {
         var length: Int64 = 0
         /// Whether a local write ever touched the copy (its time is then the item's).
         var written = false
+        /// A time set with utimensat, and the one the cache's file system kept of it (ext4 keeps
+        /// nothing before 1901): while the file still has the kept time, the set one is its time.
+        var setTime: (requested: Timestamp, kept: Timestamp)?
         /// Local writes whose bytes are landing right now (a snapshot waits for none).
         var writesInFlight = 0
         var discarded = false
@@ -167,7 +170,7 @@ public final class LocalCopy: ContentSink, Sendable {
             guard state.life.uncommitted, state.writesInFlight == 0 else { return false }
             var life = state.life
             life.committedChanges()
-            try catalog.recordCommit(inode, life, size: state.length, modified: modificationTimeUnlocked())
+            try catalog.recordCommit(inode, life, size: state.length, modified: modificationTime(state))
             state.life = life
             return true
         }
@@ -186,7 +189,7 @@ public final class LocalCopy: ContentSink, Sendable {
             guard life.uploadStarted(), let commit = life.uploading else { return nil }
             try Snapshot.copy(from: descriptor, length: state.length, to: snapshotPath)
             if life.committed != state.life.committed {
-                try catalog.recordCommit(inode, life, size: state.length, modified: modificationTimeUnlocked())
+                try catalog.recordCommit(inode, life, size: state.length, modified: modificationTime(state))
             } else {
                 try catalog.recordCopy(inode, life)
             }
@@ -288,10 +291,17 @@ public final class LocalCopy: ContentSink, Sendable {
         state.withLock { $0.length = size }
     }
 
-    /// The local file's modification time (the kernel moves it on every local write).
-    public var modificationTime: Timestamp { modificationTimeUnlocked() }
+    /// The local file's modification time (the kernel moves it on every local write), or the
+    /// time last set with `setModificationTime` while no write came after it.
+    public var modificationTime: Timestamp { state.withLock { modificationTime($0) } }
 
-    private func modificationTimeUnlocked() -> Timestamp {
+    private func modificationTime(_ state: State) -> Timestamp {
+        let onDisk = fileModificationTime()
+        if let set = state.setTime, set.kept == onDisk { return set.requested }
+        return onDisk
+    }
+
+    private func fileModificationTime() -> Timestamp {
         var info = stat()
         guard fstat(descriptor, &info) == 0 else { return 0 }
         return Timestamp(seconds: Int64(info.st_mtim.tv_sec), nanoseconds: Int64(info.st_mtim.tv_nsec))
@@ -299,9 +309,12 @@ public final class LocalCopy: ContentSink, Sendable {
 
     /// Sets the local file's modification time (utimensat on an item with local changes).
     public func setModificationTime(_ time: Timestamp) {
-        var times = [timespec(tv_sec: 0, tv_nsec: (1 << 30) - 2),  // UTIME_OMIT: leave atime
-                     timespec(tv_sec: Int(time.parts.seconds), tv_nsec: Int(time.parts.nanoseconds))]
-        _ = futimens(descriptor, &times)
+        state.withLock { state in
+            var times = [timespec(tv_sec: 0, tv_nsec: (1 << 30) - 2),  // UTIME_OMIT: leave atime
+                         timespec(tv_sec: Int(time.parts.seconds), tv_nsec: Int(time.parts.nanoseconds))]
+            _ = futimens(descriptor, &times)
+            state.setTime = (time, fileModificationTime())
+        }
     }
 
     /// Disk space the copy really uses, in 512-byte blocks (what `st_blocks` reports).

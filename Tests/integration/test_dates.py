@@ -130,16 +130,11 @@ def filesystem_keeps(directory: Path, ns: int) -> bool:
         probe.unlink()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "needs a change in DocFSCore (left to its owner): a file with unsynced changes shows its local "
-    "copy's mtime, and the cache dir's filesystem keeps what it can of a time set on it (ext4: "
-    "1901-12-13 20:45:52 at the earliest), so 1900-01-01 reads back as 1901-12-13. LocalCopy must "
-    "remember the time utimensat asked for while no write has moved the file since."))
 def test_cp_p_of_a_file_dated_1900_keeps_its_date(tmpfs_dir, tmp_path, mount, xdg):
     ns = dict(DATES)["1900-01-01"]
     if filesystem_keeps(xdg.cache_home, ns):
         pytest.skip(f"the cache dir's filesystem ({xdg.cache_home}) keeps 1900-01-01: nothing to show here")
-    source = tmp_path / "old.txt"
+    source = tmpfs_dir / "old.txt"  # tmpfs keeps 1900 (ext4 would clamp the source itself)
     source.write_bytes(b"from 1900\n")
     os.utime(source, ns=(ns, ns))
     m = mount(str(seed(tmpfs_dir / "store", 0)))
