@@ -20,6 +20,7 @@ and the last operations, so `FSX_SEED=<seed>` replays it.
 from __future__ import annotations
 
 import base64
+import ctypes
 import json
 import mmap
 import os
@@ -33,6 +34,29 @@ from typing import Callable
 
 PAGE = mmap.PAGESIZE
 STATE_ATTRIBUTE = "user.docfs.state"
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.msync.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+_libc.msync.restype = ctypes.c_int
+MS_SYNC = 4  # Linux <bits/mman-linux.h>
+
+
+def msync(region: mmap.mmap) -> None:
+    """msync(MS_SYNC) of a whole writable mapping, without holding the GIL.
+
+    CPython's `mmap.flush()` calls msync() while it holds the GIL. On a docfs mount msync is an
+    fsync that uploads, so when the store's server or relay runs in this Python process (the S3
+    tests' `S3Relay` is a thread of the pytest process), the relay cannot forward the upload's
+    requests until msync returns, and msync waits for the upload: a deadlock that only the
+    daemon's 30 s request deadline breaks. A ctypes call releases the GIL while it runs.
+    """
+    view = (ctypes.c_char * len(region)).from_buffer(region)
+    try:
+        if _libc.msync(ctypes.addressof(view), len(region), MS_SYNC) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, f"msync: {os.strerror(code)}")
+    finally:
+        del view  # releases the buffer export, so the mapping can be closed
 
 
 class FsxFailure(AssertionError):
@@ -251,7 +275,7 @@ class Fsx:
         self.record(f"mmap write {offset:#x}+{len(data):#x}, msync (size {len(self.shadow):#x})")
         with mmap.mmap(self.fd, end - start, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=start) as region:
             region[offset - start:end - start] = data
-            region.flush()
+            msync(region)  # not region.flush(): see msync()
         self._apply(offset, data)
 
     def op_peer_stat(self):

@@ -201,6 +201,10 @@ class S3Relay:
 
     `fail_when(request_line_target, method) -> bool`: when it returns True for a request, the
     relay reads the request completely and then resets the client connection without forwarding it.
+
+    The relay is threads of the test process: a test call that blocks on the mount while it
+    holds the GIL stops the relay too, and so every request docfs sends meanwhile (CPython's
+    `mmap.flush()` is such a call: msync is an fsync that uploads; fsx.py's `msync()` is not).
     """
 
     def __init__(self, upstream_port: int, log_path: Path):

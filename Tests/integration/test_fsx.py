@@ -35,7 +35,8 @@ DEFAULT_OPERATIONS = 700
 # Seeds that found a bug, kept so it stays fixed. Each names what it found (found 2026-11-23,
 # in the core's upload path, reported to the core's developer; open until they are fixed).
 REGRESSION_SEEDS: dict[int, str] = {
-    1: "S3 (moto): msync's fsync waits 30 s on a GET inside the upload, then EIO (op 21); "
+    1: "S3 (moto): msync's upload stalled 30 s (op 21) -- not docfs: CPython's mmap.flush() "
+       "holds the GIL, so the in-process S3Relay could not forward the upload (fsx.msync fixes it); "
        "rclone: after an upload failed with 'shrank while it was uploaded', the copy was evicted "
        "while the store held 0 bytes (op 119)",
     3: "docfs serve: an upload queued by close races an ftruncate of the reopened file, fails with "
@@ -136,13 +137,7 @@ def test_size_after_fsync_then_extend(fsx_store, mount):
     assert stat_size_elsewhere(path) == 1500
 
 
-def test_fsx(fsx_store, mount, request):
-    if request.node.callspec.params.get("fsx_store") == "s3-moto":
-        # Seen on the old core as on the new one: one of the three requests an S3 upload sends
-        # first (a listing GET under the key's prefix) never reaches the server's relay, and the
-        # upload stalls until its 30 s deadline; the retry then succeeds, but the fsync that
-        # waited on it fails with EIO. Open in the faults issue; the scenario test passes on S3.
-        request.applymarker(pytest.mark.xfail(reason="S3 upload request stalls 30 s (listing GET never sent)", strict=False))
+def test_fsx(fsx_store, mount):
     seeds = chosen_seeds()
     operations = chosen_operations()
     names = {seed: f"fsx-{seed}.bin" for seed in seeds}
