@@ -226,7 +226,7 @@ def test_remote_change_under_open_clean_copy_keeps_both(remote, change):
         wait_until(refreshed, 15, f"a listing of the store and the mount to see the change ({change})", interval=0.2)
         time.sleep(0.5)                                  # the refresh has applied what it listed
         print(f"after the refresh: listing {sorted(os.listdir(m.path))}, "
-              f"user.docfs.etag {getxattr(target, 'user.docfs.etag')!r}, state {xattr_state(target)!r}")
+              f"user.docfs.etag {getxattr(target, 'user.docfs.etag')!r}, state {getxattr(target, 'user.docfs.state')!r}")
 
         assert os.pwrite(fd, EDIT, 0) == len(EDIT)
     finally:
