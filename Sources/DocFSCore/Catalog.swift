@@ -88,6 +88,13 @@ public final class Catalog: Sendable {
                 UPDATE item SET baseEtag = etag, committedSeq = 1 WHERE state IN ('modified', 'uploading');
                 """)
         }
+        migrator.registerMigration("v6-version-learned-at") { db in
+            // When docfs itself last learned an item's version from the store (an upload, a
+            // download, a rename, a create): a listing asked before that knows less, and must
+            // not take it back (an older ETag would make the next upload a false conflict; a
+            // missing entry would drop a file just uploaded).
+            try db.execute(sql: "ALTER TABLE item ADD COLUMN versionAt REAL")
+        }
         return migrator
     }
 
@@ -161,7 +168,8 @@ public final class Catalog: Sendable {
     /// `kindUnknown` (see `SymlinkProbe`): an item already there keeps its row, a new one is
     /// added with its kind still to be confirmed.
     public func applyListing(of directory: Inode, entries: [RemoteEntry], kindUnknown: Set<FileName> = [],
-                             listedAt: Double) throws(FSError) {
+                             listedAt: Double, askedAt: Double? = nil) throws(FSError) {
+        let askedAt = askedAt ?? listedAt
         try write { db in
             guard let dirRow = try Row.fetchOne(db, sql: "SELECT path FROM item WHERE inode = ?", arguments: [Int64(bitPattern: directory)]) else {
                 return
@@ -190,6 +198,10 @@ public final class Catalog: Sendable {
                 let name = entry.name
                 let kind = Catalog.kind(of: entry)
                 let row = existing[key]
+                if let row, Catalog.learnedSince(row, askedAt) {
+                    // docfs learned this item's version after the listing was asked for.
+                    continue
+                }
                 if row != nil, unknown.contains(key) {
                     // A kind the store could not confirm keeps what the catalog knows.
                     continue
@@ -236,7 +248,7 @@ public final class Catalog: Sendable {
                                      kind == .directory ? ItemState.directory.rawValue : ItemState.placeholder.rawValue,
                                      unknown.contains(key) ? nil : entry.etag?.value])
             }
-            for (key, row) in existing where byName[key] == nil {
+            for (key, row) in existing where byName[key] == nil && !Catalog.learnedSince(row, askedAt) {
                 // Never drop a local copy or what holds one (an open file, a change, a new file, a
                 // folder with one of those below): the store no longer has it, so its upload
                 // (if any) recreates it, and a clean copy's row goes when the copy is evicted.
@@ -273,12 +285,12 @@ public final class Catalog: Sendable {
             }
             try db.execute(sql: """
                 INSERT INTO item (id, parent, name, path, kind, size, modifiedNs, etag, mode, owner, "group", state, onStore, listedAt,
-                                  changedNs, accessedNs, symlinkTarget, kindKnownFor)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                  changedNs, accessedNs, symlinkTarget, kindKnownFor, versionAt)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """, arguments: [UUID().uuidString, Int64(bitPattern: parent), name, Catalog.join(parentRow["path"], name),
                                  kind.rawValue, size, modified.nanoseconds, etag?.value, mode.map { Int64($0) }, owner.map { Int64($0) },
                                  group.map { Int64($0) }, state.rawValue, onStore, listedAt, modified.nanoseconds, modified.nanoseconds, symlinkTarget,
-                                 etag?.value])
+                                 etag?.value, Date().timeIntervalSince1970])
             return db.lastInsertedRowID
         }
         guard let item = try item(Inode(bitPattern: inode)) else { throw .io("catalog: created item vanished") }
@@ -301,8 +313,9 @@ public final class Catalog: Sendable {
             let newPath = Catalog.join(parentRow["path"], name)
             try db.execute(sql: "DELETE FROM item WHERE parent = ? AND name = ? AND inode != ?",
                            arguments: [Int64(bitPattern: parent), name, Int64(bitPattern: inode)])
-            try db.execute(sql: "UPDATE item SET parent = ?, name = ?, path = ?, changedNs = ? WHERE inode = ?",
-                           arguments: [Int64(bitPattern: parent), name, newPath, changed.nanoseconds, Int64(bitPattern: inode)])
+            try db.execute(sql: "UPDATE item SET parent = ?, name = ?, path = ?, changedNs = ?, versionAt = ? WHERE inode = ?",
+                           arguments: [Int64(bitPattern: parent), name, newPath, changed.nanoseconds, Date().timeIntervalSince1970,
+                                       Int64(bitPattern: inode)])
             // SQLite's substr counts characters (code points), hence unicodeScalars below.
             // The subtree is the range of paths between "old/" and "old0" ('0' follows '/'),
             // which the path index finds without scanning the table.
@@ -320,8 +333,8 @@ public final class Catalog: Sendable {
             try db.execute(sql: """
                 UPDATE item SET kindKnownFor = CASE WHEN kindKnownFor = etag THEN COALESCE(?, etag) ELSE kindKnownFor END,
                     baseEtag = CASE WHEN baseEtag = etag THEN COALESCE(?, etag) ELSE baseEtag END,
-                    etag = COALESCE(?, etag) WHERE inode = ?
-                """, arguments: [etag?.value, etag?.value, etag?.value, Int64(bitPattern: inode)])
+                    etag = COALESCE(?, etag), versionAt = ? WHERE inode = ?
+                """, arguments: [etag?.value, etag?.value, etag?.value, Date().timeIntervalSince1970, Int64(bitPattern: inode)])
         }
     }
 
@@ -374,9 +387,9 @@ public final class Catalog: Sendable {
             try Catalog.persist(db, inode, life)
             try db.execute(sql: """
                 UPDATE item SET size = ?, modifiedNs = CASE WHEN etag IS NOT NULL AND etag = ? THEN modifiedNs ELSE ? END,
-                    etag = COALESCE(?, etag), mode = COALESCE(?, mode) WHERE inode = ?
+                    etag = COALESCE(?, etag), mode = COALESCE(?, mode), versionAt = ? WHERE inode = ?
                 """, arguments: [entry.size, entry.etag?.value, Timestamp(seconds: entry.modified).nanoseconds, entry.etag?.value,
-                                 entry.mode.map { Int64($0) }, Int64(bitPattern: inode)])
+                                 entry.mode.map { Int64($0) }, Date().timeIntervalSince1970, Int64(bitPattern: inode)])
         }
     }
 
@@ -384,8 +397,8 @@ public final class Catalog: Sendable {
     public func recordUploaded(_ inode: Inode, _ life: CopyLife, etag: ETag?) throws(FSError) {
         try write { db in
             try Catalog.persist(db, inode, life)
-            try db.execute(sql: "UPDATE item SET etag = ?, kindKnownFor = ?, onStore = 1, uploadError = NULL WHERE inode = ?",
-                           arguments: [etag?.value, etag?.value, Int64(bitPattern: inode)])
+            try db.execute(sql: "UPDATE item SET etag = ?, kindKnownFor = ?, onStore = 1, uploadError = NULL, versionAt = ? WHERE inode = ?",
+                           arguments: [etag?.value, etag?.value, Date().timeIntervalSince1970, Int64(bitPattern: inode)])
         }
     }
 
@@ -397,8 +410,9 @@ public final class Catalog: Sendable {
             try db.execute(sql: "UPDATE item SET uploadError = NULL, conflictCopy = ? WHERE inode = ?",
                            arguments: [conflictCopy, Int64(bitPattern: inode)])
             if let entry = storeVersion {
-                try db.execute(sql: "UPDATE item SET size = ?, modifiedNs = ?, etag = ?, onStore = 1 WHERE inode = ?",
-                               arguments: [entry.size, Timestamp(seconds: entry.modified).nanoseconds, entry.etag?.value, Int64(bitPattern: inode)])
+                try db.execute(sql: "UPDATE item SET size = ?, modifiedNs = ?, etag = ?, onStore = 1, versionAt = ? WHERE inode = ?",
+                               arguments: [entry.size, Timestamp(seconds: entry.modified).nanoseconds, entry.etag?.value,
+                                           Date().timeIntervalSince1970, Int64(bitPattern: inode)])
             } else {
                 try db.execute(sql: "UPDATE item SET onStore = 0 WHERE inode = ?", arguments: [Int64(bitPattern: inode)])
             }
@@ -468,6 +482,12 @@ public final class Catalog: Sendable {
 
     private func write<T>(_ body: (Database) throws -> T) throws(FSError) -> T {
         do { return try db.write(body) } catch { throw .io("catalog: \(error)") }
+    }
+
+    /// Whether docfs learned `row`'s version from the store at or after `time`.
+    private static func learnedSince(_ row: Row, _ time: Double) -> Bool {
+        guard let learned = row["versionAt"] as Double? else { return false }
+        return learned >= time
     }
 
     private static func hasLocalChanges(_ row: Row) -> Bool {

@@ -59,6 +59,7 @@ public actor DirectoryEnumerator {
         let task = Task { [store, catalog, retry, logger] in
             defer { self.finished(directory.inode) }
             do {
+                let askedAt = Date().timeIntervalSince1970
                 var entries: [RemoteEntry] = []
                 var page: PageToken? = nil
                 repeat {
@@ -72,7 +73,7 @@ public actor DirectoryEnumerator {
                 let probe = SymlinkProbe(store: store, catalog: catalog, retry: retry, logger: logger)
                 let resolved = try await probe.resolve(entries, in: directory)
                 try catalog.applyListing(of: directory.inode, entries: resolved.entries, kindUnknown: resolved.unknown,
-                                         listedAt: Date().timeIntervalSince1970)
+                                         listedAt: Date().timeIntervalSince1970, askedAt: askedAt)
                 logger.debug("listed", metadata: ["path": "\(directory.path)", "entries": "\(entries.count)"])
             } catch let error as StoreError {
                 logger.warning("listing failed", metadata: ["path": "\(directory.path)", "error": "\(error)"])

@@ -236,7 +236,7 @@ public final class DocFileSystem: Sendable {
         let current = try self.item(inode)
         if !current.hasUnsyncedChanges {
             let carried = StoreAttributes(mode: changes.mode.map { $0 & 0o7777 }, modified: changes.modified, accessed: changes.accessed)
-            await AttributeSync.push(carried, of: current, to: store, catalog: catalog, logger: logger)
+            await AttributeSync.push(carried, of: current, to: store, catalog: catalog, provider: provider, logger: logger)
         }
         return try self.item(inode)
     }

@@ -138,6 +138,16 @@ public actor Provider {
         _ = perform(action, on: copy)
     }
 
+    /// The store gave the item a new version without a new content (attributes set): a copy
+    /// based on the old version is based on the new one, or its next upload would conflict.
+    public func storeVersionChanged(_ inode: Inode, from old: ETag?, to new: ETag?) {
+        guard let copy = providing[inode]?.copy, let old, let new, copy.life.base == old else { return }
+        logger.debug("a copy's base follows the store's new version", metadata: ["inode": "\(inode)", "from": "\(old.value)", "to": "\(new.value)"])
+        do { try copy.update { if $0.base == old { $0.base = new } } } catch {
+            logger.warning("cannot record a copy's new base", metadata: ["inode": "\(inode)", "error": "\(error)"])
+        }
+    }
+
     /// The upload could not finish (it will be retried): keep the copy.
     public func uploadFailed(_ copy: LocalCopy) {
         do { try copy.update { $0.uploadFailed() } } catch {
@@ -217,6 +227,7 @@ public actor Provider {
         let life = CopyLife(content: fetchNeeded ? .fetching : .present, base: item.onStore ? item.etag : nil)
         let copy = try LocalCopy(path: path, inode: item.inode, catalog: catalog, life: life)
         try catalog.recordCopy(item.inode, life)
+        logger.debug("providing", metadata: ["path": "\(item.path)", "base": "\(life.base?.value ?? "-")", "fetch": "\(fetchNeeded)"])
         guard fetchNeeded else {
             // No download: O_TRUNC, or a file created here whose copy is gone (nothing to fetch).
             return register(Providing(copy: copy, fetch: Task {}))

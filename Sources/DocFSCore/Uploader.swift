@@ -217,12 +217,14 @@ public actor Uploader {
         }
         let base = copy.life.base
         let condition: WriteCondition = item.onStore ? (base.map(WriteCondition.ifMatch) ?? .always) : .mustNotExist
+        logger.debug("uploading", metadata: ["path": "\(item.path)", "commit": "\(commit)", "condition": "\(condition)"])
         do {
             // Mode and times go with the content to stores that carry them.
             guard let entry = try await writeUnlessFolderGone(item, from: snapshot, condition: condition) else {
                 // A folder above it was deleted (or became a file) on the store meanwhile.
                 return await keepWhereFoldersWent(item, copy, commit: commit, snapshot: snapshot)
             }
+            logger.debug("upload confirmed", metadata: ["path": "\(item.path)", "commit": "\(commit)", "etag": "\(entry.etag?.value ?? "-")"])
             if try await provider.uploaded(copy, commit: commit, as: entry) {
                 logger.info("uploaded", metadata: ["path": "\(item.path)", "bytes": "\(entry.size)"])
                 await pushAttributesChangedDuringUpload(of: item)
@@ -247,7 +249,8 @@ public actor Uploader {
     /// was not on the store in its new form yet): the store gets them now.
     private func pushAttributesChangedDuringUpload(of uploaded: Item) async {
         guard let now = try? catalog.item(uploaded.inode), now.mode != uploaded.mode || now.modified != uploaded.modified else { return }
-        await AttributeSync.push(StoreAttributes(mode: now.mode, modified: now.modified), of: now, to: store, catalog: catalog, logger: logger)
+        await AttributeSync.push(StoreAttributes(mode: now.mode, modified: now.modified), of: now, to: store, catalog: catalog,
+                                 provider: provider, logger: logger)
     }
 
     private func failed(_ item: Item, _ copy: LocalCopy, _ error: any Error) async -> Outcome {
