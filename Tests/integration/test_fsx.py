@@ -32,15 +32,18 @@ STORES = ["local", "docfs-serve", "rclone", "s3-moto"]
 # Seeds `make test` always runs (about 3 minutes in all for the four stores).
 DEFAULT_SEEDS = [1, 2, 3]
 DEFAULT_OPERATIONS = 700
-# Seeds that found a bug, kept so it stays fixed. Each names what it found (found 2026-11-23,
-# in the core's upload path, reported to the core's developer; open until they are fixed).
+# Seeds that found a bug, kept so it stays fixed. Each names what it found (2026-11-23); the
+# upload bugs were fixed by uploading a snapshot of one commit (LocalCopy.startUpload).
 REGRESSION_SEEDS: dict[int, str] = {
     1: "S3 (moto): msync's upload stalled 30 s (op 21) -- not docfs: CPython's mmap.flush() "
        "holds the GIL, so the in-process S3Relay could not forward the upload (fsx.msync fixes it); "
        "rclone: after an upload failed with 'shrank while it was uploaded', the copy was evicted "
        "while the store held 0 bytes (op 119)",
     3: "docfs serve: an upload queued by close races an ftruncate of the reopened file, fails with "
-       "'shrank while it was uploaded', and the next fsync (msync) returns EIO (op 584)",
+       "'shrank while it was uploaded', and the next fsync (msync) returns EIO (op 584); "
+       "local: after close, reopen O_TRUNC at once and fsync, the store kept the old bytes (op 683)",
+    11: "local: a listing asked before an upload finished wrote the older ETag back; the next "
+        "O_TRUNC copy started from it and every later upload became a false conflict (op 423)",
 }
 
 
