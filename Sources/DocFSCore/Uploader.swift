@@ -235,7 +235,8 @@ public actor Uploader {
             return .done
         } catch let error as StoreError {
             switch error {
-            case .versionMismatch, .alreadyExists:
+            case .versionMismatch, .alreadyExists, .isADirectory:
+                // Changed, created, or made a folder elsewhere meanwhile: ours goes next to it.
                 return await keepBoth(item, copy, commit: commit, snapshot: snapshot)
             default:
                 return await failed(item, copy, FSError(error))
