@@ -58,6 +58,17 @@ public actor DirectoryEnumerator {
         if let task = inFlight[directory.inode] { return task }
         let task = Task { [store, catalog, retry, logger] in
             defer { self.finished(directory.inode) }
+            try await Self.list(directory, store: store, catalog: catalog, retry: retry, logger: logger)
+        }
+        inFlight[directory.inode] = task
+        return task
+    }
+
+    /// Lists `directory` and applies the listing to the catalog. Nonisolated: it runs off the
+    /// actor, so lookups (which only need the actor to start or join a listing) never wait for
+    /// a big directory; the catalog write runs on the blocking queue, off the cooperative pool.
+    private nonisolated static func list(_ directory: Item, store: any Store, catalog: Catalog, retry: RetryPolicy,
+                                         logger: Logger) async throws {
             do {
                 let askedAt = Date().timeIntervalSince1970
                 var entries: [RemoteEntry] = []
@@ -72,16 +83,15 @@ public actor DirectoryEnumerator {
                 } while page != nil
                 let probe = SymlinkProbe(store: store, catalog: catalog, retry: retry, logger: logger)
                 let resolved = try await probe.resolve(entries, in: directory)
-                try catalog.applyListing(of: directory.inode, entries: resolved.entries, kindUnknown: resolved.unknown,
-                                         listedAt: Date().timeIntervalSince1970, askedAt: askedAt)
+                try await Blocking.run { () throws(FSError) in
+                    try catalog.applyListing(of: directory.inode, entries: resolved.entries, kindUnknown: resolved.unknown,
+                                             listedAt: Date().timeIntervalSince1970, askedAt: askedAt)
+                }
                 logger.debug("listed", metadata: ["path": "\(directory.path)", "entries": "\(entries.count)"])
             } catch let error as StoreError {
                 logger.warning("listing failed", metadata: ["path": "\(directory.path)", "error": "\(error)"])
                 throw FSError(error)
             }
-        }
-        inFlight[directory.inode] = task
-        return task
     }
 
     private func finished(_ inode: Inode) {

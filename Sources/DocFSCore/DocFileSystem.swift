@@ -186,7 +186,7 @@ public final class DocFileSystem: Sendable {
     /// fsync: commit, then upload now and wait for the store to confirm.
     public func fsync(handle: UInt64) async throws(FSError) {
         guard let file = handles.withLock({ $0.open[handle] }) else { throw .invalidArgument }
-        try flush(handle: handle)
+        try await Blocking.run { () throws(FSError) in _ = try file.copy.commit() }
         if file.copy.life.isDirty {
             try await uploader.sync(file.inode)
         }
@@ -195,7 +195,7 @@ public final class DocFileSystem: Sendable {
     /// Closes a handle. The last close evicts the local copy, or hands it to the uploader.
     public func release(handle: UInt64) async {
         guard let file = handles.withLock({ $0.open.removeValue(forKey: handle) }) else { return }
-        do { try file.copy.commit() } catch {
+        do { try await Blocking.run { () throws(FSError) in _ = try file.copy.commit() } } catch {
             logger.error("cannot commit changes", metadata: ["inode": "\(file.inode)", "error": "\(error)"])
         }
         let outcome = await provider.release(file.inode)

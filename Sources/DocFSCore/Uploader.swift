@@ -206,7 +206,10 @@ public actor Uploader {
         defer { unlink(snapshot) }
         let commit: UInt64
         do {
-            guard let started = try copy.startUpload(snapshotTo: snapshot, committingPending: forced.contains(inode)) else {
+            let committingPending = forced.contains(inode)
+            guard let started = try await Blocking.run({ () throws(FSError) -> UInt64? in
+                try copy.startUpload(snapshotTo: snapshot, committingPending: committingPending)
+            }) else {
                 // Nothing committed to send: writes still open are sent after their close.
                 await provider.uploadNotNeeded(copy)
                 return .done

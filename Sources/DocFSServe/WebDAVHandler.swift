@@ -193,6 +193,33 @@ struct WebDAVHandler: Sendable {
     // MARK: PUT
 
     private func put(_ request: Request, _ davPath: DAVPath) async throws -> Response {
+        let checked: (createOnly: Bool, existed: Bool)
+        do {
+            checked = try await checkPut(request, davPath)
+        } catch {
+            // Refused before its body was read: read it (bounded) before answering, or a client
+            // still sending it sees the connection close under it instead of our answer.
+            await Self.discardBody(of: request)
+            throw error
+        }
+        return try await storePut(request, davPath, createOnly: checked.createOnly, existed: checked.existed)
+    }
+
+    /// Reads and drops a request body nobody read, up to `maxDiscardedBody` bytes.
+    private static func discardBody(of request: Request) async {
+        var seen = 0
+        do {
+            for try await chunk in request.body {
+                seen += chunk.readableBytes
+                if seen > maxDiscardedBody { return }
+            }
+        } catch {}
+    }
+
+    static let maxDiscardedBody = 16 * 1024 * 1024
+
+    /// A PUT's preconditions; returns whether it may only create, and whether the file exists.
+    private func checkPut(_ request: Request, _ davPath: DAVPath) async throws -> (createOnly: Bool, existed: Bool) {
         if davPath.isRoot { throw DAVError(.methodNotAllowed, "cannot PUT the root collection") }
         if request.headers[.contentRange] != nil { throw DAVError(.badRequest, "partial PUT (Content-Range) not supported") }
         try directory.checkInside(davPath)
@@ -205,7 +232,6 @@ struct WebDAVHandler: Sendable {
             return try ServedDirectory.info(path)
         }
         if let existing, existing.isDirectory { throw DAVError(.methodNotAllowed, "a collection exists at this path") }
-        let createOnly: Bool
         if let ifMatch = request.headers[.ifMatch] {
             guard ETagMatch.matches(ifMatch, etag: existing?.etag, weak: false) else {
                 throw DAVError(.preconditionFailed, "If-Match does not match")
@@ -215,11 +241,14 @@ struct WebDAVHandler: Sendable {
             if ETagMatch.matches(ifNoneMatch, etag: existing?.etag, weak: true) {
                 throw DAVError(.preconditionFailed, "If-None-Match matches")
             }
-            createOnly = ifNoneMatch.trimmingSpaces == "*"
-        } else {
-            createOnly = false
+            return (ifNoneMatch.trimmingSpaces == "*", existing != nil)
         }
+        return (false, existing != nil)
+    }
 
+    private func storePut(_ request: Request, _ davPath: DAVPath, createOnly: Bool, existed: Bool) async throws -> Response {
+        let path = directory.path(davPath)
+        let parentPath = directory.path(davPath.parent)
         let (temporary, fd) = try await blocking { () throws in try ServedDirectory.makeTemporaryFile(in: parentPath) }
         let output = OpenFile(fd: fd)
         var committed = false
@@ -260,7 +289,7 @@ struct WebDAVHandler: Sendable {
         headers[.eTag] = info.etag
         headers[.lastModified] = info.lastModified
         headers[.contentLength] = "0"
-        return Response(status: existing == nil ? .created : .noContent, headers: headers)
+        return Response(status: existed ? .noContent : .created, headers: headers)
     }
 
     // MARK: DELETE

@@ -528,22 +528,3 @@ enum Rename {
         }
     }
 }
-
-/// Runs blocking POSIX work on a dispatch queue, so that it does not hold a thread of the
-/// cooperative pool.
-enum Blocking {
-    private static let queue = DispatchQueue(label: "docfs.store.blocking", attributes: .concurrent)
-
-    static func run<T: Sendable>(_ body: @escaping @Sendable () throws(StoreError) -> T) async throws(StoreError) -> T {
-        let result: Result<T, StoreError> = await withCheckedContinuation { continuation in
-            queue.async {
-                do throws(StoreError) {
-                    continuation.resume(returning: .success(try body()))
-                } catch {
-                    continuation.resume(returning: .failure(error))
-                }
-            }
-        }
-        return try result.get()
-    }
-}

@@ -113,7 +113,8 @@ struct ChangeTests {
         try await first.createFile("journal.txt", Array("survives".utf8))
         await first.settle()
         await first.fs.shutdown(uploadGrace: .milliseconds(10))
-        #expect(first.cachedFiles().count == 1, "the unsynced copy stays on disk")
+        // (An upload still trying may hold its snapshot, `ID.upload`, a moment longer.)
+        #expect(first.cachedFiles().filter { !$0.hasSuffix(".upload") }.count == 1, "the unsynced copy stays on disk")
 
         store.failWrites(with: nil)
         let second = try CoreFixture.writable(store: store, reuse: first.directory)
