@@ -210,9 +210,13 @@ public final class Catalog: Sendable {
                     if Catalog.hasLocalCopy(row) {
                         // The store's version moves; the copy's base does not. A clean copy shows
                         // its own size while open (DocFileSystem.item), the store's once evicted.
+                        // A file made here and not uploaded yet stays "not on the store": the
+                        // entry listed under its name is someone else's, and its upload must not
+                        // replace it (If-None-Match: *, a conflict copy if taken).
                         let dirty = Catalog.hasLocalChanges(row)
                         try db.execute(sql: """
-                            UPDATE item SET etag = ?, onStore = 1, kindKnownFor = ?,
+                            UPDATE item SET etag = ?, onStore = CASE WHEN baseEtag IS NULL AND onStore = 0 THEN 0 ELSE 1 END,
+                                kindKnownFor = ?,
                                 size = CASE WHEN ? THEN size ELSE ? END,
                                 modifiedNs = CASE WHEN ? OR (etag IS NOT NULL AND etag = ?) THEN modifiedNs ELSE ? END
                             WHERE inode = ?
@@ -370,6 +374,17 @@ public final class Catalog: Sendable {
     /// Persists a copy's life: its state, base version, commits and whether it is on the store.
     public func recordCopy(_ inode: Inode, _ life: CopyLife) throws(FSError) {
         try write { db in try Catalog.persist(db, inode, life) }
+    }
+
+    /// A new copy of `inode` begins: records its life. Fails with `notFound` when the row is
+    /// gone (a listing dropped the item between the caller's lookup and now): a copy without a
+    /// row could never be uploaded nor evicted.
+    public func beginCopy(_ inode: Inode, _ life: CopyLife) throws(FSError) {
+        let changed: Int = try write { db in
+            try Catalog.persist(db, inode, life)
+            return db.changesCount
+        }
+        if changed == 0 { throw .notFound }
     }
 
     /// A commit: the copy's size and time are the item's now.

@@ -226,7 +226,10 @@ public actor Provider {
         // meets any newer one as a conflict.
         let life = CopyLife(content: fetchNeeded ? .fetching : .present, base: item.onStore ? item.etag : nil)
         let copy = try LocalCopy(path: path, inode: item.inode, catalog: catalog, life: life)
-        try catalog.recordCopy(item.inode, life)
+        do { try catalog.beginCopy(item.inode, life) } catch {
+            copy.discard()
+            throw error
+        }
         logger.debug("providing", metadata: ["path": "\(item.path)", "base": "\(life.base?.value ?? "-")", "fetch": "\(fetchNeeded)"])
         guard fetchNeeded else {
             // No download: O_TRUNC, or a file created here whose copy is gone (nothing to fetch).

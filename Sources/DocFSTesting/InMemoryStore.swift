@@ -215,6 +215,8 @@ public final class InMemoryStore: Store, Sendable {
         guard let data = FileManager.default.contents(atPath: localFile) else { throw .localIO(errno: ENOENT, message: localFile) }
         return try state.withLock { state throws(StoreError) -> RemoteEntry in
             if let fault = state.writeFault { throw fault }
+            // As on a disk or a WebDAV server: a file never stands where a folder is.
+            if state.directories.contains(path) { throw .isADirectory(path) }
             let existing = state.files[path]
             switch condition {
             case .always: break
