@@ -37,11 +37,13 @@ import Testing
 /// `$TMPDIR/docfs-model-seeds` so a seed that traps the process can be found.
 @Suite("Model: random operation sequences keep every version")
 struct ModelTests {
-    /// What the random sequences still find after the fixes of issue 8 (about 6 of 120 seeds,
-    /// depending on timing): sequences mixing remote renames or kind changes with creates and
-    /// crashes, and an upload still pending when the server comes back. Kept visible as known
-    /// issues until each is understood; `DOCFS_MODEL_STRICT=1` makes them failures.
-    static let knownIssue: Comment = "issue 8: remote rename/kind change mixed with create and crash (seeds 38 41 46 48 79 93); run with DOCFS_MODEL_STRICT=1"
+    /// What the random sequences still find after the fixes of issue 8 (3 of 120 seeds, 30 79 93,
+    /// the set moving a little with timing): a remote version the model says is owed after a
+    /// create or O_TRUNC under a name another client changed or renamed onto (30, 79: possibly the
+    /// model's own bookkeeping), and an upload still pending after a crash while the server was
+    /// down (93). Kept visible as known issues until each is decided; `DOCFS_MODEL_STRICT=1`
+    /// makes them failures.
+    static let knownIssue: Comment = "issue 8: seeds 30 79 93 (remote changes under create/O_TRUNC; a pending upload after a crash while the server was down); run with DOCFS_MODEL_STRICT=1"
 
     @Test func randomSequencesKeepEveryVersion() async throws {
         let environment = ProcessInfo.processInfo.environment
