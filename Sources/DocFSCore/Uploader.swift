@@ -227,10 +227,10 @@ public actor Uploader {
                 // A folder above it was deleted (or became a file) on the store meanwhile.
                 return await keepWhereFoldersWent(item, copy, commit: commit, snapshot: snapshot)
             }
-            logger.debug("upload confirmed", metadata: ["path": "\(item.path)", "commit": "\(commit)", "etag": "\(entry.etag?.value ?? "-")"])
-            if try await provider.uploaded(copy, commit: commit, as: entry) {
-                logger.info("uploaded", metadata: ["path": "\(item.path)", "bytes": "\(entry.size)"])
-                await pushAttributesChangedDuringUpload(of: item)
+            let confirmed = await withAttributesChangedDuringUpload(of: item, copy, commit: commit, uploaded: entry)
+            logger.debug("upload confirmed", metadata: ["path": "\(item.path)", "commit": "\(commit)", "etag": "\(confirmed.etag?.value ?? "-")"])
+            if try await provider.uploaded(copy, commit: commit, as: confirmed) {
+                logger.info("uploaded", metadata: ["path": "\(item.path)", "bytes": "\(confirmed.size)"])
             } else {
                 // Committed again while uploading: the newer content goes next.
                 enqueue(inode)
@@ -250,11 +250,21 @@ public actor Uploader {
     }
 
     /// A chmod or utimensat while the upload was on its way changed the catalog only (the item
-    /// was not on the store in its new form yet): the store gets them now.
-    private func pushAttributesChangedDuringUpload(of uploaded: Item) async {
-        guard let now = try? catalog.item(uploaded.inode), now.mode != uploaded.mode || now.modified != uploaded.modified else { return }
-        await AttributeSync.push(StoreAttributes(mode: now.mode, modified: now.modified), of: now, to: store, catalog: catalog,
-                                 provider: provider, logger: logger)
+    /// was not on the store in its new form yet): the store gets them now, before the upload is
+    /// recorded, so the version the copy is based on from then on is the one that carries them
+    /// (on a store whose ETag follows the mtime, a later push would make the next upload a false
+    /// conflict). A commit made meanwhile carries them with its own upload instead.
+    private func withAttributesChangedDuringUpload(of uploaded: Item, _ copy: LocalCopy, commit: UInt64,
+                                                   uploaded entry: RemoteEntry) async -> RemoteEntry {
+        guard copy.life.committed == commit, let now = try? catalog.item(uploaded.inode),
+              now.mode != uploaded.mode || now.modified != uploaded.modified else { return entry }
+        do {
+            guard try await store.setAttributes(uploaded.path, StoreAttributes(mode: now.mode, modified: now.modified)) else { return entry }
+            return try await store.stat(uploaded.path)
+        } catch {
+            logger.info("store did not take attributes", metadata: ["path": "\(uploaded.path)", "error": "\(error)"])
+            return entry
+        }
     }
 
     private func failed(_ item: Item, _ copy: LocalCopy, _ error: any Error) async -> Outcome {
