@@ -186,7 +186,9 @@ public final class DocFileSystem: Sendable {
     /// fsync: commit, then upload now and wait for the store to confirm.
     public func fsync(handle: UInt64) async throws(FSError) {
         guard let file = handles.withLock({ $0.open[handle] }) else { throw .invalidArgument }
-        try await Blocking.run { () throws(FSError) in _ = try file.copy.commit() }
+        if file.copy.life.uncommitted {
+            try await Blocking.run { () throws(FSError) in _ = try file.copy.commit() }
+        }
         if file.copy.life.isDirty {
             try await uploader.sync(file.inode)
         }
@@ -195,8 +197,12 @@ public final class DocFileSystem: Sendable {
     /// Closes a handle. The last close evicts the local copy, or hands it to the uploader.
     public func release(handle: UInt64) async {
         guard let file = handles.withLock({ $0.open.removeValue(forKey: handle) }) else { return }
-        do { try await Blocking.run { () throws(FSError) in _ = try file.copy.commit() } } catch {
-            logger.error("cannot commit changes", metadata: ["inode": "\(file.inode)", "error": "\(error)"])
+        // Most closes have nothing to commit (a reader, or a writer that already flushed): no
+        // hop to the blocking queue for them.
+        if file.copy.life.uncommitted {
+            do { try await Blocking.run { () throws(FSError) in _ = try file.copy.commit() } } catch {
+                logger.error("cannot commit changes", metadata: ["inode": "\(file.inode)", "error": "\(error)"])
+            }
         }
         let outcome = await provider.release(file.inode)
         if outcome == .needsUpload {

@@ -112,17 +112,19 @@ public final class LocalCopy: ContentSink, Sendable {
     /// the journal before the bytes land.
     public func writeLocal(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(FSError) -> Int {
         try beginChange()
-        defer { state.withLock { $0.writesInFlight -= 1 } }
         var written = 0
         while written < bytes.count {
             let n = pwrite(descriptor, bytes.baseAddress! + written, bytes.count - written, off_t(offset) + off_t(written))
             if n < 0 {
                 if errno == EINTR { continue }
-                throw .local(errno: errno, "writing \(path): \(String(cString: strerror(errno)))")
+                let code = errno
+                state.withLock { $0.writesInFlight -= 1 }
+                throw .local(errno: code, "writing \(path): \(String(cString: strerror(code)))")
             }
             written += n
         }
         state.withLock { state in
+            state.writesInFlight -= 1
             if offset > state.length { state.held.insert(state.length..<offset) }  // the hole reads as zeros
             state.held.insert(offset..<(offset + Int64(written)))
             state.length = max(state.length, offset + Int64(written))
@@ -135,11 +137,13 @@ public final class LocalCopy: ContentSink, Sendable {
     /// zeros, which are held.
     public func truncate(to size: Int64) throws(FSError) {
         try beginChange()
-        defer { state.withLock { $0.writesInFlight -= 1 } }
         guard ftruncate(descriptor, off_t(size)) == 0 else {
-            throw .local(errno: errno, "truncating \(path): \(String(cString: strerror(errno)))")
+            let code = errno
+            state.withLock { $0.writesInFlight -= 1 }
+            throw .local(errno: code, "truncating \(path): \(String(cString: strerror(code)))")
         }
         state.withLock { state in
+            state.writesInFlight -= 1
             if size < state.length {
                 state.held = ByteRangeSet(state.held.ranges.compactMap { range in
                     range.lowerBound < size ? range.lowerBound..<min(range.upperBound, size) : nil
@@ -170,10 +174,20 @@ public final class LocalCopy: ContentSink, Sendable {
             guard state.life.uncommitted, state.writesInFlight == 0 else { return false }
             var life = state.life
             life.committedChanges()
-            try catalog.recordCommit(inode, life, size: state.length, modified: modificationTime(state))
-            state.life = life
+            try record(life, in: &state)
             return true
         }
+    }
+
+    /// Records `life` in the catalog and makes it the copy's, under the lock; a new commit
+    /// records the copy's size and time with it.
+    private func record(_ life: CopyLife, in state: inout State) throws(FSError) {
+        if life.committed != state.life.committed {
+            try catalog.recordCommit(inode, life, size: state.length, modified: modificationTime(state))
+        } else {
+            try catalog.recordCopy(inode, life)
+        }
+        state.life = life
     }
 
     /// Copies the committed content to `snapshotPath` for an upload, and records that the
@@ -188,12 +202,7 @@ public final class LocalCopy: ContentSink, Sendable {
             if life.uncommitted && committingPending { life.committedChanges() }
             guard life.uploadStarted(), let commit = life.uploading else { return nil }
             try Snapshot.copy(from: descriptor, length: state.length, to: snapshotPath)
-            if life.committed != state.life.committed {
-                try catalog.recordCommit(inode, life, size: state.length, modified: modificationTime(state))
-            } else {
-                try catalog.recordCopy(inode, life)
-            }
-            state.life = life
+            try record(life, in: &state)
             return commit
         }
     }
@@ -203,8 +212,7 @@ public final class LocalCopy: ContentSink, Sendable {
             if !state.life.uncommitted {
                 var life = state.life
                 life.changed()
-                try catalog.recordCopy(inode, life)
-                state.life = life
+                try record(life, in: &state)
             }
             state.writesInFlight += 1
         }

@@ -94,11 +94,6 @@ public actor Provider {
         return perform(action, on: entry.copy)
     }
 
-    /// Whether someone has `inode` open.
-    public func isOpen(_ inode: Inode) -> Bool {
-        (providing[inode]?.copy.life.openCount ?? 0) > 0
-    }
-
     /// The copy the uploader should send for `item`: the one in use, or (after a restart) the
     /// one the journal left in the cache, adopted with the life the journal recorded. Nil when
     /// there is nothing local to send.
