@@ -208,7 +208,10 @@ public actor Provider {
         }
     }
 
-    private func startProviding(_ item: Item, intent: OpenIntent) throws(FSError) -> Providing {
+    private func startProviding(_ opened: Item, intent: OpenIntent) throws(FSError) -> Providing {
+        // The row as it is now, not as the caller read it before hopping here: an upload that
+        // finished and evicted meanwhile moved its version, which a new copy must start from.
+        guard let item = try catalog.item(opened.inode) else { throw .notFound }
         let path = copyPath(for: item)
         // Committed changes from before a restart: the copy on disk is the truth.
         if item.hasUnsyncedChanges, !item.hasUncommittedWrites, FileManager.default.fileExists(atPath: path),
