@@ -30,6 +30,23 @@ static inline void docfs_fi_set_open_flags(struct fuse_file_info *fi, int keep_c
     fi->direct_io = direct_io ? 1 : 0;
 }
 
+/* Answers a read with `size` bytes at `offset` of the open file `fd`, without copying them
+ * through a buffer of ours: libfuse splices them into /dev/fuse where the kernel allows it
+ * (FUSE_CAP_SPLICE_WRITE), and reads them into its own buffer otherwise. As passthrough_ll's
+ * lo_read does. */
+static inline int docfs_reply_fd(fuse_req_t req, int fd, size_t size, off_t offset) {
+    struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
+    buf.buf[0].flags = (enum fuse_buf_flags)(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+    buf.buf[0].fd = fd;
+    buf.buf[0].pos = offset;
+    return fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+}
+
+/* The capabilities docfs asks for, each only where the kernel offers it (conn->capable). */
+static inline void docfs_want_if_capable(struct fuse_conn_info *conn, unsigned int capability) {
+    if (conn->capable & capability) conn->want |= capability;
+}
+
 static inline struct fuse_args docfs_args_init(int argc, char **argv) {
     struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
     return args;

@@ -65,13 +65,13 @@ public final class DocFileSystem: Sendable {
     }
 
     public init(store: any Store, catalog: Catalog, cacheDirectory: String, directoryTTL: Double, readOnly: Bool,
-                uploadBackoff: Duration = .seconds(15), logger: Logger) {
+                uploadBackoff: Duration = .seconds(15), streaming: StreamingPolicy = .default, logger: Logger) {
         self.store = store
         self.catalog = catalog
         self.cacheDirectory = cacheDirectory
         self.readOnly = readOnly
         self.logger = logger
-        self.provider = Provider(store: store, catalog: catalog, cacheDirectory: cacheDirectory, logger: logger)
+        self.provider = Provider(store: store, catalog: catalog, cacheDirectory: cacheDirectory, streaming: streaming, logger: logger)
         self.enumerator = DirectoryEnumerator(store: store, catalog: catalog, ttl: directoryTTL, logger: logger)
         self.uploader = Uploader(store: store, catalog: catalog, provider: provider, maximumBackoff: uploadBackoff, logger: logger)
     }
@@ -118,12 +118,14 @@ public final class DocFileSystem: Sendable {
 
     // MARK: Content
 
-    /// Opens a file: provides its local copy (without a download when truncating).
+    /// Opens a file: provides its local copy (without a download when truncating). A reader
+    /// of a large file gets a sparse copy that reads fill (see `StreamingPolicy`); a writer
+    /// waits for every byte, since only a complete copy is ever uploaded.
     public func open(_ inode: Inode, mode: OpenMode) async throws(FSError) -> UInt64 {
         if mode.writable && readOnly { throw .readOnly }
         let item = try item(inode)
         let truncating = mode.truncate && mode.writable
-        let copy = try await provider.open(item, intent: truncating ? .empty : .content)
+        let copy = try await provider.open(item, intent: truncating ? .empty : mode.writable ? .content : .streamed)
         if truncating {
             do { try copy.truncate(to: 0) } catch {
                 _ = await provider.release(inode)
@@ -161,10 +163,44 @@ public final class DocFileSystem: Sendable {
         return (try item(created.inode), handle)
     }
 
-    /// Reads from an open handle's local copy. Never touches the network.
+    /// Reads from an open handle's local copy. Never touches the network: the bytes must be
+    /// local (`prepareRead`, `waitForContent`).
     public func read(handle: UInt64, offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws(FSError) -> Int {
         guard let file = handles.withLock({ $0.open[handle] }) else { throw .invalidArgument }
         return try file.copy.read(into: buffer, at: offset)
+    }
+
+    /// Lends the local copy's descriptor for a read of `count` bytes at `offset` whose bytes
+    /// are local (a zero-copy reply); the loan's `count` stops at the end of the file.
+    public func lendLocalBytes(handle: UInt64, offset: Int64, count: Int) throws(FSError) -> DescriptorLoan {
+        guard let file = handles.withLock({ $0.open[handle] }) else { throw .invalidArgument }
+        return try file.copy.lend(at: offset, count: count)
+    }
+
+    /// Whether a read of `count` bytes at `offset` can be answered from the local copy now.
+    /// Starts fetching what a sparse copy lacks, and reading ahead for a sequential reader;
+    /// never waits. (An unknown handle answers true: the read itself reports it.)
+    public func prepareRead(handle: UInt64, offset: Int64, count: Int) -> Bool {
+        guard let file = handles.withLock({ $0.open[handle] }) else { return true }
+        return file.copy.prepareRead(at: offset, count: count)
+    }
+
+    /// Waits until `count` bytes at `offset` of an open file are local.
+    public func waitForContent(handle: UInt64, offset: Int64, count: Int) async throws(FSError) {
+        guard let file = handles.withLock({ $0.open[handle] }) else { throw .invalidArgument }
+        try await file.copy.waitForBytes(at: offset, count: count)
+    }
+
+    /// Reads `count` bytes at `offset`, waiting for them to be fetched if they are not local.
+    public func read(handle: UInt64, offset: Int64, count: Int) async throws(FSError) -> [UInt8] {
+        if !prepareRead(handle: handle, offset: offset, count: count) {
+            try await waitForContent(handle: handle, offset: offset, count: count)
+        }
+        var bytes = [UInt8](repeating: 0, count: count)
+        let got = bytes.withUnsafeMutableBytes { buffer in
+            Result { () throws(FSError) -> Int in try read(handle: handle, offset: offset, into: buffer) }
+        }
+        return Array(bytes[0..<(try got.get())])
     }
 
     /// Writes into an open handle's local copy. The first write since a commit is recorded in

@@ -23,6 +23,14 @@ public final class LocalCopy: ContentSink, Sendable {
     private let state: Mutex<State>
 
     private struct State {
+        /// One user of the descriptor is done; returns whether the descriptor must be closed now.
+        mutating func releaseDescriptor() -> Bool {
+            users -= 1
+            guard discarded, users == 0, !closed else { return false }
+            closed = true
+            return true
+        }
+
         var held = ByteRangeSet()
         /// The file's length as the user sees it (downloads and local writes extend it).
         var length: Int64 = 0
@@ -33,7 +41,13 @@ public final class LocalCopy: ContentSink, Sendable {
         var setTime: (requested: Timestamp, kept: Timestamp)?
         /// Local writes whose bytes are landing right now (a snapshot waits for none).
         var writesInFlight = 0
+        /// Calls using the descriptor right now: a discarded copy's descriptor is closed by
+        /// the last of them, never under one (its number could be reused by another file).
+        var users = 0
         var discarded = false
+        var closed = false
+        /// Fills a sparse copy on demand (a large file streamed, not downloaded at open).
+        var fetcher: RangeFetcher?
         var life: CopyLife
     }
 
@@ -118,13 +132,12 @@ public final class LocalCopy: ContentSink, Sendable {
             if n < 0 {
                 if errno == EINTR { continue }
                 let code = errno
-                state.withLock { $0.writesInFlight -= 1 }
+                endChange()
                 throw .local(errno: code, "writing \(path): \(String(cString: strerror(code)))")
             }
             written += n
         }
-        state.withLock { state in
-            state.writesInFlight -= 1
+        endChange { state in
             if offset > state.length { state.held.insert(state.length..<offset) }  // the hole reads as zeros
             state.held.insert(offset..<(offset + Int64(written)))
             state.length = max(state.length, offset + Int64(written))
@@ -133,17 +146,26 @@ public final class LocalCopy: ContentSink, Sendable {
         return written
     }
 
+    /// Ends a change begun by `beginChange`, applying `done` to the state under the same lock.
+    private func endChange(_ done: (inout State) -> Void = { _ in }) {
+        let close = state.withLock { state -> Bool in
+            state.writesInFlight -= 1
+            done(&state)
+            return state.releaseDescriptor()
+        }
+        if close { Glibc.close(descriptor) }
+    }
+
     /// Sets the length (truncate/ftruncate/O_TRUNC): a change like a write. Growing adds
     /// zeros, which are held.
     public func truncate(to size: Int64) throws(FSError) {
         try beginChange()
         guard ftruncate(descriptor, off_t(size)) == 0 else {
             let code = errno
-            state.withLock { $0.writesInFlight -= 1 }
+            endChange()
             throw .local(errno: code, "truncating \(path): \(String(cString: strerror(code)))")
         }
-        state.withLock { state in
-            state.writesInFlight -= 1
+        endChange { state in
             if size < state.length {
                 state.held = ByteRangeSet(state.held.ranges.compactMap { range in
                     range.lowerBound < size ? range.lowerBound..<min(range.upperBound, size) : nil
@@ -160,7 +182,7 @@ public final class LocalCopy: ContentSink, Sendable {
     /// Records a change with no bytes (a new, empty file): it must reach the store.
     public func markChanged() throws(FSError) {
         try beginChange()
-        state.withLock { $0.writesInFlight -= 1 }
+        endChange()
     }
 
     /// Makes the local changes durable and hands them over: the journal's commit (what close()
@@ -209,12 +231,14 @@ public final class LocalCopy: ContentSink, Sendable {
 
     private func beginChange() throws(FSError) {
         try state.withLock { (state) throws(FSError) in
+            guard !state.discarded else { throw .stale }
             if !state.life.uncommitted {
                 var life = state.life
                 life.changed()
                 try record(life, in: &state)
             }
             state.writesInFlight += 1
+            state.users += 1
         }
     }
 
@@ -232,7 +256,7 @@ public final class LocalCopy: ContentSink, Sendable {
 
     deinit {
         state.withLock { state in
-            if !state.discarded { Glibc.close(descriptor) }
+            if !state.closed { Glibc.close(descriptor) }
         }
     }
 
@@ -242,20 +266,37 @@ public final class LocalCopy: ContentSink, Sendable {
     // MARK: ContentSink
 
     public func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(StoreError) {
+        guard acquireDescriptor() else { throw .localIO(errno: EBADF, message: "the local copy \(path) is gone") }
         var written = 0
         while written < bytes.count {
             let n = pwrite(descriptor, bytes.baseAddress! + written, bytes.count - written, off_t(offset) + off_t(written))
             if n < 0 {
                 if errno == EINTR { continue }
                 let code = errno
+                releaseDescriptor()
                 throw .localIO(errno: code, message: "writing the local copy: \(String(cString: strerror(code)))")
             }
             written += n
         }
-        state.withLock { state in
+        let close = state.withLock { state -> Bool in
             state.held.insert(offset..<(offset + Int64(bytes.count)))
             state.length = max(state.length, offset + Int64(bytes.count))
+            return state.releaseDescriptor()
         }
+        if close { Glibc.close(descriptor) }
+    }
+
+    /// Counts one more user of the descriptor; false when the copy is gone.
+    private func acquireDescriptor() -> Bool {
+        state.withLock { state in
+            guard !state.discarded else { return false }
+            state.users += 1
+            return true
+        }
+    }
+
+    fileprivate func releaseDescriptor() {
+        if state.withLock({ $0.releaseDescriptor() }) { Glibc.close(descriptor) }
     }
 
     // MARK: Reading
@@ -263,11 +304,18 @@ public final class LocalCopy: ContentSink, Sendable {
     /// Reads up to `buffer.count` bytes at `offset`. Only bytes the copy holds are read;
     /// asking for bytes that have not arrived is a programming error reported as EIO.
     public func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws(FSError) -> Int {
-        let end = min(offset + Int64(buffer.count), length)
-        guard end > offset else { return 0 }
-        guard held.contains(offset..<end) else {
-            throw .io("bytes \(offset)..<\(end) of \(path) are not local")
+        let end = try state.withLock { (state) throws(FSError) -> Int64 in
+            let end = min(offset + Int64(buffer.count), state.length)
+            guard end > offset else { return offset }
+            guard !state.discarded else { throw .stale }
+            guard state.held.contains(offset..<end) else {
+                throw .io("bytes \(offset)..<\(end) of \(path) are not local")
+            }
+            state.users += 1
+            return end
         }
+        guard end > offset else { return 0 }
+        defer { releaseDescriptor() }
         var total = 0
         let wanted = Int(end - offset)
         while total < wanted {
@@ -280,6 +328,22 @@ public final class LocalCopy: ContentSink, Sendable {
             total += n
         }
         return total
+    }
+
+    /// Lends the descriptor for a read of `count` bytes at `offset` (stopping at the end of
+    /// the file), all of which must be held: the caller reads them straight from the file.
+    public func lend(at offset: Int64, count: Int) throws(FSError) -> DescriptorLoan {
+        let available = try state.withLock { (state) throws(FSError) -> Int in
+            let end = min(offset + Int64(count), state.length)
+            guard end > offset else { return 0 }
+            guard !state.discarded else { throw .stale }
+            guard state.held.contains(offset..<end) else {
+                throw .io("bytes \(offset)..<\(end) of \(path) are not local")
+            }
+            state.users += 1
+            return Int(end - offset)
+        }
+        return DescriptorLoan(descriptor: descriptor, count: available, copy: available > 0 ? self : nil)
     }
 
     /// Forgets every byte (before a fetch is tried again from the start).
@@ -334,22 +398,81 @@ public final class LocalCopy: ContentSink, Sendable {
 
     /// Closes the copy and keeps the file (unsynced changes stay on disk for a later upload).
     public func close() {
-        let shouldClose = state.withLock { state -> Bool in
-            defer { state.discarded = true }
-            return !state.discarded
-        }
-        if shouldClose { Glibc.close(descriptor) }
+        _ = letGo()
     }
 
     /// Closes and deletes the copy. Idempotent.
     public func discard() {
-        let shouldClose = state.withLock { state -> Bool in
-            defer { state.discarded = true }
-            return !state.discarded
+        if letGo() { unlink(path) }
+    }
+
+    /// Marks the copy gone, stops its fetcher and closes the descriptor (now, or when its last
+    /// user is done). Returns whether this call did it.
+    private func letGo() -> Bool {
+        let (first, close, fetcher) = state.withLock { state -> (Bool, Bool, RangeFetcher?) in
+            guard !state.discarded else { return (false, false, nil) }
+            state.discarded = true
+            let fetcher = state.fetcher
+            state.fetcher = nil
+            let close = state.users == 0 && !state.closed
+            if close { state.closed = true }
+            return (true, close, fetcher)
         }
-        if shouldClose {
-            Glibc.close(descriptor)
-            unlink(path)
+        fetcher?.cancel(.stale)
+        if close { Glibc.close(descriptor) }
+        return first
+    }
+
+    // MARK: Streaming
+
+    /// Makes `fetcher` fill the copy on demand: it is sparse, `length` bytes long.
+    func attach(_ fetcher: RangeFetcher) {
+        state.withLock { $0.fetcher = fetcher }
+    }
+
+    /// Whether `count` bytes at `offset` can be read now. Starts fetching what a sparse copy
+    /// lacks (and what a sequential reader will want next); never waits.
+    public func prepareRead(at offset: Int64, count: Int) -> Bool {
+        guard let fetcher = state.withLock({ $0.fetcher }) else { return true }
+        return fetcher.prepare(offset..<(offset + Int64(count)))
+    }
+
+    /// Waits until `count` bytes at `offset` are local (or cannot come: the error says why).
+    public func waitForBytes(at offset: Int64, count: Int) async throws(FSError) {
+        guard let fetcher = state.withLock({ $0.fetcher }) else { return }
+        try await fetcher.wait(for: offset..<(offset + Int64(count)))
+    }
+
+    /// Fetches every byte a sparse copy lacks: before anyone writes to it, since only a
+    /// complete copy may be committed and uploaded.
+    public func fetchRemaining() async throws(FSError) {
+        guard let fetcher = state.withLock({ $0.fetcher }) else { return }
+        try await fetcher.fetchAll()
+        state.withLock { state in
+            if state.fetcher === fetcher, state.held.contains(0..<state.length) { state.fetcher = nil }
         }
     }
+
+    /// Stops filling the copy (it is about to be truncated): no fetched byte lands after this.
+    public func stopFetching() async {
+        guard let fetcher = state.withLock({ state -> RangeFetcher? in
+            defer { state.fetcher = nil }
+            return state.fetcher
+        }) else { return }
+        await fetcher.stop(.stale)
+    }
+
+    /// Whether bytes are still to be fetched on demand.
+    public var isSparse: Bool { state.withLock { $0.fetcher != nil } }
+}
+
+/// A local copy's descriptor, lent for one read: the copy cannot close it until the loan ends
+/// (when this value goes away).
+public struct DescriptorLoan: ~Copyable {
+    public let descriptor: Int32
+    /// How many bytes to read (0 at or past the end of the file).
+    public let count: Int
+    fileprivate let copy: LocalCopy?
+
+    deinit { copy?.releaseDescriptor() }
 }

@@ -20,6 +20,7 @@ public actor Provider {
     private let catalog: Catalog
     private let cacheDirectory: String
     private let retry: RetryPolicy
+    private let streaming: StreamingPolicy
     private let logger: Logger
     private var providing: [Inode: Providing] = [:]
     private var isShutDown = false
@@ -34,17 +35,23 @@ public actor Provider {
 
     /// How an open wants the content.
     public enum OpenIntent: Sendable {
-        /// The current content, fetched if it is not local.
+        /// Every byte of the current content, fetched if it is not local (a writer's open:
+        /// only a complete copy may be changed and uploaded).
         case content
+        /// The current content for reading: a large file is streamed (its head now, the rest
+        /// by ranges as reads ask for it; see `StreamingPolicy`), a small one fetched whole.
+        case streamed
         /// Empty (O_TRUNC, a new file): no download.
         case empty
     }
 
-    public init(store: any Store, catalog: Catalog, cacheDirectory: String, retry: RetryPolicy = .interactive, logger: Logger) {
+    public init(store: any Store, catalog: Catalog, cacheDirectory: String, retry: RetryPolicy = .interactive,
+                streaming: StreamingPolicy = .default, logger: Logger) {
         self.store = store
         self.catalog = catalog
         self.cacheDirectory = cacheDirectory
         self.retry = retry
+        self.streaming = store.capabilities.hasRangeReads ? streaming : .wholeFiles
         self.logger = logger
     }
 
@@ -72,6 +79,11 @@ public actor Provider {
         try entry.copy.update { $0.opened() }
         do {
             try await entry.fetch.value
+            switch intent {
+            case .content: try await entry.copy.fetchRemaining()
+            case .empty: await entry.copy.stopFetching()
+            case .streamed: break
+            }
         } catch {
             // This opener never got a handle: give its count back.
             fetchFailed(item.inode, copy: entry.copy)
@@ -219,7 +231,7 @@ public actor Provider {
             let copy = try LocalCopy(adopting: path, inode: item.inode, catalog: catalog, life: life)
             return register(Providing(copy: copy, fetch: Task {}))
         }
-        let fetchNeeded = intent == .content && item.onStore
+        let fetchNeeded = intent != .empty && item.onStore
         // The version an empty copy replaces is the one the catalog knows; an upload of it
         // meets any newer one as a conflict.
         let life = CopyLife(content: fetchNeeded ? .fetching : .present, base: item.onStore ? item.etag : nil)
@@ -228,32 +240,25 @@ public actor Provider {
             copy.discard()
             throw error
         }
-        logger.debug("providing", metadata: ["path": "\(item.path)", "base": "\(life.base?.value ?? "-")", "fetch": "\(fetchNeeded)"])
+        let streamed = intent == .streamed && item.size > streaming.wholeFileLimit && item.etag != nil
+        logger.debug("providing", metadata: ["path": "\(item.path)", "base": "\(life.base?.value ?? "-")", "fetch": "\(fetchNeeded)",
+                                             "streamed": "\(streamed)"])
         guard fetchNeeded else {
             // No download: O_TRUNC, or a file created here whose copy is gone (nothing to fetch).
             return register(Providing(copy: copy, fetch: Task {}))
         }
         // Detached: the download must not run on (and hold up) the provider's executor.
-        let fetch = Task.detached { [store, catalog, retry, logger] () async throws -> Void in
+        let fetch = Task.detached { [store, catalog, retry, streaming, logger] () async throws -> Void in
             do {
-                let entry = try await retry.run({ () async throws(StoreError) -> RemoteEntry in
-                    try await store.read(item.path, range: nil, ifMatch: nil, into: copy)
-                }, beforeRetry: { error in
-                    logger.info("retrying download", metadata: ["path": "\(item.path)", "error": "\(error)"])
-                    copy.reset()
-                })
-                try Task.checkCancellation()
-                // A partial download is never presented as the file.
-                guard copy.held.contains(0..<entry.size) else {
-                    throw FSError.io("incomplete download of \(item.path): \(copy.held.count) of \(entry.size) bytes")
-                }
-                try copy.setLength(entry.size)
+                let entry = streamed
+                    ? try await Self.fetchHead(of: item, into: copy, store: store, retry: retry, streaming: streaming, logger: logger)
+                    : try await Self.fetchWhole(item, into: copy, store: store, retry: retry, logger: logger)
                 try copy.update({ $0.fetched(etag: entry.etag) },
                                 recording: { (life) throws(FSError) in try catalog.recordFetched(item.inode, life, entry: entry) })
                 if entry.etag != item.etag, item.etag != nil {
                     logger.info("content changed on the store since listing", metadata: ["path": "\(item.path)"])
                 }
-                logger.debug("provided", metadata: ["path": "\(item.path)", "bytes": "\(entry.size)"])
+                logger.debug("provided", metadata: ["path": "\(item.path)", "bytes": "\(entry.size)", "sparse": "\(copy.isSparse)"])
             } catch let error as StoreError {
                 logger.error("download failed", metadata: ["path": "\(item.path)", "error": "\(error)"])
                 throw FSError(error)
@@ -265,6 +270,58 @@ public actor Provider {
             }
         }
         return register(Providing(copy: copy, fetch: fetch))
+    }
+
+    /// Downloads all of `item` into `copy`, in one read.
+    private static func fetchWhole(_ item: Item, into copy: LocalCopy, store: any Store, retry: RetryPolicy,
+                                   logger: Logger) async throws -> RemoteEntry {
+        let entry = try await retry.run({ () async throws(StoreError) -> RemoteEntry in
+            try await store.read(item.path, range: nil, ifMatch: nil, into: copy)
+        }, beforeRetry: { error in
+            logger.info("retrying download", metadata: ["path": "\(item.path)", "error": "\(error)"])
+            copy.reset()
+        })
+        try Task.checkCancellation()
+        // A partial download is never presented as the file.
+        guard copy.held.contains(0..<entry.size) else {
+            throw FSError.io("incomplete download of \(item.path): \(copy.held.count) of \(entry.size) bytes")
+        }
+        try copy.setLength(entry.size)
+        return entry
+    }
+
+    /// Downloads the head of a large `item`, which pins its version and tells its size, and
+    /// leaves the rest to a `RangeFetcher` that fetches it as reads ask for it.
+    private static func fetchHead(of item: Item, into copy: LocalCopy, store: any Store, retry: RetryPolicy,
+                                  streaming: StreamingPolicy, logger: Logger) async throws -> RemoteEntry {
+        let entry = try await retry.run({ () async throws(StoreError) -> RemoteEntry in
+            try await store.read(item.path, range: 0..<streaming.head, ifMatch: nil, into: copy)
+        }, beforeRetry: { error in
+            logger.info("retrying download", metadata: ["path": "\(item.path)", "error": "\(error)"])
+            copy.reset()
+        })
+        try Task.checkCancellation()
+        let headEnd = min(streaming.head, entry.size)
+        guard copy.held.contains(0..<headEnd) else {
+            throw FSError.io("incomplete download of \(item.path): \(copy.held.count) of \(headEnd) bytes")
+        }
+        try copy.setLength(entry.size)
+        guard headEnd < entry.size else { return entry }
+        guard let version = entry.etag else {
+            // No version to pin ranges to: the rest now, so that no read mixes two versions
+            // of which it could not tell.
+            let rest = headEnd..<entry.size
+            _ = try await retry.run { () async throws(StoreError) -> RemoteEntry in
+                try await store.read(item.path, range: rest, ifMatch: nil, into: copy)
+            }
+            guard copy.held.contains(0..<entry.size) else {
+                throw FSError.io("incomplete download of \(item.path): \(copy.held.count) of \(entry.size) bytes")
+            }
+            return entry
+        }
+        copy.attach(RangeFetcher(store: store, path: item.path, version: version, size: entry.size, fetched: headEnd,
+                                 copy: copy, policy: streaming, retry: retry, logger: logger))
+        return entry
     }
 
     private func register(_ entry: Providing) -> Providing {

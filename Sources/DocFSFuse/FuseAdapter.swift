@@ -144,15 +144,25 @@ final class FuseAdapter: Sendable {
         }
     }
 
+    /// A read whose bytes are local: answered from the copy's descriptor, not through a buffer.
     func read(_ request: consuming FuseRequest, handle: UInt64, offset: Int64, size: Int) {
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: max(size, 1), alignment: 16)
-        defer { buffer.deallocate() }
         do {
-            let count = try fs.read(handle: handle, offset: offset, into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<size]))
-            request.replyBuffer(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
+            let loan = try fs.lendLocalBytes(handle: handle, offset: offset, count: size)
+            request.replyData(from: loan.descriptor, count: loan.count, at: offset)
         } catch {
             request.fail(error)
         }
+    }
+
+    /// A read whose bytes must be fetched first (a sparse copy of a large file).
+    func readWhenFetched(_ request: consuming FuseRequest, handle: UInt64, offset: Int64, size: Int) async {
+        do {
+            try await fs.waitForContent(handle: handle, offset: offset, count: size)
+        } catch {
+            logger.info("read failed", metadata: ["handle": "\(handle)", "offset": "\(offset)", "error": "\(error)"])
+            return request.fail(error)
+        }
+        read(request, handle: handle, offset: offset, size: size)
     }
 
     static func openMode(_ flags: Int32) -> DocFileSystem.OpenMode {

@@ -40,7 +40,16 @@ enum FuseOperations {
             adapter.respond(req!) { request in await adapter.open(request, inode: inode, flags: flags) }
         }
         ops.read = { req, _, size, offset, fi in
-            fuseAdapter(req).read(fuseRequest(req), handle: fi!.pointee.fh, offset: Int64(offset), size: size)
+            let adapter = fuseAdapter(req)
+            let handle = fi!.pointee.fh
+            // Bytes that are local are answered on this thread; others are fetched first, in a task.
+            if adapter.fs.prepareRead(handle: handle, offset: Int64(offset), count: size) {
+                adapter.read(fuseRequest(req), handle: handle, offset: Int64(offset), size: size)
+            } else {
+                adapter.respond(req!) { request in
+                    await adapter.readWhenFetched(request, handle: handle, offset: Int64(offset), size: size)
+                }
+            }
         }
         ops.release = { req, _, fi in
             let handle = fi!.pointee.fh
@@ -77,7 +86,10 @@ enum FuseOperations {
         }
         ops.`init` = { _, conn in
             // O_TRUNC arrives with open() instead of as a separate truncate: no download.
-            conn!.pointee.want |= UInt32(1 << 3)  // FUSE_CAP_ATOMIC_O_TRUNC
+            docfs_want_if_capable(conn, UInt32(FUSE_CAP_ATOMIC_O_TRUNC))
+            // Reads answered by splicing from the local copy's descriptor (see FuseRequest.replyData).
+            docfs_want_if_capable(conn, UInt32(FUSE_CAP_SPLICE_WRITE))
+            docfs_want_if_capable(conn, UInt32(FUSE_CAP_SPLICE_MOVE))
             // Writes of up to 1 MiB per request (the kernel's default is 128 KiB): a quarter of the
             // round trips through /dev/fuse for large files. The kernel caps it at what it supports.
             conn!.pointee.max_write = 1 << 20

@@ -78,6 +78,13 @@ struct FuseRequest: ~Copyable {
         discard self
     }
 
+    /// A read answered straight from a file: `count` bytes at `offset` of `descriptor`, which
+    /// must stay open until this returns.
+    consuming func replyData(from descriptor: Int32, count: Int, at offset: Int64) {
+        send { docfs_reply_fd($0, descriptor, count, off_t(offset)) }
+        discard self
+    }
+
     consuming func replyBytes(_ bytes: [UInt8]) {
         bytes.withUnsafeBytes { buffer in
             send { fuse_reply_buf($0, buffer.baseAddress?.assumingMemoryBound(to: CChar.self), buffer.count) }

@@ -32,6 +32,9 @@ public final class InMemoryStore: Store, Sendable {
         var files: [StorePath: File] = [:]
         var directories: Set<StorePath> = [.root]
         var reads: [StorePath: Int] = [:]
+        /// The range each read asked for (nil: the whole file), and the bytes delivered.
+        var readRanges: [StorePath: [ByteRange?]] = [:]
+        var bytesDelivered: [StorePath: Int64] = [:]
         var lists: [StorePath: Int] = [:]
         var stats = 0
         var readFaults: [ReadFault] = []
@@ -108,6 +111,18 @@ public final class InMemoryStore: Store, Sendable {
 
     public var totalReads: Int { state.withLock { $0.reads.values.reduce(0, +) } }
 
+    /// The range each read of `path` asked for, in order (nil: the whole file).
+    public func readRanges(_ path: String) -> [ByteRange?] {
+        let path = try! StorePath(path)
+        return state.withLock { $0.readRanges[path] ?? [] }
+    }
+
+    /// Content bytes delivered for `path` by all reads so far.
+    public func bytesDelivered(_ path: String) -> Int64 {
+        let path = try! StorePath(path)
+        return state.withLock { $0.bytesDelivered[path] ?? 0 }
+    }
+
     public func writeCount(_ path: String) -> Int {
         let path = try! StorePath(path)
         return state.withLock { $0.writes[path] ?? 0 }
@@ -178,6 +193,7 @@ public final class InMemoryStore: Store, Sendable {
     public func read(_ path: StorePath, range: ByteRange?, ifMatch: ETag?, into sink: any ContentSink) async throws(StoreError) -> RemoteEntry {
         let gate = state.withLock { state -> (@Sendable () async -> Void)? in
             state.reads[path, default: 0] += 1
+            state.readRanges[path, default: []].append(range)
             return state.readGate
         }
         if let gate { await gate() }
@@ -205,6 +221,7 @@ public final class InMemoryStore: Store, Sendable {
                 return nil
             }
             if let failure { throw failure }
+            state.withLock { $0.bytesDelivered[path, default: 0] += Int64(chunk.count) }
             offset = end
         }
         return entry

@@ -58,6 +58,10 @@ struct MountCommand: AsyncParsableCommand {
     @Option(help: "Where the background daemon logs (default: the mount's state directory).")
     var logFile: String?
 
+    @Option(help: ArgumentHelp("Files up to this many bytes are downloaded whole when opened; larger ones are streamed: read() fetches only the byte ranges it needs, and reads ahead for sequential readers.",
+                               valueName: "bytes"))
+    var wholeFileLimit: Int64 = StreamingPolicy.default.wholeFileLimit
+
     @Option(name: .customShort("o"), help: "FUSE mount options, comma-separated (e.g. allow_other).")
     var options: [String] = []
 
@@ -72,6 +76,7 @@ struct MountCommand: AsyncParsableCommand {
 
     func validate() throws {
         guard dirCacheTtl >= 0 else { throw ValidationError("--dir-cache-ttl must be 0 or more seconds") }
+        guard wholeFileLimit >= 0 else { throw ValidationError("--whole-file-limit must be 0 or more bytes") }
     }
 
     /// A mount point that cannot be used is a one-line reason, not a usage message.
@@ -140,7 +145,8 @@ struct MountCommand: AsyncParsableCommand {
         }
 
         let filesystem = DocFileSystem(store: store, catalog: catalog, cacheDirectory: layout.cacheDirectory,
-                                       directoryTTL: dirCacheTtl, readOnly: readOnly, logger: logger)
+                                       directoryTTL: dirCacheTtl, readOnly: readOnly,
+                                       streaming: StreamingPolicy(wholeFileLimit: wholeFileLimit), logger: logger)
         var mountOptions = ["fsname=docfs", "subtype=docfs", "default_permissions"]
         if readOnly { mountOptions.append("ro") }
         mountOptions += options.flatMap { $0.split(separator: ",").map(String.init) }

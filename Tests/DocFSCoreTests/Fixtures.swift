@@ -15,7 +15,7 @@ struct CoreFixture {
 
     /// `proxy`: the way the core reaches `store` (a `CrashableStore`), if not directly.
     init(store: InMemoryStore = InMemoryStore(), through proxy: (any Store)? = nil, ttl: Double = 30, readOnly: Bool = true,
-         reuse directory: String? = nil) throws {
+         streaming: StreamingPolicy = .default, reuse directory: String? = nil) throws {
         let directory = directory ?? FileManager.default.temporaryDirectory.appendingPathComponent("docfs-core-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: directory + "/cache", withIntermediateDirectories: true)
         self.directory = directory
@@ -24,7 +24,7 @@ struct CoreFixture {
         var logger = Logger(label: "test")
         logger.logLevel = .critical
         fs = DocFileSystem(store: proxy ?? store, catalog: catalog, cacheDirectory: directory + "/cache", directoryTTL: ttl,
-                           readOnly: readOnly, uploadBackoff: .milliseconds(200), logger: logger)
+                           readOnly: readOnly, uploadBackoff: .milliseconds(200), streaming: streaming, logger: logger)
     }
 
     /// Files in the cache directory: local copies on disk.
@@ -59,8 +59,9 @@ struct CoreFixture {
 
 extension CoreFixture {
     /// A writable fixture.
-    static func writable(store: InMemoryStore = InMemoryStore(), reuse directory: String? = nil) throws -> CoreFixture {
-        try CoreFixture(store: store, readOnly: false, reuse: directory)
+    static func writable(store: InMemoryStore = InMemoryStore(), streaming: StreamingPolicy = .default,
+                         reuse directory: String? = nil) throws -> CoreFixture {
+        try CoreFixture(store: store, readOnly: false, streaming: streaming, reuse: directory)
     }
 
     /// Writes `bytes` at `offset` through a handle, as the kernel would.
@@ -85,6 +86,9 @@ extension CoreFixture {
 }
 
 func randomBytes(_ count: Int) -> [UInt8] {
+    // Eight bytes per draw: a byte at a time takes seconds per MiB in a debug build.
     var generator = SystemRandomNumberGenerator()
-    return (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
+    var words = [UInt64](repeating: 0, count: (count + 7) / 8)
+    for index in words.indices { words[index] = generator.next() }
+    return words.withUnsafeBytes { Array($0.prefix(count)) }
 }

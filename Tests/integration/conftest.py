@@ -255,9 +255,10 @@ class DocfsServer(Server):
             fields = line.split("\t")
             if len(fields) < 5:
                 continue
-            method, path, status, _bytes, rng = fields[:5]
+            method, path, status, sent, rng = fields[:5]
             out.append(Request(method, normalize_path(path, decode=True),
-                               int(status) if status.isdigit() else None, None if rng == "-" else rng))
+                               int(status) if status.isdigit() else None, None if rng == "-" else rng,
+                               int(sent) if sent.isdigit() else None))
         return out
 
 

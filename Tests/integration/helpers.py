@@ -275,6 +275,7 @@ class Request:
     path: str        # decoded, leading '/', no trailing '/' (except the root)
     status: int | None
     range: str | None
+    bytes: int | None = None   # body bytes sent, where the server logs them (docfs serve)
 
 
 def normalize_path(path: str, decode: bool) -> str:

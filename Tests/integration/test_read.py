@@ -1,5 +1,8 @@
 """Provide on open, evict on release: one GET per first open, one shared GET for concurrent
-openers, byte-identical content, and no local copy left once the last handle is closed."""
+openers, byte-identical content, and no local copy left once the last handle is closed.
+Files above the whole-file limit (1 MiB by default) are streamed in ranges instead (see
+test_streaming.py); the tests that count one GET per open raise the limit with
+`--whole-file-limit` so that they keep checking the whole-file path on a large file."""
 from __future__ import annotations
 
 import hashlib
@@ -11,6 +14,11 @@ import pytest
 from helpers import SPECIAL_NAMES, sha256_file, wait_until, xattr_state
 
 pytestmark = pytest.mark.fuse
+
+# Every file of these tests is fetched whole on open.
+WHOLE_FILES = ("--whole-file-limit", str(1 << 30))
+# Files up to this size are fetched whole by default.
+DEFAULT_WHOLE_FILE_LIMIT = 1 << 20
 
 
 def read_all(path) -> tuple[str, int]:
@@ -33,7 +41,7 @@ def wait_evicted(m, rel, timeout=15):
 
 def test_open_read_one_get_then_evict(store_server, content_tree, mount):
     server = store_server(content_tree)
-    m = mount(server.url)
+    m = mount(server.url, *WHOLE_FILES)
     rel = "medium.bin"
     assert xattr_state(m / rel) == "placeholder"
 
@@ -68,7 +76,7 @@ def test_open_read_one_get_then_evict(store_server, content_tree, mount):
 @pytest.mark.parametrize("readers", [2, 4])
 def test_concurrent_readers_share_one_get(store_server, content_tree, mount, readers):
     server = store_server(content_tree)
-    m = mount(server.url)
+    m = mount(server.url, *WHOLE_FILES)
     rel = "medium.bin"
     opened = threading.Barrier(readers, timeout=120)
     all_open = threading.Barrier(readers, timeout=120)
@@ -107,7 +115,10 @@ def test_byte_identical(store_server, content_tree, mount, rel):
     digest, n = read_all(m / rel)
     assert n == content_tree.files[rel], f"{rel!r}: read {n} bytes, store has {content_tree.files[rel]}"
     assert digest == content_tree.hashes[rel], f"{rel!r}: content differs from the store"
-    if content_tree.files[rel] > 0:
+    if content_tree.files[rel] > DEFAULT_WHOLE_FILE_LIMIT:
+        gets = server.wait_for_gets(rel, 1)
+        assert all(g.range for g in gets) if server.kind == "docfs-serve" else gets, f"{rel!r}: streamed in ranges: {gets}"
+    elif content_tree.files[rel] > 0:
         gets = server.wait_for_gets(rel, 1)
         assert len(gets) == 1, f"{rel!r}: expected one GET, got {gets} (all: {server.requests()[-10:]})"
     else:

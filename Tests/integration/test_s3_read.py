@@ -91,7 +91,8 @@ def test_s3_open_read_one_get_then_evict(s3, s3_mount):
     data = os.urandom(3 * 1024 * 1024 + 17)
     s3.put("docs/paper.pdf", data)
     s3.put("docs/other.txt", b"other\n")
-    m = s3_mount()
+    # Fetched whole on open (a file this size is streamed by default: test_s3_streamed_read).
+    m = s3_mount("--whole-file-limit", str(1 << 30))
     rel = "docs/paper.pdf"
     assert xattr_state(m / rel) == "placeholder"
     assert not s3.content_gets()
@@ -119,7 +120,7 @@ def test_s3_open_read_one_get_then_evict(s3, s3_mount):
 def test_s3_concurrent_readers_share_one_get(s3, s3_mount):
     data = os.urandom(6 * 1024 * 1024 + 5)
     s3.put("shared.bin", data)
-    m = s3_mount()
+    m = s3_mount("--whole-file-limit", str(1 << 30))
     readers = 4
     opened = threading.Barrier(readers, timeout=120)
     all_open = threading.Barrier(readers, timeout=120)
@@ -147,6 +148,24 @@ def test_s3_concurrent_readers_share_one_get(s3, s3_mount):
     gets = s3.content_gets("shared.bin")
     assert len(gets) == 1, f"{readers} concurrent readers caused {len(gets)} GETs: {[str(g) for g in gets]}"
     wait_evicted(m, "shared.bin")
+
+
+def test_s3_streamed_read(s3, s3_mount):
+    """A large object is streamed: `head -c 1` costs one ranged GET of its head, a full read
+    is byte-identical in a few large ranges, and nothing stays in the cache."""
+    data = os.urandom(40 * 1024 * 1024 + 11)
+    s3.put("video.bin", data)
+    m = s3_mount()
+    with open(m / "video.bin", "rb") as f:
+        assert f.read(1) == data[:1]
+        time.sleep(0.3)
+        assert len(s3.content_gets("video.bin")) <= 3, [str(g) for g in s3.content_gets("video.bin")]
+    wait_evicted(m, "video.bin")
+    before = len(s3.content_gets("video.bin"))
+    assert hashlib.sha256((m / "video.bin").read_bytes()).hexdigest() == hashlib.sha256(data).hexdigest()
+    streamed = len(s3.content_gets("video.bin")) - before
+    assert 1 < streamed < 32, f"a sequential read of 40 MiB took {streamed} GETs"
+    wait_evicted(m, "video.bin")
 
 
 def test_s3_listing_10000_keys_in_one_prefix_is_paged(s3, s3_mount):

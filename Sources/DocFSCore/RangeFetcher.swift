@@ -1,0 +1,333 @@
+import DocFSStore
+import Logging
+import Synchronization
+
+/// How a large file is streamed instead of downloaded whole at open: what is fetched when.
+///
+/// A file up to `wholeFileLimit` bytes is fetched whole when it is opened (one request; most
+/// documents). A larger one gets only its `head` at open, which also pins its version and
+/// tells its true size; every later byte is fetched by ranged reads when a `read()` asks for
+/// it. A reader that goes on sequentially grows a read-ahead window from `initialWindow` to
+/// `maximumWindow`, fetched in requests of at most `maximumRequest` bytes, at most
+/// `requestsInFlight` at a time; a random read fetches its own bytes, rounded out to
+/// `minimumRequest`, and nothing more.
+public struct StreamingPolicy: Sendable, Equatable {
+    public var wholeFileLimit: Int64
+    public var head: Int64
+    public var minimumRequest: Int64
+    public var maximumRequest: Int64
+    public var initialWindow: Int64
+    public var maximumWindow: Int64
+    public var requestsInFlight: Int
+
+    public init(wholeFileLimit: Int64 = 1 << 20, head: Int64 = 128 << 10, minimumRequest: Int64 = 128 << 10,
+                maximumRequest: Int64 = 8 << 20, initialWindow: Int64 = 1 << 20, maximumWindow: Int64 = 64 << 20,
+                requestsInFlight: Int = 4) {
+        self.wholeFileLimit = max(0, wholeFileLimit)
+        self.head = max(1, head)
+        self.minimumRequest = max(1, minimumRequest)
+        self.maximumRequest = max(self.minimumRequest, maximumRequest)
+        self.initialWindow = max(1, initialWindow)
+        self.maximumWindow = max(self.initialWindow, maximumWindow)
+        self.requestsInFlight = max(1, requestsInFlight)
+    }
+
+    public static let `default` = StreamingPolicy()
+
+    /// Every file fetched whole at open (stores without ranged reads, and tests of that path).
+    public static let wholeFiles = StreamingPolicy(wholeFileLimit: .max)
+}
+
+/// Fills one sparse local copy by byte ranges, on demand: rclone's `item._ensure(offset, size)`
+/// and mountpoint-s3's prefetcher, over a copy on disk rather than buffers in memory.
+///
+/// A `read()` asks for its bytes (`prepare`, which never waits) and, if they are not local,
+/// waits only for them (`wait`): every delivered chunk wakes the readers whose bytes are now
+/// held, so a read in the middle of a long ranged GET returns as soon as its part arrived.
+/// Concurrent readers share the requests and the bytes. Every range is read with `If-Match`
+/// on the version the head came with: a later range of another version fails the read with
+/// `ESTALE` and never mixes versions into one copy.
+///
+/// Lock order: the fetcher's lock, then the copy's (the copy never calls back).
+public final class RangeFetcher: Sendable {
+    public let size: Int64
+    private let store: any Store
+    private let path: StorePath
+    private let version: ETag
+    private let copy: LocalCopy
+    private let policy: StreamingPolicy
+    private let retry: RetryPolicy
+    private let logger: Logger
+    private let state: Mutex<State>
+
+    private struct Waiter {
+        var range: ByteRange
+        var continuation: CheckedContinuation<FSError?, Never>
+    }
+
+    private struct State {
+        /// Requests on the wire, by id.
+        var inFlight: [UInt64: ByteRange] = [:]
+        var tasks: [UInt64: Task<Void, Never>] = [:]
+        /// Requests waiting for a free slot, the most urgent first.
+        var queued: [ByteRange] = []
+        var nextRequest: UInt64 = 0
+        var waiters: [UInt64: Waiter] = [:]
+        var nextWaiter: UInt64 = 0
+        /// Once set, every wait fails with it (the version changed; the copy went away).
+        var failure: FSError?
+        /// The sequential stream of reads: where it started, how far it read, how far ahead
+        /// it was requested, and the read-ahead window.
+        var streamStart: Int64 = 0
+        var consumed: Int64 = 0
+        var frontier: Int64
+        var window: Int64 = 0
+    }
+
+    /// A fetcher for `copy`, the content of `path` at `version` (`size` bytes), of which
+    /// `0..<fetched` is already local.
+    init(store: any Store, path: StorePath, version: ETag, size: Int64, fetched: Int64, copy: LocalCopy,
+         policy: StreamingPolicy, retry: RetryPolicy, logger: Logger) {
+        self.store = store
+        self.path = path
+        self.version = version
+        self.size = size
+        self.copy = copy
+        self.policy = policy
+        self.retry = retry
+        self.logger = logger
+        self.state = Mutex(State(frontier: fetched))
+    }
+
+    // MARK: Reading
+
+    /// Called by every read of `wanted`: starts fetching what it needs and what a sequential
+    /// reader will need next. Returns whether its bytes are local now; never waits.
+    public func prepare(_ wanted: ByteRange) -> Bool {
+        let range = clamped(wanted)
+        if range.isEmpty { return true }
+        return state.withLock { state in
+            guard state.failure == nil else { return copy.held.contains(range) }
+            let sequential = range.lowerBound >= state.streamStart
+                && range.lowerBound <= max(state.frontier, state.consumed) + policy.minimumRequest
+            if !sequential {
+                // A jump: a new stream, with no read-ahead until it proves sequential.
+                state.streamStart = alignedDown(range.lowerBound)
+                state.consumed = range.lowerBound
+                state.frontier = state.streamStart
+                state.window = 0
+            }
+            state.consumed = max(state.consumed, range.upperBound)
+            let ownEnd = min(size, alignedUp(range.upperBound))
+            if sequential && (range.upperBound > state.frontier || (state.window > 0 && state.consumed + state.window / 2 >= state.frontier)) {
+                state.window = min(max(state.window * 2, policy.initialWindow), policy.maximumWindow)
+                let ahead = min(size, max(state.frontier, state.consumed) + state.window)
+                request(max(state.frontier, ownEnd)..<max(ahead, ownEnd), urgent: false, in: &state)
+                state.frontier = max(ahead, ownEnd)
+            } else {
+                state.frontier = max(state.frontier, ownEnd)
+            }
+            guard !copy.held.contains(range) else {
+                launch(&state)
+                return true
+            }
+            request(alignedDown(range.lowerBound)..<ownEnd, urgent: true, in: &state)
+            launch(&state)
+            return false
+        }
+    }
+
+    /// Waits until every byte of `wanted` is local (fetching what is not yet asked for).
+    public func wait(for wanted: ByteRange) async throws(FSError) {
+        let range = clamped(wanted)
+        if range.isEmpty { return }
+        let failure: FSError? = await withCheckedContinuation { continuation in
+            let answer: FSError?? = state.withLock { state in
+                if copy.held.contains(range) { return .some(nil) }
+                if let failure = state.failure { return .some(failure) }
+                request(range, urgent: true, in: &state)
+                launch(&state)
+                let id = state.nextWaiter
+                state.nextWaiter += 1
+                state.waiters[id] = Waiter(range: range, continuation: continuation)
+                return nil
+            }
+            if let answer { continuation.resume(returning: answer) }
+        }
+        if let failure { throw failure }
+    }
+
+    /// Fetches every byte not local yet and waits for them (before a copy is written to).
+    public func fetchAll() async throws(FSError) {
+        try await wait(for: 0..<size)
+    }
+
+    /// Stops fetching for good: queued requests are dropped, those on the wire cancelled, and
+    /// waiting readers fail with `reason`. Returns once no request can write into the copy.
+    public func stop(_ reason: FSError) async {
+        let tasks = cancel(reason)
+        for task in tasks { await task.value }
+    }
+
+    /// Like `stop`, without waiting for requests on the wire to end (the copy is going away:
+    /// its writes fail from now on).
+    @discardableResult
+    public func cancel(_ reason: FSError) -> [Task<Void, Never>] {
+        let (tasks, waiters) = state.withLock { state in
+            if state.failure == nil { state.failure = reason }
+            state.queued.removeAll()
+            let waiters = Array(state.waiters.values)
+            state.waiters.removeAll()
+            return (Array(state.tasks.values), waiters)
+        }
+        for task in tasks { task.cancel() }
+        for waiter in waiters { waiter.continuation.resume(returning: reason) }
+        return tasks
+    }
+
+    // MARK: Requests
+
+    /// Queues the parts of `range` that are neither local nor on the wire (nor, unless
+    /// `urgent`, queued already), split into requests. Urgent ranges go first, taken out of
+    /// the queued requests that held them.
+    private func request(_ range: ByteRange, urgent: Bool, in state: inout State) {
+        let range = clamped(range)
+        guard !range.isEmpty else { return }
+        var covered = copy.held
+        for busy in state.inFlight.values { covered.insert(busy) }
+        if !urgent { for queued in state.queued { covered.insert(queued) } }
+        let gaps = covered.missing(in: range)
+        guard !gaps.isEmpty else { return }
+        var pieces: [ByteRange] = []
+        for gap in gaps {
+            var start = gap.lowerBound
+            while start < gap.upperBound {
+                let end = min(gap.upperBound, start + policy.maximumRequest)
+                pieces.append(start..<end)
+                start = end
+            }
+        }
+        if urgent {
+            let taken = ByteRangeSet(gaps)
+            state.queued = state.queued.flatMap { taken.missing(in: $0) }
+            state.queued.insert(contentsOf: pieces, at: 0)
+        } else {
+            state.queued.append(contentsOf: pieces)
+        }
+    }
+
+    /// Starts queued requests while slots are free.
+    private func launch(_ state: inout State) {
+        while state.inFlight.count < policy.requestsInFlight, !state.queued.isEmpty, state.failure == nil {
+            let range = state.queued.removeFirst()
+            if copy.held.contains(range) { continue }
+            let id = state.nextRequest
+            state.nextRequest += 1
+            state.inFlight[id] = range
+            // Created under the lock: its `finished` waits for the lock, so it always finds
+            // itself registered.
+            state.tasks[id] = Task.detached { [self] in
+                let failure = await fetch(range)
+                finished(id, range: range, failure: failure)
+            }
+        }
+    }
+
+    /// One ranged GET, tried again while it fails transiently.
+    private func fetch(_ range: ByteRange) async -> FSError? {
+        let sink = Sink(copy: copy, fetcher: self)
+        do {
+            try await retry.run({ () async throws(StoreError) -> Void in
+                // A retry asks again only for what did not arrive.
+                guard let missing = copy.held.missing(in: range).first else { return }
+                let end = copy.held.missing(in: range).last!.upperBound
+                _ = try await store.read(path, range: missing.lowerBound..<end, ifMatch: version, into: sink)
+            }, beforeRetry: { [logger, path] error in
+                logger.info("retrying a ranged read", metadata: ["path": "\(path)", "range": "\(range)", "error": "\(error)"])
+            })
+        } catch .versionMismatch {
+            logger.warning("the store's version changed while the file was open", metadata: ["path": "\(path)"])
+            return .stale
+        } catch {
+            if Task.isCancelled { return .io("fetch of \(path) cancelled") }
+            logger.error("ranged read failed", metadata: ["path": "\(path)", "range": "\(range)", "error": "\(error)"])
+            return FSError(error)
+        }
+        if copy.held.contains(range) { return nil }
+        return .io("short read of \(path) bytes \(range.lowerBound)..<\(range.upperBound): \(copy.held)")
+    }
+
+    /// Bytes arrived: wake the readers that have theirs.
+    fileprivate func arrived() {
+        let ready = state.withLock { state -> [Waiter] in
+            guard !state.waiters.isEmpty else { return [] }
+            let held = copy.held
+            var ready: [Waiter] = []
+            for (id, waiter) in state.waiters where held.contains(waiter.range) {
+                ready.append(waiter)
+                state.waiters[id] = nil
+            }
+            return ready
+        }
+        for waiter in ready { waiter.continuation.resume(returning: nil) }
+    }
+
+    /// A request ended: next requests start; readers whose bytes can no longer come fail.
+    private func finished(_ id: UInt64, range: ByteRange, failure: FSError?) {
+        let answers = state.withLock { state -> [(Waiter, FSError?)] in
+            state.inFlight[id] = nil
+            state.tasks[id] = nil
+            if failure == .stale, state.failure == nil {
+                state.failure = .stale
+                state.queued.removeAll()
+            }
+            launch(&state)
+            let held = copy.held
+            var coming = held
+            for busy in state.inFlight.values { coming.insert(busy) }
+            for queued in state.queued { coming.insert(queued) }
+            var answers: [(Waiter, FSError?)] = []
+            for (waiterID, waiter) in state.waiters {
+                if held.contains(waiter.range) {
+                    answers.append((waiter, nil))
+                } else if let failure, waiter.range.overlaps(range) {
+                    answers.append((waiter, failure))
+                } else if !coming.contains(waiter.range) {
+                    answers.append((waiter, failure ?? state.failure ?? .io("bytes of \(path) did not arrive")))
+                } else {
+                    continue
+                }
+                state.waiters[waiterID] = nil
+            }
+            return answers
+        }
+        for (waiter, failure) in answers { waiter.continuation.resume(returning: failure) }
+    }
+
+    // MARK: Arithmetic
+
+    private func clamped(_ range: ByteRange) -> ByteRange {
+        let lower = min(max(0, range.lowerBound), size)
+        return lower..<min(max(lower, range.upperBound), size)
+    }
+
+    private func alignedDown(_ offset: Int64) -> Int64 {
+        offset - offset % policy.minimumRequest
+    }
+
+    private func alignedUp(_ offset: Int64) -> Int64 {
+        let remainder = offset % policy.minimumRequest
+        return remainder == 0 ? offset : offset + (policy.minimumRequest - remainder)
+    }
+
+    /// Where a ranged read delivers: the copy, then the readers waiting for those bytes.
+    private struct Sink: ContentSink {
+        let copy: LocalCopy
+        let fetcher: RangeFetcher
+
+        func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(StoreError) {
+            try copy.write(bytes, at: offset)
+            fetcher.arrived()
+        }
+    }
+}

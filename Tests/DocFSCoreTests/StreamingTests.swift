@@ -1,0 +1,148 @@
+import DocFSCore
+import DocFSStore
+import DocFSTesting
+import Foundation
+import Testing
+
+@Suite("A large file is streamed: open fetches its head, a read waits only for its bytes")
+struct StreamingTests {
+    static let mebibyte = 1 << 20
+
+    /// A store holding `name` with `size` random bytes, opened for reading.
+    private func openLarge(_ name: String = "movie.bin", size: Int = 8 * mebibyte,
+                           streaming: StreamingPolicy = .default) async throws -> (CoreFixture, Item, UInt64, [UInt8]) {
+        let fixture = try CoreFixture.writable(streaming: streaming)
+        let content = randomBytes(size)
+        fixture.store.addFile(name, content)
+        let item = try await fixture.lookup(name)
+        let handle = try await fixture.fs.open(item.inode, mode: .read)
+        return (fixture, item, handle, content)
+    }
+
+    @Test func openFetchesOnlyTheHead() async throws {
+        let (fixture, item, handle, _) = try await openLarge()
+        #expect(fixture.store.readRanges("movie.bin") == [0..<(128 << 10)])
+        #expect(try fixture.fs.item(item.inode).size == Int64(8 * Self.mebibyte), "stat shows the whole size")
+        #expect(fixture.fs.localBlocks(of: item.inode) * 512 < Int64(Self.mebibyte), "the copy is sparse on disk")
+        await fixture.fs.release(handle: handle)
+        #expect(fixture.cachedFiles().isEmpty)
+    }
+
+    @Test func aRandomReadFetchesItsBytesAndLittleMore() async throws {
+        let (fixture, _, handle, content) = try await openLarge()
+        let offset = 5 * Self.mebibyte + 1000
+        let bytes = try await fixture.fs.read(handle: handle, offset: Int64(offset), count: 4096)
+        #expect(bytes == Array(content[offset..<(offset + 4096)]))
+        #expect(fixture.store.bytesDelivered("movie.bin") <= 2 * (128 << 10), "the head and one rounded range")
+        await fixture.fs.release(handle: handle)
+    }
+
+    @Test func aSequentialReaderGetsEveryByteOnceWithGrowingRequests() async throws {
+        let size = 24 * Self.mebibyte
+        let (fixture, _, handle, content) = try await openLarge(size: size)
+        var read: [UInt8] = []
+        read.reserveCapacity(size)
+        while read.count < size {
+            read += try await fixture.fs.read(handle: handle, offset: Int64(read.count), count: 128 << 10)
+        }
+        #expect(read == content)
+        #expect(fixture.store.bytesDelivered("movie.bin") == Int64(size), "no byte fetched twice")
+        let requests = fixture.store.readRanges("movie.bin").count
+        #expect(requests < 16, "read-ahead asks for large ranges, not one per read (\(requests) requests)")
+        await fixture.fs.release(handle: handle)
+        #expect(fixture.cachedFiles().isEmpty)
+    }
+
+    @Test func aReadAtTheEndStopsAtTheEnd() async throws {
+        let size = 3 * Self.mebibyte + 17
+        let (fixture, _, handle, content) = try await openLarge(size: size)
+        let bytes = try await fixture.fs.read(handle: handle, offset: Int64(size - 10), count: 4096)
+        #expect(bytes == Array(content[(size - 10)...]))
+        #expect(try await fixture.fs.read(handle: handle, offset: Int64(size), count: 4096).isEmpty)
+        await fixture.fs.release(handle: handle)
+    }
+
+    @Test func aNewVersionOnTheStoreFailsTheReadWithStaleNeverMixingVersions() async throws {
+        let (fixture, _, handle, _) = try await openLarge()
+        fixture.store.addFile("movie.bin", randomBytes(8 * Self.mebibyte))
+        await #expect(throws: FSError.stale) {
+            _ = try await fixture.fs.read(handle: handle, offset: Int64(4 * Self.mebibyte), count: 4096)
+        }
+        await fixture.fs.release(handle: handle)
+        #expect(fixture.cachedFiles().isEmpty)
+    }
+
+    @Test func aWriterWaitsForEveryByteAndUploadsTheWholeFile() async throws {
+        let (fixture, item, reader, content) = try await openLarge()
+        let writer = try await fixture.fs.open(item.inode, mode: DocFileSystem.OpenMode(writable: true, truncate: false))
+        #expect(fixture.store.bytesDelivered("movie.bin") == Int64(content.count))
+        try fixture.write(handle: writer, Array("EDIT".utf8), at: 100)
+        try fixture.fs.flush(handle: writer)
+        await fixture.fs.release(handle: writer)
+        await fixture.fs.release(handle: reader)
+        await fixture.fs.waitForUploads()
+        var expected = content
+        expected.replaceSubrange(100..<104, with: Array("EDIT".utf8))
+        #expect(fixture.store.content("movie.bin") == expected)
+        #expect(fixture.cachedFiles().isEmpty)
+    }
+
+    @Test func truncatingStopsTheFetchAndLeavesAnEmptyFile() async throws {
+        let (fixture, item, reader, _) = try await openLarge()
+        _ = fixture.fs.prepareRead(handle: reader, offset: Int64(Self.mebibyte), count: 128 << 10)
+        let writer = try await fixture.fs.open(item.inode, mode: DocFileSystem.OpenMode(writable: true, truncate: true))
+        try fixture.write(handle: writer, Array("new".utf8))
+        try fixture.fs.flush(handle: writer)
+        await fixture.fs.release(handle: writer)
+        await fixture.fs.release(handle: reader)
+        await fixture.fs.waitForUploads()
+        #expect(fixture.store.content("movie.bin") == Array("new".utf8))
+        #expect(fixture.cachedFiles().isEmpty)
+    }
+
+    @Test func concurrentReadersShareTheFetchedBytes() async throws {
+        let (fixture, item, first, content) = try await openLarge()
+        let second = try await fixture.fs.open(item.inode, mode: .read)
+        let offset = 6 * Self.mebibyte
+        async let a = fixture.fs.read(handle: first, offset: Int64(offset), count: 65536)
+        async let b = fixture.fs.read(handle: second, offset: Int64(offset), count: 65536)
+        let (bytesA, bytesB) = try await (a, b)
+        #expect(bytesA == Array(content[offset..<(offset + 65536)]))
+        #expect(bytesB == bytesA)
+        #expect(fixture.store.bytesDelivered("movie.bin") <= 2 * (128 << 10))
+        await fixture.fs.release(handle: first)
+        await fixture.fs.release(handle: second)
+    }
+
+    @Test func aReleaseDuringReadAheadEvictsAndNothingLandsAfterwards() async throws {
+        let (fixture, _, handle, _) = try await openLarge(size: 32 * Self.mebibyte)
+        let gate = Gate()
+        fixture.store.holdReads(until: { await gate.wait() })
+        // Reads past the head start a read-ahead that the gate holds on the wire.
+        _ = fixture.fs.prepareRead(handle: handle, offset: 0, count: 256 << 10)
+        await fixture.fs.release(handle: handle)
+        #expect(fixture.cachedFiles().isEmpty)
+        await gate.open()
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(fixture.cachedFiles().isEmpty, "no cancelled request recreated the copy")
+    }
+
+    @Test func aFailedRangeFailsTheReadAndALaterReadTriesAgain() async throws {
+        let (fixture, _, handle, content) = try await openLarge()
+        fixture.store.injectReadFaults([.fail(.notFound(try StorePath("movie.bin")))])
+        let offset = 3 * Self.mebibyte
+        await #expect(throws: FSError.notFound) {
+            _ = try await fixture.fs.read(handle: handle, offset: Int64(offset), count: 4096)
+        }
+        let bytes = try await fixture.fs.read(handle: handle, offset: Int64(offset), count: 4096)
+        #expect(bytes == Array(content[offset..<(offset + 4096)]))
+        await fixture.fs.release(handle: handle)
+    }
+
+    @Test func smallFilesAreStillFetchedWholeAtOpen() async throws {
+        let (fixture, _, handle, content) = try await openLarge("small.txt", size: 500_000)
+        #expect(fixture.store.readRanges("small.txt") == [nil])
+        #expect(try fixture.readAll(handle: handle, size: Int64(content.count)) == content)
+        await fixture.fs.release(handle: handle)
+    }
+}
