@@ -95,6 +95,11 @@ public final class Catalog: Sendable {
             // missing entry would drop a file just uploaded).
             try db.execute(sql: "ALTER TABLE item ADD COLUMN versionAt REAL")
         }
+        migrator.registerMigration("v7-copy-started-from-nothing") { db in
+            // A copy of a new file (see CopyLife.startedFromNothing): its uploads create, never
+            // replace, until the store confirms one.
+            try db.execute(sql: "ALTER TABLE item ADD COLUMN baseIsNothing INTEGER NOT NULL DEFAULT 0")
+        }
         return migrator
     }
 
@@ -224,6 +229,8 @@ public final class Catalog: Sendable {
                                              Timestamp(seconds: entry.modified).nanoseconds, row["inode"] as Int64])
                         continue
                     }
+                    // A refresh of an unchanged folder writes nothing.
+                    if Catalog.matches(row, entry) { continue }
                     // A time set here (utimensat) stays until the content itself changes.
                     try db.execute(sql: """
                         UPDATE item SET size = ?, modifiedNs = CASE WHEN etag IS NOT NULL AND etag = ? THEN modifiedNs ELSE ? END,
@@ -440,7 +447,7 @@ public final class Catalog: Sendable {
         try write { db in
             try db.execute(sql: "DELETE FROM item WHERE inode = ? AND onStore = 0", arguments: [Int64(bitPattern: inode)])
             try db.execute(sql: """
-                UPDATE item SET state = 'placeholder', baseEtag = NULL, uncommitted = 0, committedSeq = 0, uploadedSeq = 0
+                UPDATE item SET state = 'placeholder', baseEtag = NULL, baseIsNothing = 0, uncommitted = 0, committedSeq = 0, uploadedSeq = 0
                 WHERE inode = ? AND kind != ?
                 """, arguments: [Int64(bitPattern: inode), Item.Kind.directory.rawValue])
         }
@@ -451,7 +458,7 @@ public final class Catalog: Sendable {
         try read { db in
             guard let row = try Row.fetchOne(db, sql: "SELECT * FROM item WHERE inode = ?", arguments: [Int64(bitPattern: inode)]) else { return nil }
             let base: String? = row["baseEtag"]
-            var life = CopyLife(content: .present, base: base.map(ETag.init))
+            var life = CopyLife(content: .present, base: base.map(ETag.init), startedFromNothing: row["baseIsNothing"])
             life.committed = UInt64(max(row["committedSeq"] as Int64, 0))
             life.uploaded = UInt64(max(row["uploadedSeq"] as Int64, 0))
             life.uncommitted = row["uncommitted"]
@@ -475,7 +482,7 @@ public final class Catalog: Sendable {
     public func resetTransientStates() throws(FSError) {
         try write { db in
             try db.execute(sql: """
-                UPDATE item SET state = 'placeholder', baseEtag = NULL, committedSeq = 0, uploadedSeq = 0
+                UPDATE item SET state = 'placeholder', baseEtag = NULL, baseIsNothing = 0, committedSeq = 0, uploadedSeq = 0
                 WHERE state IN ('downloading', 'local') AND uncommitted = 0
                 """)
             try db.execute(sql: "UPDATE item SET state = 'modified' WHERE state = 'uploading'")
@@ -484,9 +491,9 @@ public final class Catalog: Sendable {
 
     private static func persist(_ db: Database, _ inode: Inode, _ life: CopyLife) throws {
         try db.execute(sql: """
-            UPDATE item SET state = ?, baseEtag = ?, committedSeq = ?, uploadedSeq = ?, uncommitted = ? WHERE inode = ?
-            """, arguments: [life.state.rawValue, life.base?.value, Int64(life.committed), Int64(life.uploaded), life.uncommitted,
-                             Int64(bitPattern: inode)])
+            UPDATE item SET state = ?, baseEtag = ?, baseIsNothing = ?, committedSeq = ?, uploadedSeq = ?, uncommitted = ? WHERE inode = ?
+            """, arguments: [life.state.rawValue, life.base?.value, life.startedFromNothing, Int64(life.committed), Int64(life.uploaded),
+                             life.uncommitted, Int64(bitPattern: inode)])
     }
 
     // MARK: Plumbing
@@ -542,6 +549,18 @@ public final class Catalog: Sendable {
     private static func target(of entry: RemoteEntry) -> String? {
         if case .symlink(let target) = entry.kind { return target }
         return nil
+    }
+
+    /// Whether a row without a local copy already says what `entry` says (the update a listing
+    /// would make changes nothing).
+    private static func matches(_ row: Row, _ entry: RemoteEntry) -> Bool {
+        let etag = entry.etag?.value
+        guard (row["size"] as Int64) == entry.size, (row["etag"] as String?) == etag,
+              (row["kindKnownFor"] as String?) == etag, (row["onStore"] as Int64) == 1,
+              (row["symlinkTarget"] as String?) == target(of: entry) else { return false }
+        if let mode = entry.mode, (row["mode"] as Int64?) != Int64(mode) { return false }
+        // The time is kept while the version is the same (a time set here); else it follows.
+        return etag != nil || (row["modifiedNs"] as Int64) == Timestamp(seconds: entry.modified).nanoseconds
     }
 
     private static func item(from row: Row) -> Item {

@@ -35,6 +35,11 @@ public struct CopyLife: Sendable, Equatable {
     /// item at all is the catalog's `onStore`, which listings keep: an upload of an item the
     /// store does not have must create it, never replace something.)
     public var base: ETag?
+    /// The copy started from no store version at all (a new file): until the store confirms
+    /// an upload, anything it uploads may only create the item, never replace what another
+    /// client put there meanwhile (`If-None-Match: *`; a conflict copy if taken). Not the same
+    /// as a nil `base` alone, which is also what a store without ETags gives.
+    public var startedFromNothing = false
     /// Writes since the last commit may be in the copy.
     public var uncommitted = false
     /// The latest commit: bumped by every close/fsync that handed over changes.
@@ -46,9 +51,10 @@ public struct CopyLife: Sendable, Equatable {
     /// The item was unlinked while open: nothing to upload, evict on the last release.
     public var removed = false
 
-    public init(content: Content, base: ETag?) {
+    public init(content: Content, base: ETag?, startedFromNothing: Bool = false) {
         self.content = content
         self.base = base
+        self.startedFromNothing = startedFromNothing
     }
 
     /// Content the store does not have: never evict.
@@ -78,6 +84,7 @@ public struct CopyLife: Sendable, Equatable {
     public mutating func fetched(etag: ETag?) {
         content = .present
         base = etag
+        startedFromNothing = false
     }
 
     /// One handle let go.
@@ -109,6 +116,7 @@ public struct CopyLife: Sendable, Equatable {
         uploading = nil
         uploaded = max(uploaded, sent)
         base = etag
+        startedFromNothing = false
         return settle()
     }
 

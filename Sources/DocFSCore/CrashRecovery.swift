@@ -56,7 +56,7 @@ struct CrashRecovery {
                 let created = try catalog.createItem(in: parent, name: name, kind: .file, size: size, modified: modified,
                                                      mode: item.mode, owner: item.owner, group: item.group,
                                                      state: .modified, onStore: false)
-                var life = CopyLife(content: .present, base: nil)
+                var life = CopyLife(content: .present, base: nil, startedFromNothing: true)
                 life.committed = 1
                 try catalog.recordCopy(created.inode, life)
                 guard rename(copyPath, cacheDirectory + "/" + created.id) == 0 else {

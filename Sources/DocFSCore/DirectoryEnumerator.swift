@@ -1,6 +1,7 @@
 import DocFSStore
 import Foundation
 import Logging
+import Synchronization
 
 /// Fills the catalog with directory listings from the store: File Provider's
 /// `enumerator(for:)` with its pages.
@@ -19,6 +20,9 @@ public actor DirectoryEnumerator {
     private let logger: Logger
     private let startedAt = Date().timeIntervalSince1970
     private var inFlight: [Inode: Task<Void, any Error>] = [:]
+    /// Directories whose background refresh was asked for from outside the actor and has not
+    /// ended: one request each, however many lookups find them stale meanwhile.
+    private nonisolated let refreshRequested = Mutex<Set<Inode>>([])
 
     public init(store: any Store, catalog: Catalog, ttl: Double, retry: RetryPolicy = .interactive, logger: Logger) {
         self.store = store
@@ -42,6 +46,37 @@ public actor DirectoryEnumerator {
             try await listing(directory).value
         } catch {
             throw (error as? FSError) ?? .io("\(error)")
+        }
+    }
+
+    /// Whether the catalog can answer for `directory`'s children without waiting: it was listed
+    /// (in this mount or an earlier one). A stale listing is refreshed in the background, as
+    /// `ensureListed` does. Never waits and never hops onto the actor unless a refresh is due.
+    public nonisolated func canAnswerNow(for directory: Item) -> Bool {
+        guard let listedAt = directory.listedAt else { return false }
+        let now = Date().timeIntervalSince1970
+        if listedAt < startedAt || now - listedAt >= ttl {
+            let first = refreshRequested.withLock { $0.insert(directory.inode).inserted }
+            if first {
+                Task {
+                    _ = await self.listingInBackground(directory)
+                }
+            }
+        }
+        return true
+    }
+
+    private func listingInBackground(_ directory: Item) async {
+        let task = listing(directory)
+        _ = await task.result
+        refreshRequested.withLock { _ = $0.remove(directory.inode) }
+    }
+
+    /// Waits until no listing is in flight, including those that start meanwhile.
+    public func waitUntilIdle() async {
+        while let task = inFlight.values.first {
+            _ = await task.result
+            await Task.yield()
         }
     }
 

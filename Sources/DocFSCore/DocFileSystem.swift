@@ -104,6 +104,18 @@ public final class DocFileSystem: Sendable {
         return try item(child.inode)
     }
 
+    /// Finds `name` in `parent` when the catalog can answer at once (the parent was listed);
+    /// nil when a listing must come first (call `lookup`). Never touches the network: this is
+    /// how the FUSE layer answers most lookups on its own thread, without a task per call.
+    public func lookupIfListed(parent: Inode, name: String) throws(FSError) -> Item? {
+        guard name.utf8.count <= 255 else { throw .nameTooLong }
+        let directory = try item(parent)
+        guard directory.isDirectory else { throw .notADirectory }
+        guard enumerator.canAnswerNow(for: directory) else { return nil }
+        guard let child = try catalog.child(of: parent, named: name) else { throw .notFound }
+        return try item(child.inode)
+    }
+
     /// The children of a directory, listing it first if it never was.
     public func children(of inode: Inode) async throws(FSError) -> [Item] {
         let directory = try item(inode)
@@ -175,6 +187,14 @@ public final class DocFileSystem: Sendable {
     public func lendLocalBytes(handle: UInt64, offset: Int64, count: Int) throws(FSError) -> DescriptorLoan {
         guard let file = handles.withLock({ $0.open[handle] }) else { throw .invalidArgument }
         return try file.copy.lend(at: offset, count: count)
+    }
+
+    /// The store version an open handle's copy holds, unchanged: nil when the copy has local
+    /// changes (or is a new file). What the kernel's page cache of it can be labelled with.
+    public func cleanVersion(handle: UInt64) -> ETag? {
+        guard let file = handles.withLock({ $0.open[handle] }) else { return nil }
+        let life = file.copy.life
+        return life.isDirty || life.uncommitted || file.copy.wasWritten ? nil : life.base
     }
 
     /// Whether a read of `count` bytes at `offset` can be answered from the local copy now.
@@ -324,7 +344,6 @@ public final class DocFileSystem: Sendable {
             throw .isADirectory
         }
         try await uploader.exclusively(touching: [target.path]) { () async throws(FSError) in
-            await uploader.cancel(target.inode)
             // Re-read: an upload that was in flight until now may have put it on the store.
             let target = try catalog.item(target.inode) ?? target
             if target.onStore {
@@ -333,10 +352,12 @@ public final class DocFileSystem: Sendable {
                 } catch .notFound {
                     // Already gone on the store: the catalog follows.
                 } catch {
+                    // The file stays, and so does its pending upload (not cancelled yet).
                     throw FSError(error)
                 }
             }
             // Still exclusive: no upload may start for it in between.
+            await uploader.cancel(target.inode)
             await provider.itemRemoved(target.inode, item: target)
             try catalog.removeItem(target.inode)
         }
@@ -415,6 +436,11 @@ public final class DocFileSystem: Sendable {
     /// Uploads `inode`'s pending changes now and waits until the store has them.
     public func uploadNow(_ inode: Inode) async throws(FSError) {
         try await uploader.sync(inode)
+    }
+
+    /// Waits until no directory listing is in flight (background refreshes included).
+    public func waitForListings() async {
+        await enumerator.waitUntilIdle()
     }
 
     /// Lists `directory` from the store now and waits for it.

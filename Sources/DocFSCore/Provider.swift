@@ -234,7 +234,8 @@ public actor Provider {
         let fetchNeeded = intent != .empty && item.onStore
         // The version an empty copy replaces is the one the catalog knows; an upload of it
         // meets any newer one as a conflict.
-        let life = CopyLife(content: fetchNeeded ? .fetching : .present, base: item.onStore ? item.etag : nil)
+        let life = CopyLife(content: fetchNeeded ? .fetching : .present, base: item.onStore ? item.etag : nil,
+                            startedFromNothing: !item.onStore)
         let copy = try LocalCopy(path: path, inode: item.inode, catalog: catalog, life: life)
         do { try catalog.beginCopy(item.inode, life) } catch {
             copy.discard()

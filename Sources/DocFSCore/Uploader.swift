@@ -218,8 +218,13 @@ public actor Uploader {
         } catch {
             return await failed(item, copy, error)
         }
-        let base = copy.life.base
-        let condition: WriteCondition = item.onStore ? (base.map(WriteCondition.ifMatch) ?? .always) : .mustNotExist
+        let life = copy.life
+        // An item the store does not have, and a new file (also once the store shows someone
+        // else's file under its name: a conflict kept earlier), are only created; the rest is
+        // conditional on the version the copy started from (a store without ETags gives none).
+        let condition: WriteCondition = if !item.onStore || life.startedFromNothing { .mustNotExist }
+            else if let base = life.base { .ifMatch(base) }
+            else { .always }
         logger.debug("uploading", metadata: ["path": "\(item.path)", "commit": "\(commit)", "condition": "\(condition)"])
         do {
             // Mode and times go with the content to stores that carry them.

@@ -1,5 +1,6 @@
 import CFuse
 import DocFSCore
+import DocFSStore
 import Glibc
 import Logging
 import Synchronization
@@ -25,6 +26,8 @@ final class FuseAdapter: Sendable {
     /// Open directory handles: a snapshot of the children taken at opendir, so successive
     /// readdir calls see one consistent listing with stable offsets.
     private let directories = Mutex(DirectoryHandles())
+    /// The store version each inode's pages in the kernel's page cache came from (see `open`).
+    private let cachedVersions = Mutex<[Inode: ETag]>([:])
     /// The session, for notifications to the kernel (set once the session exists).
     let session = Mutex<SessionPointer?>(nil)
     /// Every reply and notification passes here; shut before the session is destroyed.
@@ -100,6 +103,34 @@ final class FuseAdapter: Sendable {
 
     // MARK: Handlers
 
+    /// Answers a lookup on this thread when the catalog can (the parent was listed); returns
+    /// false, without replying, when a listing must come first. A name that is not there is
+    /// answered as a negative entry, which the kernel keeps for the entry timeout.
+    func lookupFromCatalog(_ raw: fuse_req_t, parent: Inode, name: String) -> Bool {
+        let answer: Result<Item, FSError>
+        do {
+            guard let item = try fs.lookupIfListed(parent: parent, name: name) else { return false }
+            answer = .success(item)
+        } catch {
+            answer = .failure(error)
+        }
+        let request = request(raw)
+        switch answer {
+        case .success(let item): request.replyEntry(entry(for: item))
+        case .failure(.notFound): request.replyEntry(negativeEntry())
+        case .failure(let error): request.fail(error)
+        }
+        return true
+    }
+
+    /// "No such name", cached by the kernel for the entry timeout (inode 0).
+    func negativeEntry() -> fuse_entry_param {
+        var entry = fuse_entry_param()
+        entry.ino = 0
+        entry.entry_timeout = entryTimeout
+        return entry
+    }
+
     func lookup(_ request: consuming FuseRequest, parent: Inode, name: String) async {
         do {
             let item = try await fs.lookup(parent: parent, name: name)
@@ -131,16 +162,27 @@ final class FuseAdapter: Sendable {
         do {
             let before = try? fs.item(inode)
             let handle = try await fs.open(inode, mode: Self.openMode(flags))
+            let after = try? fs.item(inode)
             // The fetch found the content changed on the store: the kernel's cached size and
             // times are stale, and reads would stop at the old size. Drop them before open returns.
-            if let before, let after = try? fs.item(inode),
+            if let before, let after,
                before.size != after.size || before.modified != after.modified || before.etag != after.etag {
                 invalidateAttributes(of: inode)
             }
-            request.replyOpen(handle: handle)
+            request.replyOpen(handle: handle, keepCache: keepsPageCache(inode, version: fs.cleanVersion(handle: handle)))
         } catch {
             logger.info("open failed", metadata: ["inode": "\(inode)", "error": "\(error)"])
             request.fail(error)
+        }
+    }
+
+    /// Whether the kernel may keep the pages it cached of `inode`: only when the version opened
+    /// now is the one it cached them from, with no local change pending. Otherwise open drops
+    /// them (no `keep_cache`), and the version opened now is remembered for the next open.
+    private func keepsPageCache(_ inode: Inode, version: ETag?) -> Bool {
+        return cachedVersions.withLock { versions in
+            defer { versions[inode] = version }
+            return version != nil && versions[inode] == version
         }
     }
 

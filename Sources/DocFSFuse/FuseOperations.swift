@@ -14,6 +14,9 @@ enum FuseOperations {
         ops.lookup = { req, parent, name in
             guard let name = decodedName(name) else { return fuseRequest(req).reply(errno: EILSEQ) }
             let adapter = fuseAdapter(req)
+            // Most lookups are answered by the catalog on this thread; a directory never listed
+            // is listed first, in a task.
+            guard !adapter.lookupFromCatalog(req!, parent: parent, name: name) else { return }
             adapter.respond(req!) { request in await adapter.lookup(request, parent: parent, name: name) }
         }
         ops.forget = { req, inode, count in

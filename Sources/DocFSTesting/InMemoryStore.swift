@@ -30,6 +30,13 @@ public final class InMemoryStore: Store, Sendable {
 
     private struct State {
         var files: [StorePath: File] = [:]
+        /// The last version given out. Versions are never reused, also not after a delete and a
+        /// new file under the same name: a real store's ETag never names two contents.
+        var lastVersion = 0
+        mutating func nextVersion() -> Int {
+            lastVersion += 1
+            return lastVersion
+        }
         var directories: Set<StorePath> = [.root]
         var reads: [StorePath: Int] = [:]
         /// The range each read asked for (nil: the whole file), and the bytes delivered.
@@ -62,8 +69,7 @@ public final class InMemoryStore: Store, Sendable {
                 state.directories.insert(directory)
                 parent = directory.parent
             }
-            let version = (state.files[path]?.version ?? 0) + 1
-            state.files[path] = File(content: content, version: version, modified: modified)
+            state.files[path] = File(content: content, version: state.nextVersion(), modified: modified)
         }
     }
 
@@ -240,7 +246,7 @@ public final class InMemoryStore: Store, Sendable {
             case .mustNotExist: if existing != nil { throw .alreadyExists(path) }
             case .ifMatch(let etag): if existing.map({ Self.entry(path, $0).etag }) != etag { throw .versionMismatch(path) }
             }
-            let file = File(content: Array(data), version: (existing?.version ?? 0) + 1, modified: Date().timeIntervalSince1970)
+            let file = File(content: Array(data), version: state.nextVersion(), modified: Date().timeIntervalSince1970)
             state.files[path] = file
             state.writes[path, default: 0] += 1
             state.log.append("PUT \(path)")
@@ -263,7 +269,7 @@ public final class InMemoryStore: Store, Sendable {
     public func makeSymlink(_ path: StorePath, target: String) async throws(StoreError) -> RemoteEntry {
         try state.withLock { state throws(StoreError) -> RemoteEntry in
             if state.directories.contains(path) || state.files[path] != nil { throw .alreadyExists(path) }
-            let file = File(content: Array(target.utf8), version: 1, modified: Date().timeIntervalSince1970, isSymlink: true)
+            let file = File(content: Array(target.utf8), version: state.nextVersion(), modified: Date().timeIntervalSince1970, isSymlink: true)
             state.files[path] = file
             state.log.append("SYMLINK \(path)")
             return Self.entry(path, file)

@@ -11,6 +11,8 @@ struct CoreFixture {
     let store: InMemoryStore
     let catalog: Catalog
     let fs: DocFileSystem
+    /// How the core streams large files (a tiny policy makes every file of a test streamed).
+    var streaming: StreamingPolicy
     var cacheDirectory: String { directory + "/cache" }
 
     /// `proxy`: the way the core reaches `store` (a `CrashableStore`), if not directly.
@@ -20,6 +22,7 @@ struct CoreFixture {
         try FileManager.default.createDirectory(atPath: directory + "/cache", withIntermediateDirectories: true)
         self.directory = directory
         self.store = store
+        self.streaming = streaming
         catalog = try Catalog(path: directory + "/catalog.sqlite")
         var logger = Logger(label: "test")
         logger.logLevel = .critical

@@ -11,8 +11,9 @@ import Synchronization
 extension CoreFixture {
     /// A writable fixture whose core reaches `store` through `proxy` (a `CrashableStore` that
     /// can be crashed or taken down); `store` stays the test's handle for arranging changes.
-    init(store: InMemoryStore, through proxy: any Store, reuse directory: String? = nil) throws {
-        try self.init(store: store, through: proxy as (any Store)?, readOnly: false, reuse: directory)
+    init(store: InMemoryStore, through proxy: any Store, streaming: StreamingPolicy = .default, reuse directory: String? = nil) throws {
+        try self.init(store: store, through: proxy as (any Store)?, readOnly: false, streaming: streaming, reuse: directory)
+        self.streaming = streaming
     }
 
     /// `kill -9` of the daemon, in process: `proxy` (this core's way to the store) parks every
@@ -34,7 +35,7 @@ extension CoreFixture {
     /// The daemon starting on the catalog and cache a killed daemon left in `directory`, with
     /// the store reached through `proxy`: what `docfs mount` does before it serves anything.
     func restart(from directory: String, through proxy: any Store) async throws -> CoreFixture {
-        let next = try CoreFixture(store: store, through: proxy, reuse: directory)
+        let next = try CoreFixture(store: store, through: proxy, streaming: streaming, reuse: directory)
         try await next.fs.start()
         return next
     }

@@ -32,27 +32,34 @@ import Testing
 ///
 /// Environment: `DOCFS_MODEL_SEED=N` replays one seed (printing its run), `DOCFS_MODEL_SEEDS=N`
 /// runs seeds 1...N, `DOCFS_MODEL_OPS=N` operations per seed, `DOCFS_MODEL_JOBS=N` seeds at
-/// once, `DOCFS_MODEL_STRICT=1` makes findings of the random test failures (see `knownIssue`);
-/// the minimised sequences always fail on a finding. The seed being run is written to
+/// once. Every finding fails the test. The seed being run is written to
 /// `$TMPDIR/docfs-model-seeds` so a seed that traps the process can be found.
 @Suite("Model: random operation sequences keep every version")
 struct ModelTests {
-    /// What the random sequences still find after the fixes of issue 8 (3 of 120 seeds, 30 79 93,
-    /// the set moving a little with timing): a remote version the model says is owed after a
-    /// create or O_TRUNC under a name another client changed or renamed onto (30, 79: possibly the
-    /// model's own bookkeeping), and an upload still pending after a crash while the server was
-    /// down (93). Kept visible as known issues until each is decided; `DOCFS_MODEL_STRICT=1`
-    /// makes them failures.
-    static let knownIssue: Comment = "issue 8: seeds 30 79 93 (remote changes under create/O_TRUNC; a pending upload after a crash while the server was down); run with DOCFS_MODEL_STRICT=1"
 
     @Test func randomSequencesKeepEveryVersion() async throws {
+        await runSeeds(defaultCount: 120, streaming: .default)
+    }
+
+    /// The same sequences with every file streamed (a policy of a few bytes: the head at open,
+    /// then ranged reads, read-ahead and version pinning for every read), so that sparse copies
+    /// meet remote changes, writers, truncation, crashes and outages. `DOCFS_MODEL_STREAMING_SEEDS`
+    /// sets how many seeds.
+    @Test func randomSequencesKeepEveryVersionWhileStreaming() async throws {
+        let count = ProcessInfo.processInfo.environment["DOCFS_MODEL_STREAMING_SEEDS"].flatMap { UInt64($0) } ?? 60
+        await runSeeds(defaultCount: count, streaming: Self.tinyStreaming)
+    }
+
+    static let tinyStreaming = StreamingPolicy(wholeFileLimit: 8, head: 4, minimumRequest: 4, maximumRequest: 8,
+                                               initialWindow: 8, maximumWindow: 16, requestsInFlight: 2)
+
+    private func runSeeds(defaultCount: UInt64, streaming: StreamingPolicy) async {
         let environment = ProcessInfo.processInfo.environment
         let single = environment["DOCFS_MODEL_SEED"].flatMap { UInt64($0) }
-        let seedCount = environment["DOCFS_MODEL_SEEDS"].flatMap { UInt64($0) } ?? 120
+        let seedCount = environment["DOCFS_MODEL_SEEDS"].flatMap { UInt64($0) } ?? defaultCount
         let seeds: [UInt64] = single.map { [$0] } ?? Array(1...max(1, seedCount))
         let operations = environment["DOCFS_MODEL_OPS"].flatMap { Int($0) } ?? 40
         let jobs = environment["DOCFS_MODEL_JOBS"].flatMap { Int($0) } ?? 6
-        let strict = environment["DOCFS_MODEL_STRICT"] == "1"
 
         let started = ContinuousClock.now
         var reports: [ModelReport] = []
@@ -60,29 +67,24 @@ struct ModelTests {
             var next = seeds.makeIterator()
             for _ in 0..<jobs {
                 guard let seed = next.next() else { break }
-                group.addTask { await ModelRun.run(seed: seed, operations: operations) }
+                group.addTask { await ModelRun.run(seed: seed, operations: operations, streaming: streaming) }
             }
             for await report in group {
                 reports.append(report)
                 if let seed = next.next() {
-                    group.addTask { await ModelRun.run(seed: seed, operations: operations) }
+                    group.addTask { await ModelRun.run(seed: seed, operations: operations, streaming: streaming) }
                 }
             }
         }
         reports.sort { $0.seed < $1.seed }
         let failing = reports.filter { !$0.problems.isEmpty }
         let total = reports.map(\.operations).reduce(0, +)
-        print("model test: \(reports.count) seeds, \(total) operations, \(failing.count) failing seeds in \(ContinuousClock.now - started)"
+        print("model test\(streaming == .default ? "" : " (streaming)"): \(reports.count) seeds, \(total) operations, "
+              + "\(failing.count) failing seeds in \(ContinuousClock.now - started)"
               + (failing.isEmpty ? "" : ": " + failing.map { "\($0.seed)" }.joined(separator: " ")))
         if single != nil, let report = reports.first { print(report.text) }
 
-        if strict {
-            for report in failing { Issue.record(Comment(rawValue: report.text)) }
-        } else {
-            withKnownIssue(Self.knownIssue, isIntermittent: true) {
-                for report in failing { Issue.record(Comment(rawValue: report.text)) }
-            }
-        }
+        for report in failing { Issue.record(Comment(rawValue: report.text)) }
     }
 
     /// Sequences the random test found, minimised by hand: each shows one bug of issue 8.
@@ -100,6 +102,24 @@ struct ModelScenario: Sendable, CustomTestStringConvertible {
     var testDescription: String { name }
 
     static let all: [ModelScenario] = [
+        ModelScenario(name: "seed 93: an unlink that the store refused (down) cancelled the file's pending upload; the change never reached the store", operations: [
+            .open("a.txt", .readWrite),
+            .serverDown,
+            .write(handle: 0, offset: 0, count: 4),
+            .close(handle: 0),
+            .unlink("a.txt"),
+            .serverUp,
+        ]),
+        ModelScenario(name: "seed 283: a new file kept as a conflict copy then replaced whatever the store had, unconditionally", operations: [
+            .refresh("d"),
+            .remoteChange("d/y.txt", size: 20),
+            .create("d/y.txt"),
+            .write(handle: 0, offset: 0, count: 4),
+            .fsync(handle: 0),
+            .remoteChange("d/y.txt", size: 30),
+            .write(handle: 0, offset: 0, count: 5),
+            .close(handle: 0),
+        ]),
         ModelScenario(name: "1: a refresh moves the base version of an open clean copy; the other client's version is overwritten", operations: [
             .open("a.txt", .readWrite),
             .remoteChange("a.txt", size: 20),
@@ -213,16 +233,17 @@ final class ModelRun {
     /// Every catalog-and-cache directory of the run (a crash leaves one, the restart takes a copy).
     private var directories: [String] = []
 
-    private init(seed: UInt64) throws {
+    private init(seed: UInt64, streaming: StreamingPolicy) throws {
         self.seed = seed
         random = SeededGenerator(seed: seed)
         proxy = CrashableStore(wrapping: store)
-        fixture = try CoreFixture(store: store, through: proxy)
+        fixture = try CoreFixture(store: store, through: proxy, streaming: streaming)
         directories.append(fixture.directory)
     }
 
     /// Runs `operations` random operations from `seed` (or `script` instead), then checks.
-    static func run(seed: UInt64, operations: Int = 40, script: [ModelOp]? = nil) async -> ModelReport {
+    static func run(seed: UInt64, operations: Int = 40, script: [ModelOp]? = nil,
+                    streaming: StreamingPolicy = .default) async -> ModelReport {
         let marker = FileManager.default.temporaryDirectory.appendingPathComponent("docfs-model-seeds").path
         if let line = "\(seed)\n".data(using: .utf8), let file = FileHandle(forWritingAtPath: marker) ?? {
             FileManager.default.createFile(atPath: marker, contents: nil)
@@ -233,7 +254,7 @@ final class ModelRun {
             try? file.close()
         }
         let run: ModelRun
-        do { run = try ModelRun(seed: seed) } catch {
+        do { run = try ModelRun(seed: seed, streaming: streaming) } catch {
             return ModelReport(seed: seed, operations: 0, problems: ["cannot make the fixture: \(error)"], trace: [])
         }
         await run.arrange()
@@ -347,7 +368,7 @@ final class ModelRun {
             guard let result = await call({ () async throws -> (Inode, UInt64, [UInt8]?) in
                 let item = try await fixture.lookup(path)
                 let handle = try await fs.open(item.inode, mode: mode)
-                return (item.inode, handle, access == .truncate ? nil : try Self.readAll(fs, handle))
+                return (item.inode, handle, access == .truncate ? nil : try await Self.readAll(fs, handle))
             }) else { return "hung" }
             guard case .success(let (inode, handle, read)) = result else { return Self.failure(result) }
             var lineage = lineages[inode] ?? Lineage(path: path)
@@ -376,7 +397,7 @@ final class ModelRun {
             let before = store.content(path)
             let (directory, name) = Self.split(path)
             guard let result = await call({ () async throws -> (Inode, UInt64, Bool) in
-                let known = (try? await fixture.lookup(path)) != nil
+                let known = await Self.settledLookup(path, fixture) != nil
                 let parent = try await fixture.lookup(directory)
                 let (item, handle) = try await fs.create(in: parent.inode, name: name, mode: 0o644, owner: 0, group: 0,
                                                          exclusive: false, truncate: true)
@@ -395,10 +416,8 @@ final class ModelRun {
 
         case .read(let h, let offset, let count):
             guard let open = handles[h] else { return "skipped: no such handle" }
-            guard let result = await call({ () throws -> [UInt8] in
-                var buffer = [UInt8](repeating: 0, count: count)
-                let read = try buffer.withUnsafeMutableBytes { try fs.read(handle: open.handle, offset: Int64(offset), into: $0) }
-                return Array(buffer[0..<read])
+            guard let result = await call({ () async throws -> [UInt8] in
+                try await fs.read(handle: open.handle, offset: Int64(offset), count: count)
             }) else { return "hung" }
             guard case .success(let bytes) = result else {
                 problems.append("op \(number): read failed: \(Self.failure(result))")
@@ -435,7 +454,9 @@ final class ModelRun {
         case .flush(let h):
             guard let open = handles[h] else { return "skipped: no such handle" }
             guard let result = await call({ try fs.flush(handle: open.handle) }) else { return "hung" }
-            if open.wrote { commit(open.inode, by: "op \(number) \(op)") }
+            // A flush or close of any handle hands over the file's changes, whichever handle
+            // made them: the handles share one copy, as a kernel's handles share one file.
+            commit(open.inode, by: "op \(number) \(op)")
             if case .failure = result {
                 problems.append("op \(number): flush failed: \(Self.failure(result))")
                 return Self.failure(result)
@@ -456,7 +477,7 @@ final class ModelRun {
                 await fs.release(handle: open.handle)
                 if let failure { throw failure }
             }) else { return "hung" }
-            if open.wrote { commit(open.inode, by: "op \(number) \(op)") }
+            commit(open.inode, by: "op \(number) \(op)")
             handles[h] = nil
             lineages[open.inode]?.handles.remove(h)
             if case .failure = result {
@@ -500,8 +521,8 @@ final class ModelRun {
             let (fromDirectory, fromName) = Self.split(from)
             let (toDirectory, toName) = Self.split(to)
             guard let result = await call({ () async throws -> (Inode, Inode?) in
+                let target = await Self.settledLookup(to, fixture)
                 let source = try await fixture.lookup(from)
-                let target = try? await fixture.lookup(to)
                 let sourceParent = try await fixture.lookup(fromDirectory)
                 let targetParent = try await fixture.lookup(toDirectory)
                 try await fs.rename(from: sourceParent.inode, name: fromName, to: targetParent.inode, newName: toName, noReplace: false)
@@ -815,14 +836,25 @@ final class ModelRun {
 
     // MARK: Helpers
 
-    private static func readAll(_ fs: DocFileSystem, _ handle: UInt64) throws -> [UInt8] {
+    /// Looks `path` up once no listing that a lookup starts is still in flight, so that what
+    /// the model learns (whether a name exists, which item it is) is what docfs itself sees in
+    /// the operation that follows: a background refresh that lands between the model's lookup
+    /// and docfs's own would make docfs see a version the model thinks it did not.
+    private static func settledLookup(_ path: String, _ fixture: CoreFixture) async -> Item? {
+        // Each round may start a refresh one level deeper (a folder listed by an earlier mount).
+        for _ in 0..<3 {
+            _ = try? await fixture.lookup(path)
+            await fixture.fs.waitForListings()
+        }
+        return try? await fixture.lookup(path)
+    }
+
+    private static func readAll(_ fs: DocFileSystem, _ handle: UInt64) async throws -> [UInt8] {
         var result: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 65536)
         while true {
-            let offset = Int64(result.count)
-            let count = try buffer.withUnsafeMutableBytes { try fs.read(handle: handle, offset: offset, into: $0) }
-            if count == 0 { return result }
-            result += buffer[0..<count]
+            let bytes = try await fs.read(handle: handle, offset: Int64(result.count), count: 65536)
+            if bytes.isEmpty { return result }
+            result += bytes
         }
     }
 

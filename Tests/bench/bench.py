@@ -8,9 +8,13 @@ on a fresh mount (cold caches) several times; we print medians and the docfs/rcl
 Scenarios:
   list     `ls -lR` of a tree of 1,000+ entries (placeholders only: no content fetched)
   read     first `cat` of a large file to /dev/null (download + read)
+  first-byte  `head -c 1` of the large file on a fresh mount (time to first byte)
+  seek     one 4 KiB read in the middle of the large file on a fresh mount
   write    write a large file through the mount and wait until the server has all of it
   tree     `cp -r` of many small files into the mount, then wait until the server has them
-Also reports the docfs daemon's peak memory (VmHWM) during the read scenario.
+Also reports the docfs daemon's peak memory (VmHWM) during the read scenario, and, as the
+limit any client can reach, `curl` against the same server: a 1-byte ranged GET for
+first-byte and seek, a whole GET for read.
 
 rclone runs with --vfs-cache-mode writes (reads stream, writes are cached then uploaded:
 the mode rclone recommends for editing files) with --vfs-write-back 0s (upload at close, as docfs;
@@ -135,6 +139,15 @@ def file_size(path):
         return -1
 
 
+def curl_time(url, byte_range):
+    """Seconds for curl to GET `url` (only `byte_range`, e.g. "0-0", when given) to /dev/null."""
+    command = ["curl", "-s", "-o", "/dev/null", "-w", "%{time_total}"]
+    if byte_range:
+        command += ["-r", byte_range]
+    out = subprocess.run(command + [url], capture_output=True, text=True, check=True).stdout
+    return float(out.strip().replace(",", "."))
+
+
 def peak_memory_kib(pid):
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -173,6 +186,18 @@ def run(args):
                             pid = client.pid()
                             if pid:
                                 memory.setdefault(client.name, []).append(peak_memory_kib(pid))
+                        elif scenario == "first-byte":
+                            start = time.monotonic()
+                            subprocess.run(["head", "-c", "1", os.path.join(mnt, "big.bin")], stdout=subprocess.DEVNULL, check=True)
+                            times.append(time.monotonic() - start)
+                        elif scenario == "seek":
+                            start = time.monotonic()
+                            fd = os.open(os.path.join(mnt, "big.bin"), os.O_RDONLY)
+                            try:
+                                os.pread(fd, 4096, (args.big_mib << 19) + 12345)
+                            finally:
+                                os.close(fd)
+                            times.append(time.monotonic() - start)
                         elif scenario == "write":
                             name = f"written-{client.name}-{run_index}.bin"
                             size = args.big_mib << 20
@@ -192,16 +217,28 @@ def run(args):
                             shutil.rmtree(server_side)
                 results[(scenario, client.name)] = times
                 print(f"  {scenario:6} {client.name:7} runs: " + " ".join(f"{t:.3f}" for t in times), flush=True)
+            if scenario in ("read", "first-byte", "seek"):
+                times = [curl_time(server.url + "big.bin", None if scenario == "read" else "0-0") for _ in range(args.runs)]
+                results[(scenario, "curl")] = times
+                print(f"  {scenario:6} {'curl':7} runs: " + " ".join(f"{t:.3f}" for t in times), flush=True)
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
 
     print()
-    print(f"{'scenario':10} {'docfs (median s)':>18} {'rclone (median s)':>18} {'docfs/rclone':>13}")
+    print(f"{'scenario':10} {'docfs (median s)':>18} {'rclone (median s)':>18} {'docfs/rclone':>13} {'curl (median s)':>16} {'docfs/curl':>11}")
     for scenario in args.scenarios:
         d = statistics.median(results[(scenario, "docfs")])
         r = statistics.median(results[(scenario, "rclone")])
-        print(f"{scenario:10} {d:18.3f} {r:18.3f} {d / r:13.2f}")
+        line = f"{scenario:10} {d:18.3f} {r:18.3f} {d / r:13.2f}"
+        if (scenario, "curl") in results:
+            c = statistics.median(results[(scenario, "curl")])
+            line += f" {c:16.3f} {d / c:11.2f}"
+        print(line)
+    if "read" in args.scenarios:
+        size = args.big_mib
+        for name in ("docfs", "rclone", "curl"):
+            print(f"sequential read, {name}: {size / statistics.median(results[('read', name)]):.0f} MiB/s")
     for name, values in memory.items():
         values = [v for v in values if v]
         if values:
@@ -216,7 +253,7 @@ def main():
     parser.add_argument("--tree-dirs", type=int, default=20)
     parser.add_argument("--tree-files", type=int, default=50)
     parser.add_argument("--small-files", type=int, default=500)
-    parser.add_argument("--scenarios", nargs="+", default=["list", "read", "write", "tree"])
+    parser.add_argument("--scenarios", nargs="+", default=["list", "first-byte", "seek", "read", "write", "tree"])
     run(parser.parse_args())
 
 
