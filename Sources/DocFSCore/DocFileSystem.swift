@@ -343,6 +343,8 @@ public final class DocFileSystem: Sendable {
         } else if target.isDirectory {
             throw .isADirectory
         }
+        // An open streamed copy gets the rest of its bytes while the store still has them.
+        await completeStreams(under: [target.path])
         try await uploader.exclusively(touching: [target.path]) { () async throws(FSError) in
             // Re-read: an upload that was in flight until now may have put it on the store.
             let target = try catalog.item(target.inode) ?? target
@@ -388,6 +390,9 @@ public final class DocFileSystem: Sendable {
             }
         }
         let targetPath = try storePath(destinationDirectory.path, newName)
+        // Open streamed copies of what moves (and of what it replaces) get the rest of their
+        // bytes first: their ranges are read by name and version, which a move changes.
+        await completeStreams(under: [source.path] + (existing.map { [$0.path] } ?? []))
         try await uploader.exclusively(touching: [source.path, targetPath]) { () async throws(FSError) in
             // Re-read both: an upload that was in flight until now may have put them on the store.
             let source = try catalog.item(source.inode) ?? source
@@ -485,6 +490,15 @@ public final class DocFileSystem: Sendable {
     }
 
     // MARK: Private
+
+    /// Completes the open streamed copies of items at or below `paths`.
+    private func completeStreams(under paths: [StorePath]) async {
+        let catalog = self.catalog
+        await provider.completeStreams { inode in
+            guard let path = (try? catalog.item(inode))??.path else { return false }
+            return paths.contains { path.isSame(orInside: $0) }
+        }
+    }
 
     /// An item unlinked while a handle still has it open, as that handle knows it.
     private func unlinkedButOpen(_ inode: Inode) -> Item? {

@@ -352,11 +352,15 @@ public final class LocalCopy: ContentSink, Sendable {
             state.held = ByteRangeSet()
             state.length = 0
         }
+        guard acquireDescriptor() else { return }
         _ = ftruncate(descriptor, 0)
+        releaseDescriptor()
     }
 
     /// Sets the file's length to the downloaded item's size.
     public func setLength(_ size: Int64) throws(FSError) {
+        guard acquireDescriptor() else { throw .stale }
+        defer { releaseDescriptor() }
         guard ftruncate(descriptor, off_t(size)) == 0 else {
             throw .local(errno: errno, "sizing the local copy: \(String(cString: strerror(errno)))")
         }
@@ -448,9 +452,20 @@ public final class LocalCopy: ContentSink, Sendable {
     public func fetchRemaining() async throws(FSError) {
         guard let fetcher = state.withLock({ $0.fetcher }) else { return }
         try await fetcher.fetchAll()
-        state.withLock { state in
-            if state.fetcher === fetcher, state.held.contains(0..<state.length) { state.fetcher = nil }
+        let complete = state.withLock { state -> Bool in
+            guard state.fetcher === fetcher, state.held.contains(0..<state.length) else { return false }
+            state.fetcher = nil
+            return true
         }
+        // Retired for good: a reader that still holds it can start no request, so no fetched
+        // byte can land after a writer changes the copy.
+        if complete { fetcher.cancel(.stale) }
+    }
+
+    /// The store version the copy's ranges come from changed without its content (attributes
+    /// pushed by docfs itself).
+    func rebase(from old: ETag, to new: ETag) {
+        state.withLock { $0.fetcher }?.rebase(from: old, to: new)
     }
 
     /// Stops filling the copy (it is about to be truncated): no fetched byte lands after this.

@@ -150,8 +150,22 @@ public actor Provider {
     public func storeVersionChanged(_ inode: Inode, from old: ETag?, to new: ETag?) {
         guard let copy = providing[inode]?.copy, let old, let new, copy.life.base == old else { return }
         logger.debug("a copy's base follows the store's new version", metadata: ["inode": "\(inode)", "from": "\(old.value)", "to": "\(new.value)"])
+        copy.rebase(from: old, to: new)
         do { try copy.update { if $0.base == old { $0.base = new } } } catch {
             logger.warning("cannot record a copy's new base", metadata: ["inode": "\(inode)", "error": "\(error)"])
+        }
+    }
+
+    /// Fetches the rest of every streamed (sparse) copy whose item `isAffected` says is about
+    /// to be renamed or removed on the store: its ranges could no longer be read from there,
+    /// and an open file stays readable whatever happens to its name (POSIX). A failed fetch is
+    /// left to the copy's readers, which get its error.
+    public func completeStreams(where isAffected: (Inode) -> Bool) async {
+        let sparse = providing.values.map(\.copy).filter { $0.isSparse && isAffected($0.inode) }
+        for copy in sparse {
+            do { try await copy.fetchRemaining() } catch {
+                logger.warning("cannot fetch the rest of an open file before its name changes", metadata: ["inode": "\(copy.inode)", "error": "\(error)"])
+            }
         }
     }
 

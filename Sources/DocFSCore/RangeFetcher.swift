@@ -53,7 +53,6 @@ public final class RangeFetcher: Sendable {
     public let size: Int64
     private let store: any Store
     private let path: StorePath
-    private let version: ETag
     private let copy: LocalCopy
     private let policy: StreamingPolicy
     private let retry: RetryPolicy
@@ -76,6 +75,9 @@ public final class RangeFetcher: Sendable {
         var nextWaiter: UInt64 = 0
         /// Once set, every wait fails with it (the version changed; the copy went away).
         var failure: FSError?
+        /// The store version every range must come from. Moves only when docfs itself gave the
+        /// same content a new version (attributes pushed to the store: `rebase`).
+        var version: ETag
         /// The sequential stream of reads: where it started, how far it read, how far ahead
         /// it was requested, and the read-ahead window.
         var streamStart: Int64 = 0
@@ -90,13 +92,12 @@ public final class RangeFetcher: Sendable {
          policy: StreamingPolicy, retry: RetryPolicy, logger: Logger) {
         self.store = store
         self.path = path
-        self.version = version
         self.size = size
         self.copy = copy
         self.policy = policy
         self.retry = retry
         self.logger = logger
-        self.state = Mutex(State(frontier: fetched))
+        self.state = Mutex(State(version: version, frontier: fetched))
     }
 
     // MARK: Reading
@@ -185,6 +186,14 @@ public final class RangeFetcher: Sendable {
         return tasks
     }
 
+    /// docfs gave the same content a new version on the store (mode or times pushed there):
+    /// ranges come from `new` from now on; a request that met the change is asked again.
+    public func rebase(from old: ETag, to new: ETag) {
+        state.withLock { state in
+            if state.version == old { state.version = new }
+        }
+    }
+
     // MARK: Requests
 
     /// Queues the parts of `range` that are neither local nor on the wire (nor, unless
@@ -237,14 +246,23 @@ public final class RangeFetcher: Sendable {
     private func fetch(_ range: ByteRange) async -> FSError? {
         let sink = Sink(copy: copy, fetcher: self)
         do {
-            try await retry.run({ () async throws(StoreError) -> Void in
-                // A retry asks again only for what did not arrive.
-                guard let missing = copy.held.missing(in: range).first else { return }
-                let end = copy.held.missing(in: range).last!.upperBound
-                _ = try await store.read(path, range: missing.lowerBound..<end, ifMatch: version, into: sink)
-            }, beforeRetry: { [logger, path] error in
-                logger.info("retrying a ranged read", metadata: ["path": "\(path)", "range": "\(range)", "error": "\(error)"])
-            })
+            var rebased = 0
+            while true {
+                let version = state.withLock { $0.version }
+                do {
+                    try await retry.run({ () async throws(StoreError) -> Void in
+                        // A retry asks again only for what did not arrive.
+                        let missing = copy.held.missing(in: range)
+                        guard let first = missing.first, let last = missing.last else { return }
+                        _ = try await store.read(path, range: first.lowerBound..<last.upperBound, ifMatch: version, into: sink)
+                    }, beforeRetry: { [logger, path] error in
+                        logger.info("retrying a ranged read", metadata: ["path": "\(path)", "range": "\(range)", "error": "\(error)"])
+                    })
+                    break
+                } catch .versionMismatch where rebased < 3 && state.withLock({ $0.version }) != version {
+                    rebased += 1  // docfs itself moved the version meanwhile (see rebase)
+                }
+            }
         } catch .versionMismatch {
             logger.warning("the store's version changed while the file was open", metadata: ["path": "\(path)"])
             return .stale

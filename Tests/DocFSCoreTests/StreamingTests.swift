@@ -146,3 +146,38 @@ struct StreamingTests {
         await fixture.fs.release(handle: handle)
     }
 }
+
+@Suite("An open streamed file stays readable whatever happens to its name")
+struct StreamingNamespaceTests {
+    static let mebibyte = 1 << 20
+
+    @Test func anUnlinkedOpenFileReadsToItsEnd() async throws {
+        let fixture = try CoreFixture.writable()
+        let content = randomBytes(8 * Self.mebibyte)
+        fixture.store.addFile("film.bin", content)
+        let item = try await fixture.lookup("film.bin")
+        let handle = try await fixture.fs.open(item.inode, mode: .read)
+        try await fixture.fs.remove(from: Item.rootInode, name: "film.bin", directory: false)
+        #expect(fixture.store.content("film.bin") == nil)
+        let offset = 6 * Self.mebibyte
+        #expect(try await fixture.fs.read(handle: handle, offset: Int64(offset), count: 4096) == Array(content[offset..<(offset + 4096)]))
+        await fixture.fs.release(handle: handle)
+        #expect(fixture.cachedFiles().isEmpty)
+    }
+
+    @Test func aRenamedOpenFileReadsToItsEnd() async throws {
+        let fixture = try CoreFixture.writable()
+        let content = randomBytes(8 * Self.mebibyte)
+        fixture.store.addFile("dir/film.bin", content)
+        let item = try await fixture.lookup("dir/film.bin")
+        let handle = try await fixture.fs.open(item.inode, mode: .read)
+        let directory = try await fixture.lookup("dir")
+        try await fixture.fs.rename(from: Item.rootInode, name: "dir", to: Item.rootInode, newName: "moved", noReplace: false)
+        #expect(fixture.store.content("moved/film.bin") == content)
+        let offset = 7 * Self.mebibyte
+        #expect(try await fixture.fs.read(handle: handle, offset: Int64(offset), count: 4096) == Array(content[offset..<(offset + 4096)]))
+        await fixture.fs.release(handle: handle)
+        #expect(directory.isDirectory)
+        #expect(fixture.cachedFiles().isEmpty)
+    }
+}

@@ -159,3 +159,21 @@ def test_fsx(fsx_store, mount):
         peer.close()
     sys.stderr.write(f"\nfsx on {store.label}: seeds {seeds}, {operations} operations each, "
                      f"{cycles} upload/evict/fetch cycles, {time.monotonic() - started:.1f} s\n")
+
+
+def test_fsx_streamed(fsx_store, mount):
+    """The exerciser with every file streamed (`--whole-file-limit 0`): the other process's
+    read-only opens get sparse copies filled by ranged reads, which the writer's opens then
+    complete, while the file is written, truncated, uploaded and evicted."""
+    seed = int(os.environ.get("FSX_SEED") or 2)
+    name = f"fsx-streamed-{seed}.bin"
+    data = Fsx.initial_content(seed)
+    store = fsx_store({name: data} if data is not None else {})
+    m = mount(*store.args, "--whole-file-limit", "0")
+    peer = Peer()
+    try:
+        run = Fsx(seed, m / name, lambda: store.read(name), label=store.label + " (streamed)",
+                  operations=chosen_operations(), peer=peer)
+        run.run()
+    finally:
+        peer.close()

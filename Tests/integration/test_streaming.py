@@ -164,3 +164,28 @@ def test_concurrent_readers_of_a_streamed_file_share_its_bytes(docfs_serve, moun
     wait_until(lambda: not m.xdg.cache_files(), 15, "the local copy to be evicted after the last close")
     total = sent(server, "shared.bin")
     assert total <= size + 2 * MiB, f"{readers} readers cost {total} bytes for a {size}-byte file"
+
+
+@pytest.mark.parametrize("change", ["rename", "unlink", "touch"])
+def test_an_open_streamed_file_survives_a_rename_an_unlink_and_a_touch(mount, tmp_path, change):
+    """On the local store, whose version includes the mtime: a touch gives the same content a
+    new version, which the open file's ranges must follow; a rename or unlink changes the name
+    its ranges are read by. POSIX keeps an open file readable through all three."""
+    size = 24 * MiB
+    root, _ = store_with(tmp_path, {"film.bin": size})
+    data = (root / "film.bin").read_bytes()
+    m = mount(root.as_uri())
+    fd = os.open(m / "film.bin", os.O_RDONLY)
+    try:
+        assert os.pread(fd, 16, 0) == data[:16]
+        if change == "rename":
+            os.rename(m / "film.bin", m / "moved.bin")
+        elif change == "unlink":
+            os.unlink(m / "film.bin")
+        else:
+            os.utime(m / "film.bin", (1_600_000_000, 1_600_000_000))
+        offset = 20 * MiB + 77
+        assert os.pread(fd, 4096, offset) == data[offset:offset + 4096]
+    finally:
+        os.close(fd)
+    wait_until(lambda: not m.xdg.cache_files(), 15, "the local copy to be evicted after close")
