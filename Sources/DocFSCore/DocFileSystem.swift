@@ -202,7 +202,7 @@ public final class DocFileSystem: Sendable {
     /// never waits. (An unknown handle answers true: the read itself reports it.)
     public func prepareRead(handle: UInt64, offset: Int64, count: Int) -> Bool {
         guard let file = handles.withLock({ $0.open[handle] }) else { return true }
-        return file.copy.prepareRead(at: offset, count: count)
+        return file.copy.prepareRead(at: offset, count: count, stream: handle)
     }
 
     /// Waits until `count` bytes at `offset` of an open file are local.
@@ -253,6 +253,7 @@ public final class DocFileSystem: Sendable {
     /// Closes a handle. The last close evicts the local copy, or hands it to the uploader.
     public func release(handle: UInt64) async {
         guard let file = handles.withLock({ $0.open.removeValue(forKey: handle) }) else { return }
+        file.copy.endReadStream(handle)
         // Most closes have nothing to commit (a reader, or a writer that already flushed): no
         // hop to the blocking queue for them.
         if file.copy.life.uncommitted {

@@ -435,10 +435,15 @@ public final class LocalCopy: ContentSink, Sendable {
     }
 
     /// Whether `count` bytes at `offset` can be read now. Starts fetching what a sparse copy
-    /// lacks (and what a sequential reader will want next); never waits.
-    public func prepareRead(at offset: Int64, count: Int) -> Bool {
+    /// lacks (and what the sequential reader `stream` will want next); never waits.
+    public func prepareRead(at offset: Int64, count: Int, stream: UInt64 = 0) -> Bool {
         guard let fetcher = state.withLock({ $0.fetcher }) else { return true }
-        return fetcher.prepare(offset..<(offset + Int64(count)))
+        return fetcher.prepare(offset..<(offset + Int64(count)), stream: stream)
+    }
+
+    /// The reader `stream` is gone: its read-ahead state goes too.
+    public func endReadStream(_ stream: UInt64) {
+        state.withLock { $0.fetcher }?.endStream(stream)
     }
 
     /// Waits until `count` bytes at `offset` are local (or cannot come: the error says why).

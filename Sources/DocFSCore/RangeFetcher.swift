@@ -78,13 +78,24 @@ public final class RangeFetcher: Sendable {
         /// The store version every range must come from. Moves only when docfs itself gave the
         /// same content a new version (attributes pushed to the store: `rebase`).
         var version: ETag
-        /// The sequential stream of reads: where it started, how far it read, how far ahead
-        /// it was requested, and the read-ahead window.
-        var streamStart: Int64 = 0
+        /// Each reader's stream of reads (by handle), so that two processes reading one file in
+        /// different places each keep their own read-ahead.
+        var streams: [UInt64: ReadStream] = [:]
+        /// Where a new stream starts out: the head fetched at open is already there.
+        var headEnd: Int64
+    }
+
+    /// One reader's sequential stream: where it started, how far it read, how far ahead it was
+    /// requested, and its read-ahead window.
+    private struct ReadStream {
+        var start: Int64 = 0
         var consumed: Int64 = 0
         var frontier: Int64
         var window: Int64 = 0
     }
+
+    /// Streams kept at most; beyond, the one read least recently is forgotten.
+    private static let maximumStreams = 16
 
     /// A fetcher for `copy`, the content of `path` at `version` (`size` bytes), of which
     /// `0..<fetched` is already local.
@@ -97,37 +108,41 @@ public final class RangeFetcher: Sendable {
         self.policy = policy
         self.retry = retry
         self.logger = logger
-        self.state = Mutex(State(version: version, frontier: fetched))
+        self.state = Mutex(State(version: version, headEnd: fetched))
     }
 
     // MARK: Reading
 
-    /// Called by every read of `wanted`: starts fetching what it needs and what a sequential
-    /// reader will need next. Returns whether its bytes are local now; never waits.
-    public func prepare(_ wanted: ByteRange) -> Bool {
+    /// Called by every read of `wanted` (by the reader `stream`, e.g. its handle): starts
+    /// fetching what it needs and what a sequential reader will need next. Returns whether its
+    /// bytes are local now; never waits.
+    public func prepare(_ wanted: ByteRange, stream id: UInt64 = 0) -> Bool {
         let range = clamped(wanted)
         if range.isEmpty { return true }
         return state.withLock { state in
             guard state.failure == nil else { return copy.held.contains(range) }
-            let sequential = range.lowerBound >= state.streamStart
-                && range.lowerBound <= max(state.frontier, state.consumed) + policy.minimumRequest
+            var stream = state.streams.removeValue(forKey: id) ?? ReadStream(frontier: state.headEnd)
+            let sequential = range.lowerBound >= stream.start
+                && range.lowerBound <= max(stream.frontier, stream.consumed) + policy.minimumRequest
             if !sequential {
                 // A jump: a new stream, with no read-ahead until it proves sequential.
-                state.streamStart = alignedDown(range.lowerBound)
-                state.consumed = range.lowerBound
-                state.frontier = state.streamStart
-                state.window = 0
+                stream = ReadStream(start: alignedDown(range.lowerBound), consumed: range.lowerBound,
+                                    frontier: alignedDown(range.lowerBound))
             }
-            state.consumed = max(state.consumed, range.upperBound)
+            stream.consumed = max(stream.consumed, range.upperBound)
             let ownEnd = min(size, alignedUp(range.upperBound))
-            if sequential && (range.upperBound > state.frontier || (state.window > 0 && state.consumed + state.window / 2 >= state.frontier)) {
-                state.window = min(max(state.window * 2, policy.initialWindow), policy.maximumWindow)
-                let ahead = min(size, max(state.frontier, state.consumed) + state.window)
-                request(max(state.frontier, ownEnd)..<max(ahead, ownEnd), urgent: false, in: &state)
-                state.frontier = max(ahead, ownEnd)
+            if sequential && (range.upperBound > stream.frontier || (stream.window > 0 && stream.consumed + stream.window / 2 >= stream.frontier)) {
+                stream.window = min(max(stream.window * 2, policy.initialWindow), policy.maximumWindow)
+                let ahead = min(size, max(stream.frontier, stream.consumed) + stream.window)
+                request(max(stream.frontier, ownEnd)..<max(ahead, ownEnd), urgent: false, in: &state)
+                stream.frontier = max(ahead, ownEnd)
             } else {
-                state.frontier = max(state.frontier, ownEnd)
+                stream.frontier = max(stream.frontier, ownEnd)
             }
+            if state.streams.count >= Self.maximumStreams, let any = state.streams.keys.first {
+                state.streams[any] = nil
+            }
+            state.streams[id] = stream
             guard !copy.held.contains(range) else {
                 launch(&state)
                 return true
@@ -136,6 +151,11 @@ public final class RangeFetcher: Sendable {
             launch(&state)
             return false
         }
+    }
+
+    /// The reader `stream` is gone (its handle closed).
+    public func endStream(_ id: UInt64) {
+        state.withLock { _ = $0.streams.removeValue(forKey: id) }
     }
 
     /// Waits until every byte of `wanted` is local (fetching what is not yet asked for).

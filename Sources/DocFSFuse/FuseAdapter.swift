@@ -16,9 +16,9 @@ final class FuseAdapter: Sendable {
     let logger: Logger
     private let attributes: FileAttributes
     private let cacheDirectory: String
-    /// How long the kernel may trust an entry or attributes before asking again.
-    private let entryTimeout: Double = 1.0
-    private let attributeTimeout: Double = 1.0
+    /// How long the kernel may trust an entry (or its absence) or attributes before asking again.
+    private let entryTimeout: Double
+    private let attributeTimeout: Double
 
     /// Kernel references per inode (lookup count): incremented by every entry we hand out,
     /// decremented by forget. Inodes are stable catalog row ids, so this is bookkeeping only.
@@ -47,8 +47,10 @@ final class FuseAdapter: Sendable {
         var open: [UInt64: [DirectoryEntry]] = [:]
     }
 
-    init(fs: DocFileSystem, cacheDirectory: String, logger: Logger) {
+    init(fs: DocFileSystem, cacheDirectory: String, entryTimeout: Double, attributeTimeout: Double, logger: Logger) {
         self.fs = fs
+        self.entryTimeout = entryTimeout
+        self.attributeTimeout = attributeTimeout
         self.logger = logger
         self.cacheDirectory = cacheDirectory
         self.attributes = FileAttributes(owner: getuid(), group: getgid())

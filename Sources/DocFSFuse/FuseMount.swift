@@ -31,8 +31,12 @@ public final class FuseMount: @unchecked Sendable {
     private let options: [String]
     private var arguments: [UnsafeMutablePointer<CChar>?] = []
 
-    public init(filesystem: DocFileSystem, mountpoint: String, options: [String], cacheDirectory: String, logger: Logger) {
-        self.adapter = FuseAdapter(fs: filesystem, cacheDirectory: cacheDirectory, logger: logger)
+    /// `entryTimeout` and `attributeTimeout`: seconds the kernel may trust a name (also one
+    /// that was not found) and an item's attributes before it asks docfs again.
+    public init(filesystem: DocFileSystem, mountpoint: String, options: [String], cacheDirectory: String,
+                entryTimeout: Double = 1, attributeTimeout: Double = 1, logger: Logger) {
+        self.adapter = FuseAdapter(fs: filesystem, cacheDirectory: cacheDirectory, entryTimeout: entryTimeout,
+                                   attributeTimeout: attributeTimeout, logger: logger)
         self.retained = Unmanaged.passRetained(adapter)
         self.mountpoint = mountpoint
         self.options = options

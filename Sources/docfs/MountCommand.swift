@@ -62,6 +62,14 @@ struct MountCommand: AsyncParsableCommand {
                                valueName: "bytes"))
     var wholeFileLimit: Int64 = StreamingPolicy.default.wholeFileLimit
 
+    @Option(help: ArgumentHelp("Seconds the kernel may trust a name it looked up (also one that was not found) before asking docfs again.",
+                               valueName: "seconds"))
+    var entryTimeout: Double = 1
+
+    @Option(help: ArgumentHelp("Seconds the kernel may trust a file's size, times and mode before asking docfs again.",
+                               valueName: "seconds"))
+    var attrTimeout: Double = 1
+
     @Option(name: .customShort("o"), help: "FUSE mount options, comma-separated (e.g. allow_other).")
     var options: [String] = []
 
@@ -77,6 +85,8 @@ struct MountCommand: AsyncParsableCommand {
     func validate() throws {
         guard dirCacheTtl >= 0 else { throw ValidationError("--dir-cache-ttl must be 0 or more seconds") }
         guard wholeFileLimit >= 0 else { throw ValidationError("--whole-file-limit must be 0 or more bytes") }
+        guard entryTimeout >= 0, entryTimeout.isFinite else { throw ValidationError("--entry-timeout must be 0 or more seconds") }
+        guard attrTimeout >= 0, attrTimeout.isFinite else { throw ValidationError("--attr-timeout must be 0 or more seconds") }
     }
 
     /// A mount point that cannot be used is a one-line reason, not a usage message.
@@ -151,7 +161,8 @@ struct MountCommand: AsyncParsableCommand {
         if readOnly { mountOptions.append("ro") }
         mountOptions += options.flatMap { $0.split(separator: ",").map(String.init) }
         let mount = FuseMount(filesystem: filesystem, mountpoint: path, options: mountOptions,
-                              cacheDirectory: layout.cacheDirectory, logger: logger)
+                              cacheDirectory: layout.cacheDirectory, entryTimeout: entryTimeout, attributeTimeout: attrTimeout,
+                              logger: logger)
         // What an earlier mount left (pending uploads, writes never closed) is settled before
         // the first request.
         do {

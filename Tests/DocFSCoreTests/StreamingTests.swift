@@ -114,6 +114,23 @@ struct StreamingTests {
         await fixture.fs.release(handle: second)
     }
 
+    @Test func twoReadersInDifferentPlacesEachKeepTheirReadAhead() async throws {
+        let (fixture, item, first, content) = try await openLarge(size: 32 * Self.mebibyte)
+        let second = try await fixture.fs.open(item.inode, mode: .read)
+        let chunk = 128 << 10
+        let secondStart = 16 * Self.mebibyte
+        for step in 0..<64 {
+            let a = step * chunk
+            let b = secondStart + step * chunk
+            #expect(try await fixture.fs.read(handle: first, offset: Int64(a), count: chunk) == Array(content[a..<(a + chunk)]))
+            #expect(try await fixture.fs.read(handle: second, offset: Int64(b), count: chunk) == Array(content[b..<(b + chunk)]))
+        }
+        let requests = fixture.store.readRanges("movie.bin").count
+        #expect(requests < 24, "interleaved sequential readers read ahead each (\(requests) requests)")
+        await fixture.fs.release(handle: first)
+        await fixture.fs.release(handle: second)
+    }
+
     @Test func aReleaseDuringReadAheadEvictsAndNothingLandsAfterwards() async throws {
         let (fixture, _, handle, _) = try await openLarge(size: 32 * Self.mebibyte)
         let gate = Gate()
