@@ -106,13 +106,16 @@ public final class Catalog: Sendable {
     // MARK: Reading
 
     public func item(_ inode: Inode) throws(FSError) -> Item? {
-        try read { db in try Row.fetchOne(db, sql: "SELECT * FROM item WHERE inode = ?", arguments: [Int64(bitPattern: inode)]) }
-            .map(Catalog.item(from:))
+        // Cached statements: lookups and getattr run these thousands of times a second, and
+        // compiling one (GRDB authorizes every column) costs more than running it.
+        try read { db in
+            try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM item WHERE inode = ?"), arguments: [Int64(bitPattern: inode)])
+        }.map(Catalog.item(from:))
     }
 
     public func child(of parent: Inode, named name: String) throws(FSError) -> Item? {
         try read { db in
-            try Row.fetchOne(db, sql: "SELECT * FROM item WHERE parent = ? AND name = ?",
+            try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM item WHERE parent = ? AND name = ?"),
                              arguments: [Int64(bitPattern: parent), name])
         }.map(Catalog.item(from:))
     }
@@ -140,7 +143,7 @@ public final class Catalog: Sendable {
     /// The children of a directory, ordered by name (a stable order for readdir offsets).
     public func children(of parent: Inode) throws(FSError) -> [Item] {
         try read { db in
-            try Row.fetchAll(db, sql: "SELECT * FROM item WHERE parent = ? ORDER BY name", arguments: [Int64(bitPattern: parent)])
+            try Row.fetchAll(db.cachedStatement(sql: "SELECT * FROM item WHERE parent = ? ORDER BY name"), arguments: [Int64(bitPattern: parent)])
         }.map(Catalog.item(from:))
     }
 

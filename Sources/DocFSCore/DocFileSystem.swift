@@ -85,9 +85,15 @@ public final class DocFileSystem: Sendable {
     /// prefix, so then the catalog answers. The copy's modification time counts once the copy
     /// was changed here: a fresh download's file time is the download's.
     public func item(_ inode: Inode) throws(FSError) -> Item {
-        guard var item = try catalog.item(inode) ?? unlinkedButOpen(inode) else { throw .notFound }
+        guard let item = try catalog.item(inode) ?? unlinkedButOpen(inode) else { throw .notFound }
+        return shownWithLocalCopy(item)
+    }
+
+    /// `item` as `stat` shows it, given its local copy (see `item(_:)`).
+    private func shownWithLocalCopy(_ item: Item) -> Item {
+        var item = item
         guard item.kind == .file, item.state != .downloading, item.state != .placeholder,
-              let copy = provider.presentCopies.withLock({ $0[inode] }) else { return item }
+              let copy = provider.presentCopies.withLock({ $0[item.inode] }) else { return item }
         item.size = copy.length
         if item.hasUnsyncedChanges || copy.wasWritten {
             item.modified = copy.modificationTime
@@ -113,7 +119,7 @@ public final class DocFileSystem: Sendable {
         guard directory.isDirectory else { throw .notADirectory }
         guard enumerator.canAnswerNow(for: directory) else { return nil }
         guard let child = try catalog.child(of: parent, named: name) else { throw .notFound }
-        return try item(child.inode)
+        return shownWithLocalCopy(child)
     }
 
     /// The children of a directory, listing it first if it never was.

@@ -9,6 +9,9 @@ Scenarios:
   list     `ls -lR` of a tree of 1,000+ entries (placeholders only: no content fetched)
   read     first `cat` of a large file to /dev/null (download + read)
   first-byte  `head -c 1` of the large file on a fresh mount (time to first byte)
+  ls-many  `ls -l` of a folder of 5,000 files on a fresh mount (its first listing)
+  stat     `stat` of each of those 5,000 names once the folder is listed, with the kernel's
+           cached names dropped first (every stat is a lookup)
   seek     one 4 KiB read in the middle of the large file on a fresh mount
   write    write a large file through the mount and wait until the server has all of it
   tree     `cp -r` of many small files into the mount, then wait until the server has them
@@ -111,8 +114,15 @@ class RcloneMount:
             subprocess.run(["fusermount3", "-uz", self.mnt])
 
 
+MANY = [f"f{i:05}.txt" for i in range(5000)]
+
+
 def make_store(store, big_mib, tree_dirs, tree_files):
     os.makedirs(store, exist_ok=True)
+    os.makedirs(os.path.join(store, "many"), exist_ok=True)
+    for name in MANY:
+        with open(os.path.join(store, "many", name), "wb") as out:
+            out.write(name.encode())
     for d in range(tree_dirs):
         dd = os.path.join(store, "tree", f"dir{d:03}")
         os.makedirs(dd, exist_ok=True)
@@ -137,6 +147,16 @@ def file_size(path):
         return os.path.getsize(path)
     except OSError:
         return -1
+
+
+def stat_many(root):
+    """Seconds to stat every name of root/many once it is listed, the kernel's names dropped."""
+    subprocess.run(["ls", os.path.join(root, "many")], stdout=subprocess.DEVNULL, check=True)
+    subprocess.run(["sh", "-c", "echo 2 > /proc/sys/vm/drop_caches"], stderr=subprocess.DEVNULL)
+    start = time.monotonic()
+    for name in MANY:
+        os.stat(os.path.join(root, "many", name))
+    return time.monotonic() - start
 
 
 def curl_time(url, byte_range):
@@ -186,6 +206,12 @@ def run(args):
                             pid = client.pid()
                             if pid:
                                 memory.setdefault(client.name, []).append(peak_memory_kib(pid))
+                        elif scenario == "ls-many":
+                            start = time.monotonic()
+                            subprocess.run(["ls", "-l", os.path.join(mnt, "many")], stdout=subprocess.DEVNULL, check=True)
+                            times.append(time.monotonic() - start)
+                        elif scenario == "stat":
+                            times.append(stat_many(mnt))
                         elif scenario == "first-byte":
                             start = time.monotonic()
                             subprocess.run(["head", "-c", "1", os.path.join(mnt, "big.bin")], stdout=subprocess.DEVNULL, check=True)
@@ -217,6 +243,18 @@ def run(args):
                             shutil.rmtree(server_side)
                 results[(scenario, client.name)] = times
                 print(f"  {scenario:6} {client.name:7} runs: " + " ".join(f"{t:.3f}" for t in times), flush=True)
+            if scenario in ("ls-many", "stat"):
+                local = []
+                for _ in range(args.runs):
+                    subprocess.run(["sh", "-c", "echo 3 > /proc/sys/vm/drop_caches"], stderr=subprocess.DEVNULL)
+                    if scenario == "ls-many":
+                        start = time.monotonic()
+                        subprocess.run(["ls", "-l", os.path.join(store, "many")], stdout=subprocess.DEVNULL, check=True)
+                        local.append(time.monotonic() - start)
+                    else:
+                        local.append(stat_many(store))
+                results[(scenario, "local disk")] = local
+                print(f"  {scenario:6} {'local':7} runs: " + " ".join(f"{t:.3f}" for t in local), flush=True)
             if scenario in ("read", "first-byte", "seek"):
                 times = [curl_time(server.url + "big.bin", None if scenario == "read" else "0-0") for _ in range(args.runs)]
                 results[(scenario, "curl")] = times
@@ -234,6 +272,9 @@ def run(args):
         if (scenario, "curl") in results:
             c = statistics.median(results[(scenario, "curl")])
             line += f" {c:16.3f} {d / c:11.2f}"
+        if (scenario, "local disk") in results:
+            c = statistics.median(results[(scenario, "local disk")])
+            line += f"   local disk {c:.3f} s, docfs/local {d / c:.2f}"
         print(line)
     if "read" in args.scenarios:
         size = args.big_mib
@@ -253,7 +294,7 @@ def main():
     parser.add_argument("--tree-dirs", type=int, default=20)
     parser.add_argument("--tree-files", type=int, default=50)
     parser.add_argument("--small-files", type=int, default=500)
-    parser.add_argument("--scenarios", nargs="+", default=["list", "first-byte", "seek", "read", "write", "tree"])
+    parser.add_argument("--scenarios", nargs="+", default=["list", "ls-many", "stat", "first-byte", "seek", "read", "write", "tree"])
     run(parser.parse_args())
 
 
