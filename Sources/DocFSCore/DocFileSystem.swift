@@ -195,12 +195,20 @@ public final class DocFileSystem: Sendable {
         return try file.copy.lend(at: offset, count: count)
     }
 
+    /// A read's loan of the local copy's descriptor when its bytes are local; nil when they
+    /// are being fetched (see `LocalCopy.lendForRead`): wait with `waitForContent`, then
+    /// `lendLocalBytes`. One handle lookup, and for a complete copy one lock, per read.
+    public func lendForRead(handle: UInt64, offset: Int64, count: Int) throws(FSError) -> DescriptorLoan? {
+        guard let file = handles.withLock({ $0.open[handle] }) else { throw .invalidArgument }
+        return try file.copy.lendForRead(at: offset, count: count, stream: handle)
+    }
+
     /// The store version an open handle's copy holds, unchanged: nil when the copy has local
     /// changes (or is a new file). What the kernel's page cache of it can be labelled with.
     public func cleanVersion(handle: UInt64) -> ETag? {
         guard let file = handles.withLock({ $0.open[handle] }) else { return nil }
         let life = file.copy.life
-        return life.isDirty || life.uncommitted || file.copy.wasWritten ? nil : life.base
+        return life.isDirty || file.copy.wasWritten ? nil : life.base
     }
 
     /// Whether a read of `count` bytes at `offset` can be answered from the local copy now.

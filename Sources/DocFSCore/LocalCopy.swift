@@ -304,22 +304,10 @@ public final class LocalCopy: ContentSink, Sendable {
     /// Reads up to `buffer.count` bytes at `offset`. Only bytes the copy holds are read;
     /// asking for bytes that have not arrived is a programming error reported as EIO.
     public func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws(FSError) -> Int {
-        let end = try state.withLock { (state) throws(FSError) -> Int64 in
-            let end = min(offset + Int64(buffer.count), state.length)
-            guard end > offset else { return offset }
-            guard !state.discarded else { throw .stale }
-            guard state.held.contains(offset..<end) else {
-                throw .io("bytes \(offset)..<\(end) of \(path) are not local")
-            }
-            state.users += 1
-            return end
-        }
-        guard end > offset else { return 0 }
-        defer { releaseDescriptor() }
+        let loan = try lend(at: offset, count: buffer.count)
         var total = 0
-        let wanted = Int(end - offset)
-        while total < wanted {
-            let n = pread(descriptor, buffer.baseAddress! + total, wanted - total, off_t(offset) + off_t(total))
+        while total < loan.count {
+            let n = pread(loan.descriptor, buffer.baseAddress! + total, loan.count - total, off_t(offset) + off_t(total))
             if n < 0 {
                 if errno == EINTR { continue }
                 throw .local(errno: errno, "reading the local copy: \(String(cString: strerror(errno)))")
@@ -333,17 +321,36 @@ public final class LocalCopy: ContentSink, Sendable {
     /// Lends the descriptor for a read of `count` bytes at `offset` (stopping at the end of
     /// the file), all of which must be held: the caller reads them straight from the file.
     public func lend(at offset: Int64, count: Int) throws(FSError) -> DescriptorLoan {
-        let available = try state.withLock { (state) throws(FSError) -> Int in
-            let end = min(offset + Int64(count), state.length)
-            guard end > offset else { return 0 }
-            guard !state.discarded else { throw .stale }
-            guard state.held.contains(offset..<end) else {
-                throw .io("bytes \(offset)..<\(end) of \(path) are not local")
-            }
-            state.users += 1
-            return Int(end - offset)
+        let available = try state.withLock { (state) throws(FSError) -> Int in try lendable(at: offset, count: count, &state) }
+        return DescriptorLoan(descriptor: descriptor, count: available, copy: available > 0 ? self : nil)
+    }
+
+    /// A read's loan when its bytes are local, in one lock for a complete copy; nil when a
+    /// sparse copy must fetch them first (the fetch, and read-ahead for `stream`, has started:
+    /// wait with `waitForBytes`). The hot path of every read.
+    public func lendForRead(at offset: Int64, count: Int, stream: UInt64) throws(FSError) -> DescriptorLoan? {
+        let (available, fetcher) = try state.withLock { (state) throws(FSError) -> (Int, RangeFetcher?) in
+            if let fetcher = state.fetcher { return (0, fetcher) }
+            return (try lendable(at: offset, count: count, &state), nil)
+        }
+        if let fetcher {
+            guard fetcher.prepare(offset..<(offset + Int64(count)), stream: stream) else { return nil }
+            return try lend(at: offset, count: count)
         }
         return DescriptorLoan(descriptor: descriptor, count: available, copy: available > 0 ? self : nil)
+    }
+
+    /// How many of `count` bytes at `offset` a read gets (0 at the end), counting a user of the
+    /// descriptor when more than none; throws when they are not all local.
+    private func lendable(at offset: Int64, count: Int, _ state: inout State) throws(FSError) -> Int {
+        let end = min(offset + Int64(count), state.length)
+        guard end > offset else { return 0 }
+        guard !state.discarded else { throw .stale }
+        guard state.held.contains(offset..<end) else {
+            throw .io("bytes \(offset)..<\(end) of \(path) are not local")
+        }
+        state.users += 1
+        return Int(end - offset)
     }
 
     /// Forgets every byte (before a fetch is tried again from the start).

@@ -267,7 +267,7 @@ public actor Provider {
             do {
                 let entry = streamed
                     ? try await Self.fetchHead(of: item, into: copy, store: store, retry: retry, streaming: streaming, logger: logger)
-                    : try await Self.fetchWhole(item, into: copy, store: store, retry: retry, logger: logger)
+                    : try await Self.fetch(item, into: copy, store: store, retry: retry, logger: logger)
                 try copy.update({ $0.fetched(etag: entry.etag) },
                                 recording: { (life) throws(FSError) in try catalog.recordFetched(item.inode, life, entry: entry) })
                 if entry.etag != item.etag, item.etag != nil {
@@ -287,19 +287,20 @@ public actor Provider {
         return register(Providing(copy: copy, fetch: fetch))
     }
 
-    /// Downloads all of `item` into `copy`, in one read.
-    private static func fetchWhole(_ item: Item, into copy: LocalCopy, store: any Store, retry: RetryPolicy,
-                                   logger: Logger) async throws -> RemoteEntry {
+    /// Downloads `item` into `copy`, all of it or its first `upTo` bytes, in one read, and sizes
+    /// the copy to the item. A partial download is never presented as the file.
+    private static func fetch(_ item: Item, upTo limit: Int64? = nil, into copy: LocalCopy, store: any Store,
+                              retry: RetryPolicy, logger: Logger) async throws -> RemoteEntry {
         let entry = try await retry.run({ () async throws(StoreError) -> RemoteEntry in
-            try await store.read(item.path, range: nil, ifMatch: nil, into: copy)
+            try await store.read(item.path, range: limit.map { 0..<$0 }, ifMatch: nil, into: copy)
         }, beforeRetry: { error in
             logger.info("retrying download", metadata: ["path": "\(item.path)", "error": "\(error)"])
             copy.reset()
         })
         try Task.checkCancellation()
-        // A partial download is never presented as the file.
-        guard copy.held.contains(0..<entry.size) else {
-            throw FSError.io("incomplete download of \(item.path): \(copy.held.count) of \(entry.size) bytes")
+        let end = min(limit ?? entry.size, entry.size)
+        guard copy.held.contains(0..<end) else {
+            throw FSError.io("incomplete download of \(item.path): \(copy.held.count) of \(end) bytes")
         }
         try copy.setLength(entry.size)
         return entry
@@ -309,18 +310,8 @@ public actor Provider {
     /// leaves the rest to a `RangeFetcher` that fetches it as reads ask for it.
     private static func fetchHead(of item: Item, into copy: LocalCopy, store: any Store, retry: RetryPolicy,
                                   streaming: StreamingPolicy, logger: Logger) async throws -> RemoteEntry {
-        let entry = try await retry.run({ () async throws(StoreError) -> RemoteEntry in
-            try await store.read(item.path, range: 0..<streaming.head, ifMatch: nil, into: copy)
-        }, beforeRetry: { error in
-            logger.info("retrying download", metadata: ["path": "\(item.path)", "error": "\(error)"])
-            copy.reset()
-        })
-        try Task.checkCancellation()
+        let entry = try await fetch(item, upTo: streaming.head, into: copy, store: store, retry: retry, logger: logger)
         let headEnd = min(streaming.head, entry.size)
-        guard copy.held.contains(0..<headEnd) else {
-            throw FSError.io("incomplete download of \(item.path): \(copy.held.count) of \(headEnd) bytes")
-        }
-        try copy.setLength(entry.size)
         guard headEnd < entry.size else { return entry }
         guard let version = entry.etag else {
             // No version to pin ranges to: the rest now, so that no read mixes two versions

@@ -188,6 +188,23 @@ final class FuseAdapter: Sendable {
         }
     }
 
+    /// A read: answered here from the copy's descriptor when its bytes are local, else in a
+    /// task once they are fetched.
+    func read(_ raw: fuse_req_t, handle: UInt64, offset: Int64, size: Int) {
+        let loan: DescriptorLoan?
+        do {
+            loan = try fs.lendForRead(handle: handle, offset: offset, count: size)
+        } catch {
+            return request(raw).fail(error)
+        }
+        switch consume loan {
+        case .some(let local):
+            request(raw).replyData(from: local.descriptor, count: local.count, at: offset)
+        case .none:
+            respond(raw) { request in await self.readWhenFetched(request, handle: handle, offset: offset, size: size) }
+        }
+    }
+
     /// A read whose bytes are local: answered from the copy's descriptor, not through a buffer.
     func read(_ request: consuming FuseRequest, handle: UInt64, offset: Int64, size: Int) {
         do {

@@ -43,16 +43,8 @@ enum FuseOperations {
             adapter.respond(req!) { request in await adapter.open(request, inode: inode, flags: flags) }
         }
         ops.read = { req, _, size, offset, fi in
-            let adapter = fuseAdapter(req)
-            let handle = fi!.pointee.fh
             // Bytes that are local are answered on this thread; others are fetched first, in a task.
-            if adapter.fs.prepareRead(handle: handle, offset: Int64(offset), count: size) {
-                adapter.read(fuseRequest(req), handle: handle, offset: Int64(offset), size: size)
-            } else {
-                adapter.respond(req!) { request in
-                    await adapter.readWhenFetched(request, handle: handle, offset: Int64(offset), size: size)
-                }
-            }
+            fuseAdapter(req).read(req!, handle: fi!.pointee.fh, offset: Int64(offset), size: size)
         }
         ops.release = { req, _, fi in
             let handle = fi!.pointee.fh
