@@ -95,6 +95,20 @@ public final class InMemoryStore: Store, Sendable {
         }
     }
 
+    /// Removes a directory with everything below it, as another client deleting a folder
+    /// does; returns the contents of the files it held.
+    @discardableResult
+    public func removeTree(_ path: String) -> [[UInt8]] {
+        let path = try! StorePath(path)
+        return state.withLock { state in
+            let inside = { (candidate: StorePath) in candidate.isSame(orInside: path) }
+            let removed = state.files.filter { inside($0.key) }
+            for key in removed.keys { state.files[key] = nil }
+            state.directories = state.directories.filter { !inside($0) || $0.isRoot }
+            return removed.values.map(\.content)
+        }
+    }
+
     /// The next reads fail or misbehave, one fault per read, in order.
     public func injectReadFaults(_ faults: [ReadFault]) {
         state.withLock { $0.readFaults = faults }

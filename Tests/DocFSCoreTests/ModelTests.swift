@@ -601,12 +601,8 @@ final class ModelRun {
                 let stamp = 1_700_000_000 + Double(remoteVersions)
                 let file = remoteContent(size: 16)
                 let removed = await proxy.asAnotherClient { () -> [[UInt8]] in
-                    var removed: [[UInt8]] = []
-                    for name in store.fileNames(in: path) {
-                        if let content = store.content(path + "/" + name) { removed.append(content) }
-                        store.remove(path + "/" + name)
-                    }
-                    store.remove(path)
+                    // Everything below it goes, also what a local rename moved in there.
+                    let removed = store.removeTree(path)
                     store.addFile(path, file, modified: stamp)
                     return removed
                 }
