@@ -4,26 +4,28 @@ import Glibc
 
 /// How an item looks to `stat(2)`: the placeholder's metadata, with `st_blocks` counting
 /// only what is really on local disk (0 for a placeholder), so `du` tells what is local.
+/// Owner, group and mode bits follow `access` (`--uid`, `--gid`, `--umask`).
 struct FileAttributes {
     var owner: uid_t
     var group: gid_t
+    var access = LocalAccess()
 
     func stat(for item: Item, localBlocks: Int64) -> Glibc.stat {
         var st = Glibc.stat()
         st.st_ino = ino_t(item.inode)
         switch item.kind {
         case .directory:
-            st.st_mode = S_IFDIR | (item.mode ?? 0o755)
+            st.st_mode = S_IFDIR | access.permissions(stored: item.mode, directory: true)
             st.st_nlink = 2
         case .file:
-            st.st_mode = S_IFREG | (item.mode ?? 0o644)
+            st.st_mode = S_IFREG | access.permissions(stored: item.mode, directory: false)
             st.st_nlink = 1
         case .symlink:
             st.st_mode = S_IFLNK | 0o777
             st.st_nlink = 1
         }
-        st.st_uid = item.owner ?? owner
-        st.st_gid = item.group ?? group
+        st.st_uid = access.uid ?? item.owner ?? owner
+        st.st_gid = access.gid ?? item.group ?? group
         st.st_size = item.kind == .symlink ? off_t(item.symlinkTarget?.utf8.count ?? 0) : off_t(item.size)
         st.st_blksize = 4096
         st.st_blocks = blkcnt_t(localBlocks)

@@ -47,13 +47,14 @@ final class FuseAdapter: Sendable {
         var open: [UInt64: [DirectoryEntry]] = [:]
     }
 
-    init(fs: DocFileSystem, cacheDirectory: String, entryTimeout: Double, attributeTimeout: Double, logger: Logger) {
+    init(fs: DocFileSystem, cacheDirectory: String, entryTimeout: Double, attributeTimeout: Double,
+         access: LocalAccess = LocalAccess(), logger: Logger) {
         self.fs = fs
         self.entryTimeout = entryTimeout
         self.attributeTimeout = attributeTimeout
         self.logger = logger
         self.cacheDirectory = cacheDirectory
-        self.attributes = FileAttributes(owner: getuid(), group: getgid())
+        self.attributes = FileAttributes(owner: getuid(), group: getgid(), access: access)
     }
 
     /// The request for a handler that answers on the FUSE worker thread.

@@ -32,11 +32,13 @@ public final class FuseMount: @unchecked Sendable {
     private var arguments: [UnsafeMutablePointer<CChar>?] = []
 
     /// `entryTimeout` and `attributeTimeout`: seconds the kernel may trust a name (also one
-    /// that was not found) and an item's attributes before it asks docfs again.
+    /// that was not found) and an item's attributes before it asks docfs again. `access`: the
+    /// owner, group and mode bits entries show (`--uid`, `--gid`, `--umask`).
     public init(filesystem: DocFileSystem, mountpoint: String, options: [String], cacheDirectory: String,
-                entryTimeout: Double = 1, attributeTimeout: Double = 1, logger: Logger) {
+                entryTimeout: Double = 1, attributeTimeout: Double = 1, access: LocalAccess = LocalAccess(),
+                logger: Logger) {
         self.adapter = FuseAdapter(fs: filesystem, cacheDirectory: cacheDirectory, entryTimeout: entryTimeout,
-                                   attributeTimeout: attributeTimeout, logger: logger)
+                                   attributeTimeout: attributeTimeout, access: access, logger: logger)
         self.retained = Unmanaged.passRetained(adapter)
         self.mountpoint = mountpoint
         self.options = options

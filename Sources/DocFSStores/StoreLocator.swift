@@ -31,7 +31,7 @@ public enum StoreLocator {
             var decoded: [String] = []
             for segment in path.split(separator: "/", omittingEmptySubsequences: false) {
                 guard let part = PercentEncoding.decode(segment) else {
-                    throw .invalidURL(trimmed, reason: "the path is not valid UTF-8 once decoded")
+                    throw .invalidURL(StoreURL.redacted(trimmed), reason: "the path is not valid UTF-8 once decoded")
                 }
                 decoded.append(part)
             }
@@ -65,6 +65,11 @@ public enum StoreLocator {
         default:
             throw .unsupportedURL(StoreURL.redacted(trimmed))
         }
+    }
+
+    /// `argument` without the `user:password@` of a URL, as messages and argv may show it.
+    public static func redacted(_ argument: String) -> String {
+        StoreURL.redacted(argument)
     }
 
     /// Releases what a store holds (the HTTP client of a WebDAV store). Call once, when done with it.

@@ -5,13 +5,18 @@ import Foundation
 /// the outcome — the child closes stderr only once the mount is ready (`detach`), or exits
 /// with its one-line reason.
 enum Daemon {
-    static func start(arguments: [String], mountpoint: String) throws -> Never {
+    /// `secrets` (see `SecretHandoff`) reach the child on its standard input, the only copy it gets.
+    static func start(arguments: [String], mountpoint: String, secrets: Data = Data()) throws -> Never {
         let executable = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
+        var environment = ProcessInfo.processInfo.environment
+        for name in SecretHandoff.secretVariables { environment[name] = nil }
+        process.environment = environment
         let pipe = Pipe()
-        process.standardInput = FileHandle.nullDevice
+        let input = Pipe()
+        process.standardInput = input
         process.standardOutput = FileHandle.nullDevice
         process.standardError = pipe
         do {
@@ -19,6 +24,9 @@ enum Daemon {
         } catch {
             fail("cannot start the background daemon: \(error.localizedDescription)")
         }
+        // A few hundred bytes at most: the pipe's buffer takes them before the child reads.
+        try? input.fileHandleForWriting.write(contentsOf: secrets)
+        try? input.fileHandleForWriting.close()
         let output = pipe.fileHandleForReading.readDataToEndOfFile()
         let message = String(decoding: output, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         if process.isRunning && MountTable.entry(at: mountpoint)?.type == MountTable.docfsType {

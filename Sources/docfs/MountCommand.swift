@@ -76,6 +76,9 @@ struct MountCommand: AsyncParsableCommand {
     @OptionGroup(title: "S3")
     var s3: S3Options
 
+    @OptionGroup(title: "Local access")
+    var access: AccessOptions
+
     @Flag(name: .shortAndLong, help: "Log more (debug level).")
     var verbose = false
 
@@ -102,23 +105,27 @@ struct MountCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
+        // First, so a password stays in argv or the environment of this process no longer
+        // than it must, and never in the daemon's.
+        let secrets = daemonChild ? SecretHandoff.receive() : SecretHandoff.take(storeArgument: store)
         let path = absolutePath(mountpoint)
         checkMountpoint(path)
         if let existing = MountTable.entry(at: path) {
             fail("\(path) is already a mount point (\(existing.type) from \(existing.source))")
         }
         if !foreground && !daemonChild {
-            try Daemon.start(arguments: Array(CommandLine.arguments.dropFirst()) + ["--daemon-child"], mountpoint: path)
+            try Daemon.start(arguments: secrets.arguments(Array(CommandLine.arguments.dropFirst())) + ["--daemon-child"],
+                             mountpoint: path, secrets: secrets.encoded())
         }
         if daemonChild { _ = setsid() }
 
-        let environment = s3.applied(to: ProcessInfo.processInfo.environment)
+        let environment = s3.applied(to: ProcessInfo.processInfo.environment.merging(secrets.variables) { $1 })
         var logger = Logger(label: "docfs")
         logger.logLevel = verbose ? .debug : (Logger.Level(rawValue: environment["DOCFS_LOG_LEVEL"] ?? "") ?? .info)
 
         let store: any Store
         do {
-            store = try StoreLocator.store(for: self.store, credentialsFile: credentials, environment: environment, logger: logger)
+            store = try StoreLocator.store(for: secrets.storeArgument ?? self.store, credentialsFile: credentials, environment: environment, logger: logger)
         } catch {
             fail("\(error)")
         }
@@ -160,9 +167,10 @@ struct MountCommand: AsyncParsableCommand {
         var mountOptions = ["fsname=docfs", "subtype=docfs", "default_permissions"]
         if readOnly { mountOptions.append("ro") }
         mountOptions += options.flatMap { $0.split(separator: ",").map(String.init) }
+        mountOptions = access.mountOptions(adding: mountOptions)
         let mount = FuseMount(filesystem: filesystem, mountpoint: path, options: mountOptions,
                               cacheDirectory: layout.cacheDirectory, entryTimeout: entryTimeout, attributeTimeout: attrTimeout,
-                              logger: logger)
+                              access: access.localAccess(mountOptions: mountOptions), logger: logger)
         // What an earlier mount left (pending uploads, writes never closed) is settled before
         // the first request.
         do {
