@@ -1,10 +1,9 @@
 // WebDAVMultistatus: what a WebDAV server says in a 207 Multi-Status answer to PROPFIND, and the
-// helpers that turn it into store entries: the XML parser (percent-encoding lives in
-// PercentEncoding.swift, HTTP dates in HTTPDate.swift). Nothing here does I/O, so it is tested on fixed samples.
+// helpers that turn it into store entries: the multistatus grammar, read as the body streams
+// (XML tokens come from XMLPushParser.swift; percent-encoding lives in PercentEncoding.swift,
+// HTTP dates in HTTPDate.swift). Nothing here does I/O, so it is tested on fixed samples and
+// on generated ones (the fuzz tests).
 
-#if canImport(FoundationXML)
-import FoundationXML
-#endif
 import Foundation
 import DocFSStore
 
@@ -37,30 +36,80 @@ struct WebDAVResponse: Sendable, Equatable {
 }
 
 enum WebDAVMultistatus {
-    /// Parses a multistatus body. Throws `.protocolError` on XML that is not well-formed or not a multistatus.
+    /// Parses a whole multistatus body (a Depth 0 PROPFIND, a PROPPATCH answer). Throws
+    /// `.protocolError` on XML that is not well-formed or not a multistatus.
     static func parse(_ data: Data) throws(StoreError) -> [WebDAVResponse] {
-        let delegate = MultistatusParser()
-        let parser = XMLParser(data: data)
-        parser.shouldProcessNamespaces = true
-        parser.shouldResolveExternalEntities = false
-        parser.delegate = delegate
-        guard parser.parse() else {
-            let reason = parser.parserError.map { "\($0)" } ?? "unknown error"
-            throw .protocolError("malformed PROPFIND answer: \(reason)")
-        }
-        guard delegate.sawMultistatus else { throw .protocolError("PROPFIND answer is not a DAV: multistatus") }
-        // A cut-off document must not pass for a short listing.
-        guard delegate.closedMultistatus else { throw .protocolError("PROPFIND answer ends before </multistatus>") }
-        return delegate.responses
+        var stream = MultistatusStream(limits: .unlimited)
+        var responses = try stream.feed(data)
+        responses += try stream.finish()
+        return responses
     }
 }
 
-/// The XMLParser delegate. Used by one parse on one thread, never shared.
-private final class MultistatusParser: NSObject, XMLParserDelegate {
+/// A multistatus body read as it streams: fed chunks, it hands back each `<D:response>` as
+/// soon as its end tag is read, and keeps nothing of the responses it handed back.
+///
+/// Bounded by entries, not by the body's size: a listing may be any length, but it may not
+/// have more than `maximumEntries` responses, and no response (nor what stands between two)
+/// may take more than `maximumEntryBytes`. A body that never ends is so cut: either it keeps
+/// sending responses, or it stops completing them.
+struct MultistatusStream {
+    struct Limits: Sendable, Equatable {
+        var maximumEntries: Int
+        var maximumEntryBytes: Int
+        static let unlimited = Limits(maximumEntries: .max, maximumEntryBytes: .max)
+    }
+
+    let limits: Limits
+    private var xml: XMLPushParser<MultistatusHandler>
+
+    init(limits: Limits) {
+        self.limits = limits
+        self.xml = XMLPushParser(handler: MultistatusHandler(maximumEntries: limits.maximumEntries),
+                                 maximumTokenBytes: min(limits.maximumEntryBytes, 16 << 20))
+    }
+
+    /// Reads the next chunk; returns the responses it completed.
+    mutating func feed<Bytes: Collection>(_ bytes: Bytes) throws(StoreError) -> [WebDAVResponse] where Bytes.Element == UInt8 {
+        var rest = bytes[...]
+        // In slices, so an entry over the bound is caught within a slice of it.
+        while !rest.isEmpty {
+            let slice = rest.prefix(16 * 1024)
+            rest = rest.dropFirst(slice.count)
+            try xml.feed(slice)
+            if xml.offset - xml.handler.entryStart > limits.maximumEntryBytes {
+                throw .protocolError("PROPFIND answer: an entry larger than \(limits.maximumEntryBytes) bytes")
+            }
+        }
+        return xml.handler.takeCompleted()
+    }
+
+    /// The body ended: it must have been a whole multistatus. Returns the last responses.
+    mutating func finish() throws(StoreError) -> [WebDAVResponse] {
+        // A cut-off document must not pass for a short listing.
+        try xml.finish()
+        guard xml.handler.sawMultistatus, xml.handler.closedMultistatus else {
+            throw .protocolError("PROPFIND answer ends before </multistatus>")
+        }
+        return xml.handler.takeCompleted()
+    }
+
+    /// Responses read so far (handed back or not).
+    var entriesRead: Int { xml.handler.count }
+}
+
+/// The multistatus grammar on top of the push parser's events.
+private struct MultistatusHandler: XMLPushHandler {
     private static let dav = "DAV:"
-    var responses: [WebDAVResponse] = []
-    var sawMultistatus = false
-    var closedMultistatus = false
+    let maximumEntries: Int
+    private(set) var sawMultistatus = false
+    private(set) var closedMultistatus = false
+    /// Responses completed and not handed back yet.
+    private var completed: [WebDAVResponse] = []
+    /// Responses read, empty hrefs included.
+    private(set) var count = 0
+    /// Document offset where the entry under way began (after the last `</response>`).
+    private(set) var entryStart = 0
 
     private var current: WebDAVResponse?
     private var inPropstat = false
@@ -72,16 +121,27 @@ private final class MultistatusParser: NSObject, XMLParserDelegate {
     private var propstatPosix = PosixProperties()
     private var inProp = false
     private var inResourceType = false
-    private var text = ""
-    private var depth = 0
+    private var text: [UInt8] = []
 
-    func parser(_ parser: XMLParser, didStartElement elementName: String, namespaceURI: String?, qualifiedName: String?, attributes: [String: String] = [:]) {
-        depth += 1
-        text = ""
-        guard namespaceURI == Self.dav else { return }
-        if elementName == "propstat" { propstatPosix = PosixProperties() }
-        switch elementName {
-        case "multistatus": sawMultistatus = true
+    init(maximumEntries: Int) { self.maximumEntries = maximumEntries }
+
+    mutating func takeCompleted() -> [WebDAVResponse] {
+        defer { completed = [] }
+        return completed
+    }
+
+    mutating func startElement(_ name: XMLName, attributes: [(name: String, value: [UInt8])]) throws(StoreError) {
+        text.removeAll(keepingCapacity: true)
+        if !sawMultistatus {
+            // The root decides at once: a login page is not read to its end.
+            guard name.namespace == Self.dav, name.local == "multistatus" else {
+                throw .protocolError("PROPFIND answer is not a DAV: multistatus")
+            }
+            sawMultistatus = true
+            return
+        }
+        guard name.namespace == Self.dav else { return }
+        switch name.local {
         case "response": current = WebDAVResponse(href: "")
         case "propstat":
             inPropstat = true
@@ -90,6 +150,7 @@ private final class MultistatusParser: NSObject, XMLParserDelegate {
             propstatModified = nil
             propstatETag = nil
             propstatStatus = nil
+            propstatPosix = PosixProperties()
         case "prop": inProp = true
         case "resourcetype": inResourceType = true
         case "collection": if inResourceType { propstatIsCollection = true }
@@ -97,26 +158,40 @@ private final class MultistatusParser: NSObject, XMLParserDelegate {
         }
     }
 
-    func parser(_ parser: XMLParser, foundCharacters string: String) {
-        text += string
+    mutating func characters(_ bytes: ArraySlice<UInt8>) throws(StoreError) {
+        text.append(contentsOf: bytes)
     }
 
-    func parser(_ parser: XMLParser, foundCDATA CDATABlock: Data) {
-        text += String(decoding: CDATABlock, as: UTF8.self)
+    /// The element's text, trimmed, invalid UTF-8 replaced (for values, not names).
+    private var value: String {
+        String(decoding: text, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
-    func parser(_ parser: XMLParser, didEndElement elementName: String, namespaceURI: String?, qualifiedName: String?) {
-        depth -= 1
-        defer { text = "" }
-        let value = text.trimmingCharacters(in: .whitespacesAndNewlines)
-        if namespaceURI == PosixProperties.namespace {
-            if inProp { propstatPosix.set(elementName, to: value) }
+    /// An href as a string that keeps every byte: when the text is not UTF-8, its bytes above
+    /// ASCII are percent-encoded, so the name they make fails to decode and is skipped (a
+    /// href's `%XX` are decoded by the store, not here).
+    private var hrefValue: String {
+        if let string = String(validating: text, as: UTF8.self) { return string.trimmingCharacters(in: .whitespacesAndNewlines) }
+        var encoded = ""
+        for byte in text {
+            if byte < 0x80 { encoded.unicodeScalars.append(Unicode.Scalar(byte)) } else { encoded += "%" + String(byte, radix: 16, uppercase: true) }
+        }
+        return encoded.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    mutating func endElement(_ name: XMLName, at offset: Int) throws(StoreError) {
+        defer { text.removeAll(keepingCapacity: true) }
+        if name.namespace == PosixProperties.namespace {
+            if inProp { propstatPosix.set(name.local, to: value) }
             return
         }
-        guard namespaceURI == Self.dav else { return }
-        switch elementName {
+        guard name.namespace == Self.dav else { return }
+        switch name.local {
         case "href":
-            if current != nil, !inPropstat { current?.href = value }
+            if current != nil, !inPropstat {
+                let href = hrefValue
+                current?.href = href
+            }
         case "status":
             let code = Self.statusCode(value)
             if inPropstat { propstatStatus = code } else { current?.status = code }
@@ -138,8 +213,13 @@ private final class MultistatusParser: NSObject, XMLParserDelegate {
                 current?.posix.merge(propstatPosix)
             }
         case "response":
-            if let current, !current.href.isEmpty { responses.append(current) }
+            count += 1
+            guard count <= maximumEntries else {
+                throw .protocolError("PROPFIND answer: more than \(maximumEntries) entries")
+            }
+            if let current, !current.href.isEmpty { completed.append(current) }
             current = nil
+            entryStart = offset
         default: break
         }
     }

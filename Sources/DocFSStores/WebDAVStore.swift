@@ -28,6 +28,9 @@ public final class WebDAVStore: Store {
     let logger: Logger
     /// Whether the server keeps docfs's dead properties (WebDAVDeadProperties.swift).
     let deadProperties = DeadPropertySupport()
+    /// Bounds of a listing, and the PROPFIND answers read page by page (WebDAVStore+Listing.swift).
+    let listingLimits: ListingLimits
+    let propfindListings = PropfindListings()
 
     /// Deadline of a metadata call (PROPFIND, MKCOL, DELETE, MOVE, HEAD), body included.
     static let metadataTimeout: TimeAmount = .seconds(30)
@@ -35,7 +38,8 @@ public final class WebDAVStore: Store {
     static let downloadHeadTimeout: TimeAmount = .seconds(60)
     /// Deadline of an upload until its response head (the upload itself is bounded by the write/read-idle timeouts).
     static let uploadTimeout: TimeAmount = .hours(24)
-    /// A PROPFIND answer larger than this is refused.
+    /// A whole metadata answer (Depth 0 PROPFIND, PROPPATCH) larger than this is refused;
+    /// listings are read as they stream, bounded by `ListingLimits` instead.
     static let maximumMultistatusBytes = 256 * 1024 * 1024
 
     static let propfindBody = """
@@ -47,7 +51,8 @@ public final class WebDAVStore: Store {
     ///   - baseURL: `http(s)://host[:port]/path/`; credentials in it are taken out (and used when
     ///     `username` is nil).
     public init(baseURL: String, username: String? = nil, password: String? = nil,
-                logger: Logger = Logger(label: "docfs.store.webdav")) throws(StoreError) {
+                logger: Logger = Logger(label: "docfs.store.webdav"), listingLimits: ListingLimits = .standard) throws(StoreError) {
+        self.listingLimits = listingLimits
         let parsed = try StoreURL(baseURL)
         self.origin = parsed.origin
         self.baseComponents = parsed.components
@@ -66,6 +71,7 @@ public final class WebDAVStore: Store {
     /// Closes the HTTP client. Call once, when done with the store (a debug build traps if an
     /// HTTP client is released without it).
     public func shutdown() async {
+        propfindListings.removeAll()
         await transport.shutdown()
     }
 
@@ -81,70 +87,7 @@ public final class WebDAVStore: Store {
         return url
     }
 
-    // MARK: - list
-
-    public func list(_ directory: StorePath, page: PageToken?) async throws(StoreError) -> ListPage {
-        let listing = try await propfindChildren(directory)
-        return ListPage(entries: listing.children, next: nil)
-    }
-
-    struct Listing {
-        var children: [RemoteEntry]
-        /// Members the server listed that we could not accept (unsafe or undecodable names).
-        var skipped: Int
-    }
-
-    func propfindChildren(_ directory: StorePath) async throws(StoreError) -> Listing {
-        let answer = try await transport.metadata(.PROPFIND, url: url(directory, collection: true), path: directory,
-                                                  headers: ["Depth": "1", "Content-Type": "application/xml; charset=utf-8"],
-                                                  body: .bytes(ByteBuffer(string: Self.propfindBody)), timeout: Self.metadataTimeout)
-        switch answer.status {
-        case 207: break
-        case 404, 409:
-            // Listing a file with a trailing slash gives 404 on some servers: say what it is.
-            if let entry = try? await stat(directory), entry.kind != .directory { throw .notADirectory(directory) }
-            throw .notFound(directory)
-        default: throw answer.error(method: "PROPFIND", path: directory)
-        }
-        return try listing(of: directory, from: WebDAVMultistatus.parse(answer.body))
-    }
-
-    /// The children of `directory` among a Depth 1 answer's responses: the collection's own
-    /// entry and anything not exactly one safe name below it are left out.
-    func listing(of directory: StorePath, from responses: [WebDAVResponse]) throws(StoreError) -> Listing {
-        let prefix = baseComponents + directory.components
-        var children: [RemoteEntry] = []
-        var seen = Set<FileName>()  // by bytes: NFC and NFD `café` are two entries
-        var skipped = 0
-        for response in responses {
-            guard let components = PercentEncoding.decodedPathComponents(of: response.href) else {
-                logger.warning("skipping an href that does not decode to UTF-8", metadata: ["directory": "\(directory)"])
-                skipped += 1
-                continue
-            }
-            guard components.count >= prefix.count,
-                  zip(components, prefix).allSatisfy({ $0.utf8.elementsEqual($1.utf8) }) else {
-                logger.warning("skipping an href outside the listed collection",
-                               metadata: ["directory": "\(directory)", "href": "\(response.href.debugDescription)"])
-                skipped += 1
-                continue
-            }
-            let rest = components[prefix.count...]
-            if rest.isEmpty {
-                if !response.isCollection, response.status == nil { throw .notADirectory(directory) }
-                continue
-            }
-            if let status = response.status, !(200..<300).contains(status) { continue }
-            guard rest.count == 1, let name = rest.first, StorePath.isValidName(name) else {
-                logger.warning("skipping an unsafe name", metadata: ["directory": "\(directory)", "href": "\(response.href.debugDescription)"])
-                skipped += 1
-                continue
-            }
-            guard seen.insert(name.fileName).inserted else { continue }
-            children.append(entry(StorePath(validated: directory.components + [name]), response))
-        }
-        return Listing(children: children, skipped: skipped)
-    }
+    // MARK: - list (WebDAVStore+Listing.swift)
 
     func entry(_ path: StorePath, _ response: WebDAVResponse) -> RemoteEntry {
         let etag = response.etag.map(Self.normalizedETag)

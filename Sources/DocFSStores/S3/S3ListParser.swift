@@ -1,5 +1,7 @@
 // S3ListParser: the XML documents S3 answers with — ListObjectsV2 results, error bodies,
-// multipart upload results, copy results — read with Foundation's XMLParser into plain values.
+// multipart upload results, copy results — read with XMLPushParser into plain values (the
+// same tokenizer as WebDAV listings: no DTD, no entity expansion, a key that is not UTF-8
+// costs that key only, not its page).
 // It owns nothing else: what a key means for a directory listing is S3Store's business.
 //
 // Elements are matched by local name, so a namespace (or its absence, as some S3-compatible
@@ -7,9 +9,6 @@
 
 import DocFSStore
 import Foundation
-#if canImport(FoundationXML)
-import FoundationXML
-#endif
 
 /// One `<Contents>` of a listing.
 struct S3Object: Sendable, Equatable {
@@ -27,6 +26,9 @@ struct S3ListResult: Sendable, Equatable {
     var nextContinuationToken: String?
     /// The server honoured `encoding-type=url`: keys and prefixes are URL-encoded.
     var urlEncoded = false
+    /// Keys and prefixes left out because their text is not UTF-8 (a server that ignored
+    /// `encoding-type=url` and sent the raw bytes of a key).
+    var undecodableKeys = 0
 }
 
 /// An `<Error>` body.
@@ -43,61 +45,61 @@ struct S3Upload: Sendable, Equatable {
 
 enum S3XML {
     /// A generic parse: every element's text by its path of local names (`ListBucketResult/Contents/Key`),
-    /// with the repeated groups (`Contents`, `CommonPrefixes`, `Upload`) kept apart.
-    private final class Collector: NSObject, XMLParserDelegate {
+    /// with the repeated groups (`Contents`, `CommonPrefixes`, `Upload`) kept apart. Text that is
+    /// not UTF-8 is left out of `fields` and named in `undecodable` instead, so one bad key
+    /// does not take the page with it.
+    private struct Collector: XMLPushHandler {
         /// Elements whose children form one record.
         let groups: Set<String>
         var path: [String] = []
-        var text = ""
+        var text: [UInt8] = []
         var root: String?
         /// Fields of the top level (outside any group), by local name.
         var top: [String: String] = [:]
         /// Completed records, each with its group's name.
-        var records: [(group: String, fields: [String: String])] = []
-        private var current: (group: String, fields: [String: String])?
+        var records: [(group: String, fields: [String: String], undecodable: Set<String>)] = []
+        private var current: (group: String, fields: [String: String], undecodable: Set<String>)?
 
         init(groups: Set<String>) { self.groups = groups }
 
-        private static func local(_ name: String) -> String {
-            name.split(separator: ":").last.map(String.init) ?? name
+        mutating func startElement(_ name: XMLName, attributes: [(name: String, value: [UInt8])]) throws(StoreError) {
+            if root == nil { root = name.local }
+            path.append(name.local)
+            text.removeAll(keepingCapacity: true)
+            if current == nil, groups.contains(name.local), path.count == 2 { current = (name.local, [:], []) }
         }
 
-        func parser(_ parser: XMLParser, didStartElement elementName: String, namespaceURI: String?,
-                    qualifiedName: String?, attributes: [String: String] = [:]) {
-            let name = Self.local(elementName)
-            if root == nil { root = name }
-            path.append(name)
-            text = ""
-            if current == nil, groups.contains(name), path.count == 2 { current = (name, [:]) }
-        }
+        mutating func characters(_ bytes: ArraySlice<UInt8>) throws(StoreError) { text.append(contentsOf: bytes) }
 
-        func parser(_ parser: XMLParser, foundCharacters string: String) { text += string }
-
-        func parser(_ parser: XMLParser, didEndElement elementName: String, namespaceURI: String?, qualifiedName: String?) {
-            let name = Self.local(elementName)
+        mutating func endElement(_ element: XMLName, at offset: Int) throws(StoreError) {
+            let name = element.local
             if path.count == 2, let record = current, record.group == name {
                 records.append(record)
                 current = nil
             } else if path.count == 3, current != nil {
-                current?.fields[name] = text
+                if let value = String(validating: text, as: UTF8.self) {
+                    current?.fields[name] = value
+                } else {
+                    current?.undecodable.insert(name)
+                }
             } else if path.count == 2 {
-                top[name] = text
+                top[name] = String(decoding: text, as: UTF8.self)
             }
             path.removeLast()
-            text = ""
+            text.removeAll(keepingCapacity: true)
         }
     }
 
     private static func collect(_ data: Data, groups: Set<String>) throws(StoreError) -> Collector {
-        let collector = Collector(groups: groups)
-        let parser = XMLParser(data: data)
-        parser.shouldProcessNamespaces = false
-        parser.shouldResolveExternalEntities = false
-        parser.delegate = collector
-        guard parser.parse(), collector.root != nil else {
-            throw .protocolError("S3 answered XML that does not parse")
+        var parser = XMLPushParser(handler: Collector(groups: groups), maximumDepth: 64)
+        do {
+            try parser.feed(data)
+            try parser.finish()
+        } catch {
+            throw .protocolError("S3 answered XML that does not parse (\(error))")
         }
-        return collector
+        guard parser.handler.root != nil else { throw .protocolError("S3 answered XML that does not parse") }
+        return parser.handler
     }
 
     static func parseList(_ data: Data) throws(StoreError) -> S3ListResult {
@@ -109,13 +111,20 @@ enum S3XML {
         for record in collected.records {
             switch record.group {
             case "Contents":
-                guard let key = record.fields["Key"] else { continue }
+                guard let key = record.fields["Key"] else {
+                    if record.undecodable.contains("Key") { result.undecodableKeys += 1 }
+                    continue
+                }
                 result.objects.append(S3Object(key: key,
                                                size: record.fields["Size"].flatMap { Int64($0) } ?? 0,
                                                lastModified: record.fields["LastModified"].flatMap(parseISO8601),
                                                etag: record.fields["ETag"]))
             case "CommonPrefixes":
-                if let prefix = record.fields["Prefix"] { result.commonPrefixes.append(prefix) }
+                if let prefix = record.fields["Prefix"] {
+                    result.commonPrefixes.append(prefix)
+                } else if record.undecodable.contains("Prefix") {
+                    result.undecodableKeys += 1
+                }
             default: break
             }
         }
