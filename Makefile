@@ -3,7 +3,10 @@
 #   make test   install what is missing, build, unit tests, then integration tests through /dev/fuse
 #   make fsx SEEDS=N  the random I/O exerciser (Tests/integration/fsx.py), N more seeds per store;
 #               FSX_SEED=S replays one seed, FSX_FIRST_SEED picks the first, FSX_OPS operations per seed
-#   make bench  docfs against rclone mount (WebDAV) and rclone mount and s3fs (S3) on the same server (release build), medians and ratios
+#   make bench  the performance record (Tests/bench/record.py, release build, about 15 min): docfs against
+#               rclone mount, davfs2, s3fs, curl and local disk on docfs serve, rclone serve webdav and
+#               SeaweedFS; cold medians and ratios written to Tests/bench/RESULTS.md and results.json.
+#               BENCH_QUICK=1 checks the script in a minute or two; BENCH_ONLY=ls5k,ttfb picks workloads
 
 SWIFT  ?= swift
 PYTHON ?= python3
@@ -43,8 +46,7 @@ fsx: setup
 		$(PYTHON) -m pytest -v Tests/integration/test_fsx.py -k test_fsx
 
 bench: setup release
-	DOCFS_BIN="$(CURDIR)/.build/release/docfs" $(PYTHON) Tests/bench/bench.py
-	DOCFS_BIN="$(CURDIR)/.build/release/docfs" $(PYTHON) Tests/bench/bench_s3.py
+	DOCFS_BIN="$(CURDIR)/.build/release/docfs" $(PYTHON) Tests/bench/record.py
 
 clean:
 	$(SWIFT) package clean
