@@ -69,7 +69,8 @@ extension FSError {
         case .invalidName: self = .invalidArgument
         case .unreachable(let m): self = .storeUnreachable(m)
         case .timedOut(let m): self = .timedOut(m)
-        case .serverError, .protocolError: self = .io(error.description)
+        case .refused(414, _): self = .nameTooLong
+        case .serverError, .busy, .refused, .protocolError: self = .io(error.description)
         case .localIO(let e, let m): self = .local(errno: e, m)
         }
     }

@@ -298,6 +298,11 @@ public actor Provider {
             copy.reset()
         })
         try Task.checkCancellation()
+        // The version the listing described must have the size it described: a body longer or
+        // shorter than that, under the same ETag, is corrupt (a proxy, a broken server).
+        if let listed = item.etag, entry.etag == listed, entry.size != item.size {
+            throw FSError.io("download of \(item.path): \(entry.size) bytes for a version listed with \(item.size)")
+        }
         let end = min(limit ?? entry.size, entry.size)
         guard copy.held.contains(0..<end) else {
             throw FSError.io("incomplete download of \(item.path): \(copy.held.count) of \(end) bytes")

@@ -1,5 +1,14 @@
-/// Why a store call failed, in the store's terms. The core maps these to its own errors;
-/// `isTransient` tells whether the same call may succeed when tried again.
+/// Why a store call failed, in the store's terms. The core maps these to its own errors.
+///
+/// Three classes, which callers may rely on:
+/// - `isTransient` (unreachable, timedOut, serverError, busy): the same call may succeed when
+///   tried again; `retryAfter` says when, if the store said (HTTP `Retry-After`).
+/// - `isPermanent` (accessDenied, notSupported, invalidName, refused, protocolError): the store
+///   has refused this call and will refuse it again unchanged; trying it again (an upload every
+///   few seconds) only repeats the failure. The caller should stop and report it.
+/// - neither (notFound, notADirectory, isADirectory, versionMismatch, alreadyExists, notEmpty,
+///   localIO): a fact about the store's namespace or the local disk that the caller acts on
+///   (make the missing folder, keep a conflict copy, free space) before it tries again.
 public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The entry does not exist (HTTP 404, ENOENT, NoSuchKey).
     case notFound(StorePath)
@@ -23,8 +32,14 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     case unreachable(String)
     /// The call took longer than its deadline.
     case timedOut(String)
-    /// The store answered, but with a server-side error (HTTP 5xx, SlowDown).
+    /// The store answered, but with a server-side error (HTTP 5xx).
     case serverError(status: Int, message: String)
+    /// The store asks us to come back later (HTTP 429, a 5xx with `Retry-After`, S3 SlowDown);
+    /// `retryAfter` is the wait it asked for (already capped by the store to a sane maximum), if any.
+    case busy(status: Int, retryAfter: Duration?, message: String)
+    /// The store refuses this request as it is and will refuse it again unchanged (HTTP 400,
+    /// 409, 411, 413, 414, 422, 431; S3 EntityTooLarge, KeyTooLongError, InvalidArgument).
+    case refused(status: Int, message: String)
     /// The store answered something we cannot understand.
     case protocolError(String)
     /// Writing fetched bytes to the local sink failed (disk full: `errno` says).
@@ -33,9 +48,23 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     /// Whether trying the same call again may succeed.
     public var isTransient: Bool {
         switch self {
-        case .unreachable, .timedOut, .serverError: return true
+        case .unreachable, .timedOut, .serverError, .busy: return true
         default: return false
         }
+    }
+
+    /// Whether the store refused the call for good: trying it again unchanged fails the same way.
+    public var isPermanent: Bool {
+        switch self {
+        case .accessDenied, .notSupported, .invalidName, .refused, .protocolError: return true
+        default: return false
+        }
+    }
+
+    /// How long the store asked us to wait before trying again (`Retry-After`), if it said.
+    public var retryAfter: Duration? {
+        if case .busy(_, let retryAfter, _) = self { return retryAfter }
+        return nil
     }
 
     public var description: String {
@@ -52,6 +81,9 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         case .unreachable(let m): return "store unreachable: \(m)"
         case .timedOut(let m): return "store timed out: \(m)"
         case .serverError(let s, let m): return "store error \(s): \(m)"
+        case .busy(let s, let r, let m):
+            return "store busy (\(s)\(r.map { ", retry after \($0.components.seconds) s" } ?? "")): \(m)"
+        case .refused(let s, let m): return "store refused the request (\(s)): \(m)"
         case .protocolError(let m): return "unexpected answer from the store: \(m)"
         case .localIO(let e, let m): return "local write failed (errno \(e)): \(m)"
         }

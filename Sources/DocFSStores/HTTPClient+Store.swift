@@ -1,6 +1,8 @@
-// HTTPTransport: the HTTP side of WebDAVStore. It owns the one HTTPClient of a store, its
-// timeouts, the Basic auth header, and the mapping of transport failures and HTTP statuses onto
-// StoreError. Logs name the method and the store path only: never a URL, never a header.
+// HTTPTransport: the HTTP side of WebDAVStore and S3Store. It owns the one HTTPClient of a
+// store, its timeouts (HTTPTimeouts: connect, idle, and a transfer deadline that grows with the
+// bytes moved), the Basic auth header, and the mapping of transport failures and HTTP statuses
+// onto StoreError (transient, permanent, `Retry-After`). Logs name the method and the store
+// path only: never a URL, never a header.
 
 import AsyncHTTPClient
 import DocFSStore
@@ -8,17 +10,20 @@ import Foundation
 import Logging
 import NIOCore
 import NIOHTTP1
+import Synchronization
 
 struct HTTPTransport: Sendable {
     let client: HTTPClient
     /// `Basic …`, or nil. Never logged.
     private let authorization: String?
+    let timeouts: HTTPTimeouts
     let logger: Logger
 
-    init(authorization: String?, logger: Logger) {
+    init(authorization: String?, timeouts: HTTPTimeouts = .default, logger: Logger) {
         var configuration = HTTPClient.Configuration(
             redirectConfiguration: .disallow,
-            timeout: .init(connect: .seconds(10), read: .seconds(60), write: .seconds(60)),
+            // The client's read and write timeouts are idle timeouts: they restart with every byte.
+            timeout: .init(connect: timeouts.connect.timeAmount, read: timeouts.idle.timeAmount, write: timeouts.idle.timeAmount),
             decompression: .disabled
         )
         // A refused connection fails the call at once: the core retries with its own policy,
@@ -26,8 +31,15 @@ struct HTTPTransport: Sendable {
         configuration.connectionPool.retryConnectionEstablishment = false
         self.client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
         self.authorization = authorization
+        self.timeouts = timeouts
         self.logger = logger
     }
+
+    /// The deadline of a metadata call (its whole answer included).
+    var metadataTimeout: TimeAmount { timeouts.base.timeAmount }
+
+    /// The deadline of an upload of `bytes` bytes, until its whole answer.
+    func uploadTimeout(bytes: Int64) -> TimeAmount { timeouts.deadline(forBytes: bytes).timeAmount }
 
     func shutdown() async {
         do {
@@ -64,7 +76,7 @@ struct HTTPTransport: Sendable {
 
         /// The error for a status the caller has no special meaning for.
         func error(method: String, path: StorePath) -> StoreError {
-            HTTPTransport.statusError(status, reason: reason, method: method, path: path)
+            HTTPTransport.statusError(status, reason: reason, method: method, path: path, retryAfter: RetryAfter.parse(headers))
         }
     }
 
@@ -132,15 +144,49 @@ struct HTTPTransport: Sendable {
         }
     }
 
-    /// The one table of HTTP statuses without a call-specific meaning.
-    static func statusError(_ status: Int, reason: String, method: String, path: StorePath) -> StoreError {
+    /// The one table of HTTP statuses without a call-specific meaning. `retryAfter`: the
+    /// answer's `Retry-After`, which makes a 5xx a `busy`.
+    static func statusError(_ status: Int, reason: String, method: String, path: StorePath,
+                            retryAfter: Duration? = nil) -> StoreError {
         switch status {
         case 401, 403: return .accessDenied("\(method) \(path): HTTP \(status) \(reason)")
         case 404, 410: return .notFound(path)
         case 423: return .accessDenied("\(method) \(path): locked on the server (HTTP 423)")
         case 405, 501: return .notSupported("\(method) \(path): HTTP \(status) \(reason)")
+        case 408: return .timedOut("\(method) \(path): HTTP 408 \(reason)")
+        case 400, 409, 411, 413, 414, 422, 431:
+            return .refused(status: status, message: "\(method) \(path): HTTP \(status) \(reason)")
+        case 429: return .busy(status: status, retryAfter: retryAfter, message: "\(method) \(path): \(reason)")
+        case 500..<600 where retryAfter != nil:
+            return .busy(status: status, retryAfter: retryAfter, message: "\(method) \(path): \(reason)")
         case 500..<600: return .serverError(status: status, message: "\(method) \(path): \(reason)")
         default: return .protocolError("\(method) \(path): unexpected HTTP \(status) \(reason)")
+        }
+    }
+
+    /// Runs `body`, a transfer that counts the bytes it moves in the `TransferProgress` it is
+    /// given, and fails it with `.timedOut(what)` once it falls behind `timeouts`: when more
+    /// than `base + bytes / minimumRate` has passed since it began. The transfer's task is
+    /// cancelled then (which ends its HTTP request).
+    static func withTransferDeadline<T: Sendable>(_ timeouts: HTTPTimeouts, what: String,
+                                                  _ body: @escaping @Sendable (TransferProgress) async throws -> T) async throws -> T {
+        let progress = TransferProgress()
+        let clock = ContinuousClock()
+        let start = clock.now
+        return try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask { try await body(progress) }
+            group.addTask {
+                while true {
+                    let due = start + timeouts.deadline(forBytes: progress.bytes)
+                    if clock.now >= due { return nil }
+                    try await Task.sleep(until: due, clock: clock)
+                }
+            }
+            defer { group.cancelAll() }
+            guard let first = try await group.next(), let value = first else {
+                throw StoreError.timedOut("\(what): slower than \(timeouts.minimumRate) bytes/s after \(Int(timeouts.base.seconds)) s (\(progress.bytes) bytes in \(Int((clock.now - start).seconds)) s)")
+            }
+            return value
         }
     }
 
@@ -166,6 +212,15 @@ struct HTTPTransport: Sendable {
         if error is CancellationError { return .timedOut("\(method) \(path): cancelled") }
         return .unreachable("\(method) \(path): \(error)")
     }
+}
+
+/// The bytes a transfer has moved so far, for its deadline (`withTransferDeadline`).
+final class TransferProgress: Sendable {
+    private let moved = Mutex<Int64>(0)
+
+    func add(_ count: Int) { moved.withLock { $0 += Int64(count) } }
+
+    var bytes: Int64 { moved.withLock { $0 } }
 }
 
 /// The content of a local file, or of one byte range of it (`slice`: a part of a multipart

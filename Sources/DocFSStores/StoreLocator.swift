@@ -48,7 +48,8 @@ public enum StoreLocator {
             // The store gets the URL without credentials; they travel separately.
             let bare = url.origin + "/" + url.components.map { PercentEncoding.encode($0) }.joined(separator: "/")
             do {
-                return try WebDAVStore(baseURL: bare, username: credentials?.user, password: credentials?.password, logger: logger,
+                return try WebDAVStore(baseURL: bare, username: credentials?.user, password: credentials?.password,
+                                       timeouts: HTTPTimeouts.from(environment: environment), logger: logger,
                                        listingLimits: ListingLimits(environment: environment))
             } catch {
                 throw .invalidURL(StoreURL.redacted(trimmed), reason: "\(error)")

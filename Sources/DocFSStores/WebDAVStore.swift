@@ -34,10 +34,9 @@ public final class WebDAVStore: Store {
 
     /// Deadline of a metadata call (PROPFIND, MKCOL, DELETE, MOVE, HEAD), body included.
     static let metadataTimeout: TimeAmount = .seconds(30)
-    /// Deadline until the response head of a download; the body is then bounded by the read-idle timeout.
-    static let downloadHeadTimeout: TimeAmount = .seconds(60)
-    /// Deadline of an upload until its response head (the upload itself is bounded by the write/read-idle timeouts).
-    static let uploadTimeout: TimeAmount = .hours(24)
+    // A download's response head must come within the transport's `timeouts.base`, its body
+    // keep up with `timeouts.minimumRate`; an upload gets `base + size / minimumRate` until its
+    // whole answer (HTTPTimeouts.swift).
     /// A whole metadata answer (Depth 0 PROPFIND, PROPPATCH) larger than this is refused;
     /// listings are read as they stream, bounded by `ListingLimits` instead.
     static let maximumMultistatusBytes = 256 * 1024 * 1024
@@ -50,7 +49,8 @@ public final class WebDAVStore: Store {
     /// - Parameters:
     ///   - baseURL: `http(s)://host[:port]/path/`; credentials in it are taken out (and used when
     ///     `username` is nil).
-    public init(baseURL: String, username: String? = nil, password: String? = nil,
+    ///   - timeouts: connect, idle and transfer deadlines of every request.
+    public init(baseURL: String, username: String? = nil, password: String? = nil, timeouts: HTTPTimeouts = .default,
                 logger: Logger = Logger(label: "docfs.store.webdav"), listingLimits: ListingLimits = .standard) throws(StoreError) {
         self.listingLimits = listingLimits
         let parsed = try StoreURL(baseURL)
@@ -62,7 +62,7 @@ public final class WebDAVStore: Store {
         if let user {
             authorization = "Basic " + Data("\(user):\(pass ?? "")".utf8).base64EncodedString()
         }
-        self.transport = HTTPTransport(authorization: authorization, logger: logger)
+        self.transport = HTTPTransport(authorization: authorization, timeouts: timeouts, logger: logger)
         self.logger = logger
         let location = parsed.origin + "/" + parsed.components.map { PercentEncoding.encode($0) }.joined(separator: "/")
         self.identity = StoreIdentity(kind: "webdav", location: location)
@@ -159,7 +159,7 @@ public final class WebDAVStore: Store {
         if let range { headers["Range"] = "bytes=\(range.lowerBound)-\(range.upperBound - 1)" }
         if let ifMatch { headers["If-Match"] = ifMatch.value }
         let response = try await transport.start(.GET, url: url(path), path: path, headers: headers, body: nil,
-                                                 timeout: Self.downloadHeadTimeout)
+                                                 timeout: transport.metadataTimeout)
         let status = Int(response.status.code)
         switch status {
         case 200, 206: break
@@ -187,12 +187,8 @@ public final class WebDAVStore: Store {
             throw .protocolError("GET \(path): unexpected Content-Encoding \(encoding)")
         }
         let modified = response.headers.first(name: "Last-Modified").flatMap(HTTPDate.parse) ?? 0
-        let delivered = try await RangedBody.deliver(response, range: range, path: path, into: sink)
-        var size = delivered.end
-        if let totalSize = delivered.totalSize {
-            size = totalSize
-        } else if range != nil {
-            size = try await stat(path).size
+        let size = try await RangedBody.receive(response, range: range, path: path, into: sink, timeouts: transport.timeouts) { () async throws(StoreError) in
+            try await self.stat(path)
         }
         return RemoteEntry(path: path, kind: .file, size: size, modified: modified, etag: headerETag)
     }
@@ -220,7 +216,7 @@ public final class WebDAVStore: Store {
         }
         let body = HTTPClientRequest.Body.stream(file, length: .known(file.size))
         let answer = try await transport.metadata(.PUT, url: url(path), path: path, headers: headers, body: body,
-                                                  timeout: Self.uploadTimeout)
+                                                  timeout: transport.uploadTimeout(bytes: file.size))
         switch answer.status {
         case 200, 201, 204: break
         case 412:

@@ -3,6 +3,8 @@ injects faults into chosen requests, so the fault tests (test_faults.py) can mak
 slow, stalled, cut off, rude or broken on demand.
 
     proxy = FaultProxy(upstream_port=server.port).start()     # listens on 127.0.0.1:proxy.port
+    # (`Host` is rewritten to the server's, as `docfs serve` checks it; for S3, whose SigV4
+    # signs `Host`, pass rewrite_host=False and give docfs the proxy as its endpoint)
     url = proxy.url                                            # http://127.0.0.1:PORT/
     f = proxy.respond(503, method="GET", path=r"^/big\\.bin", headers={"Retry-After": "2"}, seconds=5)
     proxy.stall(every=5.0, method="GET", path="big")           # trickle: one body byte every 5 s
@@ -11,6 +13,7 @@ slow, stalled, cut off, rude or broken on demand.
     proxy.latency(1.5, method="GET")                           # wait 1.5 s, then forward
     proxy.extend(b"junk", method="GET")                        # longer body, Content-Length to match
     proxy.unframed(method="GET", extra=b"junk")                # no Content-Length: body until close
+    proxy.unframed(method="GET", keep=1000)                    # ... and only its first 1000 bytes
     proxy.etag('"changed"', method="GET")                      # rewrite the answer's ETag
     proxy.remove(f); proxy.clear()                             # turn faults off
     proxy.count("PUT", r"^/a\\.txt$")                           # requests seen (faulted or not)
@@ -36,8 +39,9 @@ Actions:
   body shorter than its Content-Length.
 - extend(extra): the whole answer, with `extra` appended and Content-Length (not Content-Range)
   grown to match: a body longer than asked that is still well framed.
-- unframed(extra=b""): the answer without Content-Length (and without chunking), with `extra`
-  appended, ended by closing the connection.
+- unframed(extra=b"", keep=None): the answer without Content-Length (and without chunking), with
+  `extra` appended (or cut to its first `keep` bytes), ended by closing the connection: a client
+  cannot tell from the framing whether it got all of it.
 - etag(value): the answer with its ETag header replaced.
 
 The request log (`proxy.requests()`: method, target, status or what was done, time) counts
@@ -85,6 +89,7 @@ class Fault:
     extra: bytes = b""                  # extend, unframed: bytes appended to the body
     rst: bool = False                   # cut: close with RST rather than FIN
     value: str = ""                     # etag: the new ETag
+    keep: int | None = None             # unframed: send only this many body bytes
     hits: int = 0
 
     def active(self, now: float) -> bool:
@@ -217,8 +222,9 @@ class _Close(Exception):
 class FaultProxy:
     """HTTP/1.1 proxy 127.0.0.1:port -> 127.0.0.1:upstream_port with faults; see the module doc."""
 
-    def __init__(self, upstream_port: int, port: int = 0, log_path: Path | None = None):
+    def __init__(self, upstream_port: int, port: int = 0, log_path: Path | None = None, rewrite_host: bool = True):
         self.upstream_port = upstream_port
+        self.rewrite_host = rewrite_host
         self.port = port
         self.log_path = log_path
         self._lock = threading.Lock()
@@ -293,8 +299,8 @@ class FaultProxy:
     def extend(self, extra: bytes | str, **select) -> Fault:
         return self.add("extend", extra=extra, **select)
 
-    def unframed(self, extra: bytes | str = b"", **select) -> Fault:
-        return self.add("unframed", extra=extra, **select)
+    def unframed(self, extra: bytes | str = b"", keep: int | None = None, **select) -> Fault:
+        return self.add("unframed", extra=extra, keep=keep, **select)
 
     def etag(self, value: str, **select) -> Fault:
         return self.add("etag", value=value, **select)
@@ -370,8 +376,12 @@ class FaultProxy:
                 request_line, headers = _parse_head(head)
                 method, target = request_line.split(" ")[:2]
                 if (_get(headers, "expect") or "").lower() == "100-continue":
-                    head = _build_head(request_line, _without(headers, "expect"))
+                    headers = _without(headers, "expect")
+                    head = _build_head(request_line, headers)
                     client.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+                if self.rewrite_host:
+                    upstream_host = f"127.0.0.1:{self.upstream_port}"
+                    head = _build_head(request_line, [(k, upstream_host if k.lower() == "host" else v) for k, v in headers])
                 length = _get(headers, "content-length")
                 if length is not None:
                     body = cin.exact(int(length))
@@ -453,6 +463,8 @@ class FaultProxy:
             return server_closes
         if action in ("extend", "unframed") and has_body and not chunked:
             data = read_body() + fault.extra
+            if action == "unframed" and fault.keep is not None:
+                data = data[:fault.keep]
             if action == "extend":
                 rheaders = _without(rheaders, "content-length") + [("Content-Length", str(len(data)))]
                 client.sendall(_build_head(status_line, rheaders) + data)

@@ -92,7 +92,7 @@ extension S3Store {
                                 payloadHash: SigV4Signer.unsignedPayload)
                 let body = file.slice(part.range)
                 let answer = try await send(call, path: path, body: .stream(body, length: .known(part.range.upperBound - part.range.lowerBound)),
-                                            timeout: Self.uploadTimeout)
+                                            timeout: transport.uploadTimeout(bytes: part.range.upperBound - part.range.lowerBound))
                 guard answer.status == 200 else { throw error(answer, method: "PART \(part.number)", path: path) }
                 guard let etag = answer.headers.first(name: "ETag") else {
                     throw .protocolError("PART \(part.number) of \(path): no ETag in the answer")
@@ -157,7 +157,7 @@ extension S3Store {
                 var call = Call(method: .PUT, key: targetKey, query: [("partNumber", String(part.number)), ("uploadId", uploadId)])
                 call.headers.append(("x-amz-copy-source", self.copySource(sourceKey)))
                 call.headers.append(("x-amz-copy-source-range", "bytes=\(part.range.lowerBound)-\(part.range.upperBound - 1)"))
-                let answer = try await self.send(call, path: path, timeout: Self.uploadTimeout)
+                let answer = try await self.send(call, path: path, timeout: Self.serverSideCopyTimeout)
                 guard answer.status == 200, S3XML.parseError(answer.body) == nil,
                       let etag = S3XML.parseResultETag(answer.body) else {
                     throw self.error(answer, method: "COPY-PART \(part.number)", path: path)

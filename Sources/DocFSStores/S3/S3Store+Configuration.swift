@@ -31,6 +31,8 @@ extension S3Store {
         /// Symbolic links as s3fs writes them (see S3Store+Symlinks.swift). Finding links made
         /// elsewhere costs a HEAD per small object on its first listing; off, none are made or found.
         public var symlinks: Bool
+        /// Connect, idle and transfer deadlines of every request (`DOCFS_*_TIMEOUT`, HTTPTimeouts.swift).
+        public var timeouts: HTTPTimeouts = .default
         /// How far a listing is followed (`DOCFS_MAX_LISTING_ENTRIES`; S3Store+Listing.swift).
         public var listingLimits = ListingLimits.standard
 
@@ -98,6 +100,7 @@ extension S3Store {
             configuration.symlinks = flag(options["symlinks"]) ?? flag(environment["DOCFS_S3_SYMLINKS"]) ?? true
             configuration.credentials = noSign ? nil : profile.credentials
             configuration.listingLimits = ListingLimits(environment: environment)
+            configuration.timeouts = try HTTPTimeouts.from(environment: environment)
             if let size = nonEmpty(options["part-size"]) ?? nonEmpty(environment["DOCFS_S3_PART_SIZE"]) {
                 guard let bytes = parseSize(size) else { throw .invalidName("part size \(size.debugDescription) is not a size (e.g. 8M, 16MiB, 10485760)") }
                 configuration.partSize = bytes

@@ -12,10 +12,12 @@ extension S3Store {
             if answer.status == 412 { return .versionMismatch(path) }
             return answer.error(method: method, path: path)
         }
-        return Self.error(code: body.code, status: answer.status, method: method, path: path, logger: logger)
+        return Self.error(code: body.code, status: answer.status, method: method, path: path, logger: logger,
+                          retryAfter: RetryAfter.parse(answer.headers))
     }
 
-    static func error(code: String, status: Int, method: String, path: StorePath, logger: Logger) -> StoreError {
+    static func error(code: String, status: Int, method: String, path: StorePath, logger: Logger,
+                      retryAfter: Duration? = nil) -> StoreError {
         switch code {
         case "NoSuchKey", "NoSuchUpload":
             return .notFound(path)
@@ -29,12 +31,19 @@ extension S3Store {
             return .accessDenied("\(method) \(path): S3 \(code)")
         case "PreconditionFailed", "ConditionalRequestConflict":
             return .versionMismatch(path)
-        case "SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout", "OperationAborted":
+        case "SlowDown", "ServiceUnavailable", "TooManyRequests":
+            return .busy(status: status < 500 && status != 429 ? 503 : status, retryAfter: retryAfter, message: "\(method) \(path): S3 \(code)")
+        case "InternalError", "RequestTimeout", "OperationAborted":
+            if let retryAfter { return .busy(status: status, retryAfter: retryAfter, message: "\(method) \(path): S3 \(code)") }
             return .serverError(status: status < 500 ? 503 : status, message: "\(method) \(path): S3 \(code)")
+        case "EntityTooLarge", "EntityTooSmall", "KeyTooLongError", "InvalidArgument", "InvalidRequest", "InvalidDigest",
+             "BadDigest", "MalformedXML", "MaxMessageLengthExceeded", "MetadataTooLarge", "InvalidBucketName", "InvalidPart",
+             "InvalidPartOrder", "IncompleteBody", "MissingContentLength":
+            return .refused(status: status, message: "\(method) \(path): S3 \(code)")
         case "NotImplemented", "MethodNotAllowed":
             return .notSupported("\(method) \(path): S3 \(code)")
         default:
-            switch HTTPTransport.statusError(status, reason: code, method: method, path: path) {
+            switch HTTPTransport.statusError(status, reason: code, method: method, path: path, retryAfter: retryAfter) {
             case .protocolError: return .protocolError("\(method) \(path): S3 \(code) (HTTP \(status))")
             case let other: return other
             }

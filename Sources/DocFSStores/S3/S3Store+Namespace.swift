@@ -133,7 +133,7 @@ extension S3Store {
         }
         var call = Call(method: .PUT, key: targetKey)
         call.headers.append(("x-amz-copy-source", copySource(sourceKey)))
-        let answer = try await send(call, path: path, timeout: Self.uploadTimeout)
+        let answer = try await send(call, path: path, timeout: Self.serverSideCopyTimeout)
         // A copy can fail after its 200 has been sent: the body is then an <Error>.
         guard answer.status == 200, S3XML.parseError(answer.body) == nil else {
             throw error(answer, method: "COPY", path: path)

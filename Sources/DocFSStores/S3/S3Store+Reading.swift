@@ -18,7 +18,7 @@ extension S3Store {
         var call = Call(method: .GET, key: key(path))
         if let range { call.headers.append(("Range", "bytes=\(range.lowerBound)-\(range.upperBound - 1)")) }
         if let ifMatch { call.headers.append(("If-Match", ifMatch.value)) }
-        let response = try await start(call, path: path, timeout: Self.downloadHeadTimeout)
+        let response = try await start(call, path: path, timeout: transport.metadataTimeout)
         let status = Int(response.status.code)
         switch status {
         case 200, 206: break
@@ -44,12 +44,8 @@ extension S3Store {
             throw .versionMismatch(path)
         }
         let modified = response.headers.first(name: "Last-Modified").flatMap(HTTPDate.parse) ?? 0
-        let delivered = try await RangedBody.deliver(response, range: range, path: path, into: sink)
-        var size = delivered.end
-        if let totalSize = delivered.totalSize {
-            size = totalSize
-        } else if range != nil {
-            size = try await stat(path).size
+        let size = try await RangedBody.receive(response, range: range, path: path, into: sink, timeouts: transport.timeouts) { () async throws(StoreError) in
+            try await self.stat(path)
         }
         return RemoteEntry(path: path, kind: .file, size: size, modified: S3Metadata.modified(in: response.headers) ?? modified,
                            etag: headerETag, mode: S3Metadata.mode(in: response.headers))

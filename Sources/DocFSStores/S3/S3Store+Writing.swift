@@ -58,7 +58,7 @@ extension S3Store {
                            metadata: [(name: String, value: String)], condition: WriteCondition) async throws(StoreError) -> ETag {
         var call = Call(method: .PUT, key: key(path), headers: conditionHeaders + metadata, payloadHash: SigV4Signer.unsignedPayload)
         call.headers.append(("Content-Type", "application/octet-stream"))
-        let answer = try await send(call, path: path, body: .stream(file, length: .known(file.size)), timeout: Self.uploadTimeout)
+        let answer = try await send(call, path: path, body: .stream(file, length: .known(file.size)), timeout: transport.uploadTimeout(bytes: file.size))
         switch answer.status {
         case 200, 201, 204: break
         case 412, 409: throw Self.conditionError(condition, path: path)
@@ -92,7 +92,7 @@ extension S3Store {
         call.headers.append(("x-amz-metadata-directive", "REPLACE"))
         call.headers.append(("Content-Type", head.headers.first(name: "Content-Type") ?? "application/octet-stream"))
         call.headers += metadata + replaced
-        let answer = try await send(call, path: path, timeout: Self.uploadTimeout)
+        let answer = try await send(call, path: path, timeout: Self.serverSideCopyTimeout)
         guard answer.status == 200, S3XML.parseError(answer.body) == nil else {
             throw error(answer, method: "COPY", path: path)
         }

@@ -44,9 +44,10 @@ public final class S3Store: Store {
     let partHook: (@Sendable (Int) async throws -> Void)?
 
     static let metadataTimeout: TimeAmount = .seconds(30)
-    static let downloadHeadTimeout: TimeAmount = .seconds(60)
-    /// An upload until its response head (the body is bounded by the transport's write/read-idle timeouts).
-    static let uploadTimeout: TimeAmount = .hours(24)
+    /// A server-side copy (CopyObject, UploadPartCopy) until its whole answer: no bytes pass
+    /// through us, the server keeps the connection busy (whitespace) while it copies, and the
+    /// transport's idle timeout ends a copy whose server went quiet.
+    static let serverSideCopyTimeout: TimeAmount = .hours(24)
     /// XML answers larger than this are refused (a 1000-key page is a few hundred KiB).
     static let maximumXMLBytes = 32 * 1024 * 1024
 
@@ -110,7 +111,7 @@ public final class S3Store: Store {
         }
         self.configuration = configuration
         self.prefix = configuration.prefix
-        self.transport = HTTPTransport(authorization: nil, logger: logger)
+        self.transport = HTTPTransport(authorization: nil, timeouts: configuration.timeouts, logger: logger)
         self.logger = logger
         self.partHook = partHook
         var location = "s3://\(bucket)/\(configuration.prefix)"
@@ -126,7 +127,8 @@ public final class S3Store: Store {
     public var capabilities: StoreCapabilities {
         // With links off, listings are taken as they are: every object is a file.
         StoreCapabilities(canWrite: true, canRename: true, hasRangeReads: true,
-                          symlinkDiscovery: configuration.symlinks ? .byStat(maximumTargetBytes: Self.maximumLinkTargetBytes) : .inListings)
+                          symlinkDiscovery: configuration.symlinks ? .byStat(maximumTargetBytes: Self.maximumLinkTargetBytes) : .inListings,
+                          looksUpByStat: true)
     }
 
     // MARK: - Keys

@@ -1,0 +1,92 @@
+// RetryPolicy: full-jitter exponential backoff, at least the store's Retry-After, retrying
+// within a deadline; permanent failures are tried once.
+
+import DocFSCore
+import DocFSStore
+import Synchronization
+import Testing
+
+@Suite("Retries know when to stop, and when to wait")
+struct RetryPolicyTests {
+    let policy = RetryPolicy(attempts: 100, initialDelay: .milliseconds(100), maximumDelay: .seconds(2), deadline: .seconds(10))
+
+    @Test func backoffIsJitteredUnderAGrowingCeiling() {
+        var generator = SeededGenerator(seed: 42)
+        for failures in 1...12 {
+            let ceiling = min(Duration.milliseconds(100) * (1 << (failures - 1)), .seconds(2))
+            var waits: [Duration] = []
+            for _ in 0..<50 {
+                let wait = policy.delay(afterFailures: failures, retryAfter: nil, using: &generator)
+                #expect(wait >= .zero && wait <= ceiling, "failure \(failures): \(wait) over \(ceiling)")
+                waits.append(wait)
+            }
+            // Full jitter: the waits spread out, they are not all the ceiling.
+            #expect(Set(waits).count > 40)
+        }
+    }
+
+    @Test func retryAfterIsAFloor() {
+        var generator = SeededGenerator(seed: 7)
+        for failures in 1...6 {
+            #expect(policy.delay(afterFailures: failures, retryAfter: .seconds(3), using: &generator) >= .seconds(3))
+        }
+    }
+
+    @Test func aBusyStoreIsWaitedFor() async throws {
+        let calls = Mutex(0)
+        let clock = ContinuousClock()
+        let start = clock.now
+        let value = try await policy.run { () async throws(StoreError) -> Int in
+            let n = calls.withLock { $0 += 1; return $0 }
+            if n < 3 { throw .busy(status: 503, retryAfter: .milliseconds(400), message: "outage") }
+            return n
+        }
+        #expect(value == 3)
+        #expect(clock.now - start >= .milliseconds(800))
+    }
+
+    @Test func transientFailuresAreRetriedUntilTheDeadline() async {
+        let calls = Mutex(0)
+        let clock = ContinuousClock()
+        let start = clock.now
+        let short = policy.within(.milliseconds(1500))
+        await #expect(throws: StoreError.self) {
+            try await short.run { () async throws(StoreError) -> Void in
+                calls.withLock { $0 += 1 }
+                throw .unreachable("refused")
+            }
+        }
+        let elapsed = clock.now - start
+        #expect(elapsed < .milliseconds(1600), "retrying went on past the deadline: \(elapsed)")
+        #expect(calls.withLock { $0 } >= 4, "more than a few quick tries within the deadline")
+    }
+
+    @Test func aWaitPastTheDeadlineIsNotBegun() async {
+        let calls = Mutex(0)
+        let clock = ContinuousClock()
+        let start = clock.now
+        await #expect(throws: StoreError.self) {
+            try await policy.within(.seconds(2)).run { () async throws(StoreError) -> Void in
+                calls.withLock { $0 += 1 }
+                throw .busy(status: 429, retryAfter: .seconds(60), message: "come back in a minute")
+            }
+        }
+        #expect(calls.withLock { $0 } == 1)
+        #expect(clock.now - start < .milliseconds(500))
+    }
+
+    @Test("permanent failures are tried once", arguments: [
+        StoreError.refused(status: 413, message: "too large"), .accessDenied("403"), .notSupported("405"),
+        .protocolError("garbage"), .notFound(.root), .versionMismatch(.root),
+    ])
+    func permanentFailuresAreTriedOnce(error: StoreError) async {
+        let calls = Mutex(0)
+        await #expect(throws: error) {
+            try await policy.run { () async throws(StoreError) -> Void in
+                calls.withLock { $0 += 1 }
+                throw error
+            }
+        }
+        #expect(calls.withLock { $0 } == 1)
+    }
+}

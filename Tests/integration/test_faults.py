@@ -1,0 +1,159 @@
+"""Faults between docfs and a real server (issue 10): docfs -> fault_proxy -> `docfs serve`.
+
+What they prove, through a real mount:
+- a 503 with Retry-After is waited out: the read succeeds once the outage ends;
+- a body that trickles fails the read with ETIMEDOUT/EIO within the store's transfer deadline
+  (plus the retry deadline and a margin), and the download does not go on afterwards;
+- a body cut after N bytes is fetched again (sha256 right), or fails cleanly;
+- a body longer or shorter than the file, framed or not, never reaches a reader as the file;
+- a 413 on every PUT is not sent again and again.
+Every read runs in a child process with a timeout, so a hang fails the test instead of it;
+the mount fixture always unmounts.
+"""
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fault_proxy import FaultProxy
+from helpers import pseudo_random_bytes, wait_until
+
+pytestmark = pytest.mark.fuse
+
+SIZE = 300_000          # fetched whole at open (under the streaming limit)
+DATA = pseudo_random_bytes(SIZE, seed=10)
+SHA = hashlib.sha256(DATA).hexdigest()
+# A short transfer deadline for these mounts: a stalled body fails after about this long.
+TRANSFER_TIMEOUT = 3
+# RetryPolicy.interactive keeps retrying transient failures for this long.
+RETRY_DEADLINE = 20
+
+
+def read_in_child(path: Path, timeout: float) -> tuple[str, float]:
+    """Reads `path` whole in a child process: ('sha:<hex>' | 'errno:<NAME>', seconds)."""
+    code = ("import hashlib, os, sys, errno\n"
+            "try:\n"
+            "    with open(os.environ['TARGET'], 'rb') as f: data = f.read()\n"
+            "except OSError as e:\n"
+            "    print('errno:' + errno.errorcode.get(e.errno, str(e.errno))); sys.exit(0)\n"
+            "print('sha:' + hashlib.sha256(data).hexdigest() + ':' + str(len(data)))\n")
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ, TARGET=str(path)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(f"reading {path} did not end within {timeout} s") from None
+    return out.strip() or f"crash:{err.strip()[-300:]}", time.monotonic() - started
+
+
+@pytest.fixture
+def faulty(tmp_path, docfs_serve, mount, xdg):
+    """(mount, proxy): a store with `data.bin` served through a fault proxy, mounted."""
+    root = tmp_path / "store"
+    root.mkdir()
+    (root / "data.bin").write_bytes(DATA)
+    server = docfs_serve(root)
+    proxy = FaultProxy(server.port, log_path=tmp_path / "proxy.log").start()
+    xdg.env["DOCFS_TRANSFER_TIMEOUT"] = str(TRANSFER_TIMEOUT)
+    try:
+        m = mount(proxy.url)
+        assert "data.bin" in os.listdir(m.path)
+        yield m, proxy, root
+    finally:
+        proxy.clear()
+        proxy.stop()
+
+
+def gets(proxy: FaultProxy) -> list[str]:
+    return [r.outcome for r in proxy.requests() if r.method == "GET" and "data.bin" in r.target]
+
+
+def test_503_with_retry_after_is_waited_out(faulty):
+    m, proxy, _ = faulty
+    proxy.respond(503, headers={"Retry-After": "2"}, method="GET", path=r"data\.bin", seconds=5)
+    outcome, elapsed = read_in_child(m / "data.bin", timeout=60)
+    print(f"503 + Retry-After: 2 for 5 s: {outcome[:20]} after {elapsed:.1f} s; GETs {gets(proxy)}")
+    assert outcome == f"sha:{SHA}:{SIZE}", f"{outcome} after {elapsed:.1f} s; GETs {gets(proxy)}\n{m.log_tail()}"
+    assert elapsed >= 4, f"read succeeded after {elapsed:.1f} s, inside the outage?"
+    served_503 = gets(proxy).count("503")
+    assert 2 <= served_503 <= 4, f"Retry-After: 2 over 5 s should mean about 3 tries, not {served_503}"
+
+
+def test_trickled_body_fails_in_bounded_time(faulty):
+    m, proxy, _ = faulty
+    proxy.stall(every=2.0, after=1000, method="GET", path=r"data\.bin")
+    bound = RETRY_DEADLINE + TRANSFER_TIMEOUT + 5
+    outcome, elapsed = read_in_child(m / "data.bin", timeout=90)
+    print(f"trickled body: {outcome} after {elapsed:.1f} s (bound {bound} s); GETs {gets(proxy)}")
+    assert outcome in ("errno:ETIMEDOUT", "errno:EIO"), f"{outcome} after {elapsed:.1f} s"
+    assert elapsed < bound, f"a trickling body kept the reader {elapsed:.1f} s (bound {bound} s)"
+    # Every attempt was ended by its deadline: no GET goes on once the read failed.
+    time.sleep(1)
+    count = len(gets(proxy))
+    time.sleep(TRANSFER_TIMEOUT + 3)
+    assert len(gets(proxy)) == count, f"GETs went on after the read failed: {gets(proxy)}"
+
+
+def test_body_cut_short_is_fetched_again(faulty):
+    m, proxy, _ = faulty
+    proxy.cut(after=100_000, method="GET", path=r"data\.bin", count=2)
+    outcome, elapsed = read_in_child(m / "data.bin", timeout=60)
+    print(f"two cut bodies: {outcome[:20]} after {elapsed:.1f} s; GETs {gets(proxy)}")
+    assert outcome == f"sha:{SHA}:{SIZE}", f"{outcome}; GETs {gets(proxy)}"
+    assert len(gets(proxy)) >= 3
+
+
+def test_body_always_cut_fails_cleanly(faulty):
+    m, proxy, _ = faulty
+    proxy.cut(after=100_000, rst=True, method="GET", path=r"data\.bin")
+    outcome, elapsed = read_in_child(m / "data.bin", timeout=60)
+    print(f"every body cut: {outcome} after {elapsed:.1f} s; {len(gets(proxy))} GETs")
+    assert outcome.startswith("errno:"), f"a read of cut bodies returned {outcome}"
+    assert elapsed < RETRY_DEADLINE + 10
+
+
+@pytest.mark.parametrize("fault", ["longer framed", "longer unframed", "shorter unframed", "unframed"])
+def test_body_of_the_wrong_length_is_never_the_file(faulty, fault):
+    m, proxy, _ = faulty
+    if fault == "longer framed":
+        proxy.extend(b"JUNK" * 100, method="GET", path=r"data\.bin")
+    elif fault == "longer unframed":
+        proxy.unframed(extra=b"JUNK" * 100, method="GET", path=r"data\.bin")
+    elif fault == "shorter unframed":
+        proxy.unframed(keep=SIZE - 1000, method="GET", path=r"data\.bin")
+    else:
+        proxy.unframed(method="GET", path=r"data\.bin")
+    outcome, elapsed = read_in_child(m / "data.bin", timeout=60)
+    print(f"{fault}: {outcome[:40]} after {elapsed:.1f} s; GETs {gets(proxy)}")
+    if fault == "unframed":
+        # The whole file without a length: checked against the entry's size, and accepted.
+        assert outcome == f"sha:{SHA}:{SIZE}", outcome
+    else:
+        assert outcome.startswith("errno:"), f"a {fault} body was read as the file: {outcome}"
+    # Nothing wrong was kept: once the fault is gone the file reads right.
+    proxy.clear()
+    outcome, _ = read_in_child(m / "data.bin", timeout=60)
+    assert outcome == f"sha:{SHA}:{SIZE}", outcome
+
+
+def test_413_on_put_is_not_sent_again_and_again(faulty):
+    m, proxy, root = faulty
+    proxy.respond(413, method="PUT", body=b"too large")
+    (m / "new.bin").write_bytes(b"x" * 5000)
+    wait_until(lambda: proxy.count("PUT", r"new\.bin") >= 1, 20, "a PUT of new.bin")
+    time.sleep(35)
+    puts = proxy.count("PUT", r"new\.bin")
+    print(f"PUTs answered 413 within 35 s: {puts}")
+    assert puts <= 2, f"a 413 was answered {puts} times in 35 s: the upload is retried as if transient"
+    assert not (root / "new.bin").exists()
+    # The store takes it again: let the change reach it, so the mount can end cleanly.
+    proxy.clear()
