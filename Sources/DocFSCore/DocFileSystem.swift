@@ -18,6 +18,9 @@ public final class DocFileSystem: Sendable {
     private let cacheDirectory: String
     private let logger: Logger
     private let handles = Mutex(HandleTable())
+    /// How long a caller blocked in `open()` or `read()` waits for content (`--io-timeout`);
+    /// nil: as long as the store's own deadlines allow.
+    private let ioTimeout: Duration?
 
     /// An open file: which item, the local copy it reads and writes, and how it was opened.
     public struct OpenFile: Sendable {
@@ -65,13 +68,16 @@ public final class DocFileSystem: Sendable {
     }
 
     public init(store: any Store, catalog: Catalog, cacheDirectory: String, directoryTTL: Double, readOnly: Bool,
-                uploadBackoff: Duration = .seconds(15), streaming: StreamingPolicy = .default, logger: Logger) {
+                uploadBackoff: Duration = .seconds(15), streaming: StreamingPolicy = .default, ioTimeout: Duration? = nil,
+                logger: Logger) {
         self.store = store
         self.catalog = catalog
         self.cacheDirectory = cacheDirectory
         self.readOnly = readOnly
         self.logger = logger
-        self.provider = Provider(store: store, catalog: catalog, cacheDirectory: cacheDirectory, streaming: streaming, logger: logger)
+        self.ioTimeout = ioTimeout
+        self.provider = Provider(store: store, catalog: catalog, cacheDirectory: cacheDirectory, streaming: streaming,
+                                 ioTimeout: ioTimeout, logger: logger)
         self.enumerator = DirectoryEnumerator(store: store, catalog: catalog, ttl: directoryTTL, logger: logger)
         self.uploader = Uploader(store: store, catalog: catalog, provider: provider, maximumBackoff: uploadBackoff, logger: logger)
     }
@@ -219,10 +225,23 @@ public final class DocFileSystem: Sendable {
         return file.copy.prepareRead(at: offset, count: count, stream: handle)
     }
 
-    /// Waits until `count` bytes at `offset` of an open file are local.
+    /// Waits until `count` bytes at `offset` of an open file are local: at most `ioTimeout`
+    /// (`ETIMEDOUT`), and only while the calling task is not cancelled (`EINTR`).
     public func waitForContent(handle: UInt64, offset: Int64, count: Int) async throws(FSError) {
         guard let file = handles.withLock({ $0.open[handle] }) else { throw .invalidArgument }
-        try await file.copy.waitForBytes(at: offset, count: count)
+        let copy = file.copy
+        let timedOut = FSError.timedOut("bytes \(offset)..<\(offset + Int64(count)) of \(file.opened.path) did not arrive within \(ioTimeout.map { "\($0)" } ?? "")")
+        // A stall a reader just waited out fails the next read at once: the kernel retries
+        // each page of a failed read-ahead, and one caller must not wait the timeout per page.
+        if let ioTimeout, copy.stalled(within: ioTimeout), !copy.prepareRead(at: offset, count: count) { throw timedOut }
+        do {
+            try await CallerWait.run(limit: ioTimeout, timeout: { timedOut }) { () throws(FSError) in
+                try await copy.waitForBytes(at: offset, count: count)
+            }
+        } catch .timedOut(let message) {
+            copy.noteStall()
+            throw .timedOut(message)
+        }
     }
 
     /// Reads `count` bytes at `offset`, waiting for them to be fetched if they are not local.

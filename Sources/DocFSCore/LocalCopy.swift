@@ -459,6 +459,16 @@ public final class LocalCopy: ContentSink, Sendable {
         try await fetcher.wait(for: offset..<(offset + Int64(count)))
     }
 
+    /// A reader gave up waiting for bytes: see `RangeFetcher.noteStall`.
+    public func noteStall() {
+        state.withLock { $0.fetcher }?.noteStall()
+    }
+
+    /// Whether the store stalled on this copy's ranges lately: see `RangeFetcher.stalled`.
+    public func stalled(within window: Duration) -> Bool {
+        state.withLock { $0.fetcher }?.stalled(within: window) ?? false
+    }
+
     /// Fetches every byte a sparse copy lacks: before anyone writes to it, since only a
     /// complete copy may be committed and uploaded.
     public func fetchRemaining() async throws(FSError) {

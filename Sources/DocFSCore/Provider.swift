@@ -21,6 +21,8 @@ public actor Provider {
     private let cacheDirectory: String
     private let retry: RetryPolicy
     private let streaming: StreamingPolicy
+    /// How long an opener waits for its content (`--io-timeout`) before it gets `ETIMEDOUT`.
+    private let ioTimeout: Duration?
     private let logger: Logger
     private var providing: [Inode: Providing] = [:]
     private var isShutDown = false
@@ -31,6 +33,16 @@ public actor Provider {
     private struct Providing {
         var copy: LocalCopy
         var fetch: Task<Void, any Error>
+        /// The last failure the fetch met and is retrying after: what an opener that stops
+        /// waiting is told (a store that cannot be reached is `EHOSTDOWN`, not a timeout).
+        var trouble = FetchTrouble()
+    }
+
+    /// The last transient failure a fetch is retrying after.
+    final class FetchTrouble: Sendable {
+        private let last = Mutex<StoreError?>(nil)
+        func record(_ error: StoreError) { last.withLock { $0 = error } }
+        var error: StoreError? { last.withLock { $0 } }
     }
 
     /// How an open wants the content.
@@ -46,8 +58,9 @@ public actor Provider {
     }
 
     public init(store: any Store, catalog: Catalog, cacheDirectory: String, retry: RetryPolicy = .interactive,
-                streaming: StreamingPolicy = .default, logger: Logger) {
+                streaming: StreamingPolicy = .default, ioTimeout: Duration? = nil, logger: Logger) {
         self.store = store
+        self.ioTimeout = ioTimeout
         self.catalog = catalog
         self.cacheDirectory = cacheDirectory
         self.retry = retry
@@ -66,7 +79,9 @@ public actor Provider {
     }
 
     /// Makes `item`'s content local (or joins the fetch already under way) and counts one
-    /// more user of the copy.
+    /// more user of the copy. The opener waits at most `ioTimeout` (`ETIMEDOUT`), and only
+    /// while its task is not cancelled (a FUSE interrupt: `EINTR`); when it gives up and no
+    /// other opener holds the copy, the copy goes and its download is cancelled.
     public func open(_ item: Item, intent: OpenIntent = .content) async throws(FSError) -> LocalCopy {
         guard item.kind == .file else { throw item.isDirectory ? .isADirectory : .invalidArgument }
         guard !isShutDown else { throw .io("the mount is going away") }
@@ -78,18 +93,42 @@ public actor Provider {
         }
         try entry.copy.update { $0.opened() }
         do {
-            try await entry.fetch.value
+            let fetch = entry.fetch
+            let timedOut = { @Sendable [ioTimeout] in Self.gaveUp(on: item, after: ioTimeout, trouble: entry.trouble) }
+            // A reader's open waits for a head or a small file; a writer's for the whole file.
+            let fetchedAtOpen = intent == .streamed ? min(item.size, streaming.wholeFileLimit) : item.size
+            try await CallerWait.run(limit: ioTimeout.map { Self.wholeTransferLimit($0, bytes: fetchedAtOpen) }, timeout: timedOut) { () throws(FSError) in
+                do { try await fetch.value } catch { throw (error as? FSError) ?? .io("\(error)") }
+            }
             switch intent {
-            case .content: try await entry.copy.fetchRemaining()
+            case .content:
+                // A writer waits for every byte: its limit grows with the file.
+                let copy = entry.copy
+                try await CallerWait.run(limit: ioTimeout.map { Self.wholeTransferLimit($0, bytes: item.size) },
+                                         timeout: timedOut) { () throws(FSError) in try await copy.fetchRemaining() }
             case .empty: await entry.copy.stopFetching()
             case .streamed: break
             }
         } catch {
             // This opener never got a handle: give its count back.
             fetchFailed(item.inode, copy: entry.copy)
-            throw (error as? FSError) ?? .io("\(error)")
+            throw error
         }
         return entry.copy
+    }
+
+    /// What an opener that waited `--io-timeout` for the content of `item` is told: the store
+    /// cannot be reached (`EHOSTDOWN`) if that is what the fetch keeps retrying after, else a
+    /// timeout (`ETIMEDOUT`: the store accepts the request but does not deliver).
+    private static func gaveUp(on item: Item, after limit: Duration?, trouble: FetchTrouble) -> FSError {
+        if case .unreachable(let message) = trouble.error { return .storeUnreachable(message) }
+        return .timedOut("no content of \(item.path) within \(limit.map { "\($0)" } ?? "the limit")")
+    }
+
+    /// How long a wait for `bytes` bytes may take: the io timeout, plus a second per MiB (a
+    /// store slower than 1 MiB/s is treated as stalled for a whole-file wait).
+    static func wholeTransferLimit(_ ioTimeout: Duration, bytes: Int64) -> Duration {
+        ioTimeout + .seconds(max(0, bytes) >> 20)
     }
 
     /// One user let go. The last one evicts the copy — or, if it holds changes, hands it to
@@ -263,11 +302,12 @@ public actor Provider {
             return register(Providing(copy: copy, fetch: Task {}))
         }
         // Detached: the download must not run on (and hold up) the provider's executor.
+        let trouble = FetchTrouble()
         let fetch = Task.detached { [store, catalog, retry, streaming, logger] () async throws -> Void in
             do {
                 let entry = streamed
-                    ? try await Self.fetchHead(of: item, into: copy, store: store, retry: retry, streaming: streaming, logger: logger)
-                    : try await Self.fetch(item, into: copy, store: store, retry: retry, logger: logger)
+                    ? try await Self.fetchHead(of: item, into: copy, store: store, retry: retry, streaming: streaming, trouble: trouble, logger: logger)
+                    : try await Self.fetch(item, into: copy, store: store, retry: retry, trouble: trouble, logger: logger)
                 try copy.update({ $0.fetched(etag: entry.etag) },
                                 recording: { (life) throws(FSError) in try catalog.recordFetched(item.inode, life, entry: entry) })
                 if entry.etag != item.etag, item.etag != nil {
@@ -284,17 +324,18 @@ public actor Provider {
                 throw error
             }
         }
-        return register(Providing(copy: copy, fetch: fetch))
+        return register(Providing(copy: copy, fetch: fetch, trouble: trouble))
     }
 
     /// Downloads `item` into `copy`, all of it or its first `upTo` bytes, in one read, and sizes
     /// the copy to the item. A partial download is never presented as the file.
     private static func fetch(_ item: Item, upTo limit: Int64? = nil, into copy: LocalCopy, store: any Store,
-                              retry: RetryPolicy, logger: Logger) async throws -> RemoteEntry {
+                              retry: RetryPolicy, trouble: FetchTrouble? = nil, logger: Logger) async throws -> RemoteEntry {
         let entry = try await retry.run({ () async throws(StoreError) -> RemoteEntry in
             try await store.read(item.path, range: limit.map { 0..<$0 }, ifMatch: nil, into: copy)
         }, beforeRetry: { error in
             logger.info("retrying download", metadata: ["path": "\(item.path)", "error": "\(error)"])
+            trouble?.record(error)
             copy.reset()
         })
         try Task.checkCancellation()
@@ -314,8 +355,8 @@ public actor Provider {
     /// Downloads the head of a large `item`, which pins its version and tells its size, and
     /// leaves the rest to a `RangeFetcher` that fetches it as reads ask for it.
     private static func fetchHead(of item: Item, into copy: LocalCopy, store: any Store, retry: RetryPolicy,
-                                  streaming: StreamingPolicy, logger: Logger) async throws -> RemoteEntry {
-        let entry = try await fetch(item, upTo: streaming.head, into: copy, store: store, retry: retry, logger: logger)
+                                  streaming: StreamingPolicy, trouble: FetchTrouble, logger: Logger) async throws -> RemoteEntry {
+        let entry = try await fetch(item, upTo: streaming.head, into: copy, store: store, retry: retry, trouble: trouble, logger: logger)
         let headEnd = min(streaming.head, entry.size)
         guard headEnd < entry.size else { return entry }
         guard let version = entry.etag else {

@@ -83,6 +83,9 @@ public final class RangeFetcher: Sendable {
         var streams: [UInt64: ReadStream] = [:]
         /// Where a new stream starts out: the head fetched at open is already there.
         var headEnd: Int64
+        /// Bytes delivered so far, and the count when a reader last gave up waiting (a stall).
+        var arrivedBytes: Int64 = 0
+        var stall: (at: ContinuousClock.Instant, arrivedBytes: Int64)?
     }
 
     /// One reader's sequential stream: where it started, how far it read, how far ahead it was
@@ -153,27 +156,53 @@ public final class RangeFetcher: Sendable {
         }
     }
 
+    /// A reader gave up waiting for its bytes (`--io-timeout`): the store is stalled. Until
+    /// `stalled(within:)` says otherwise, further reads fail at once instead of waiting out the
+    /// timeout again (the kernel asks once per page after a failed read-ahead).
+    public func noteStall() {
+        state.withLock { $0.stall = (ContinuousClock.now, $0.arrivedBytes) }
+    }
+
+    /// Whether a stall was noted less than `window` ago with hardly a byte (under 64 KiB)
+    /// delivered since: a trickle counts as stalled.
+    public func stalled(within window: Duration) -> Bool {
+        state.withLock { state in
+            guard let stall = state.stall else { return false }
+            return ContinuousClock.now - stall.at < window && state.arrivedBytes - stall.arrivedBytes < 64 << 10
+        }
+    }
+
     /// The reader `stream` is gone (its handle closed).
     public func endStream(_ id: UInt64) {
         state.withLock { _ = $0.streams.removeValue(forKey: id) }
     }
 
-    /// Waits until every byte of `wanted` is local (fetching what is not yet asked for).
+    /// Waits until every byte of `wanted` is local (fetching what is not yet asked for). A
+    /// cancelled wait ends at once with `CallerWait.interrupted`; the requests it started go on
+    /// for the other readers (and stop with the copy).
     public func wait(for wanted: ByteRange) async throws(FSError) {
         let range = clamped(wanted)
         if range.isEmpty { return }
-        let failure: FSError? = await withCheckedContinuation { continuation in
-            let answer: FSError?? = state.withLock { state in
-                if copy.held.contains(range) { return .some(nil) }
-                if let failure = state.failure { return .some(failure) }
-                request(range, urgent: true, in: &state)
-                launch(&state)
-                let id = state.nextWaiter
-                state.nextWaiter += 1
-                state.waiters[id] = Waiter(range: range, continuation: continuation)
-                return nil
+        let id = state.withLock { state in
+            defer { state.nextWaiter += 1 }
+            return state.nextWaiter
+        }
+        let failure: FSError? = await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                let answer: FSError?? = state.withLock { state in
+                    if copy.held.contains(range) { return .some(nil) }
+                    if let failure = state.failure { return .some(failure) }
+                    if Task.isCancelled { return .some(CallerWait.interrupted) }
+                    request(range, urgent: true, in: &state)
+                    launch(&state)
+                    state.waiters[id] = Waiter(range: range, continuation: continuation)
+                    return nil
+                }
+                if let answer { continuation.resume(returning: answer) }
             }
-            if let answer { continuation.resume(returning: answer) }
+        } onCancel: {
+            let waiter = state.withLock { $0.waiters.removeValue(forKey: id) }
+            waiter?.continuation.resume(returning: CallerWait.interrupted)
         }
         if let failure { throw failure }
     }
@@ -296,8 +325,9 @@ public final class RangeFetcher: Sendable {
     }
 
     /// Bytes arrived: wake the readers that have theirs.
-    fileprivate func arrived() {
+    fileprivate func arrived(_ count: Int) {
         let ready = state.withLock { state -> [Waiter] in
+            state.arrivedBytes += Int64(count)
             guard !state.waiters.isEmpty else { return [] }
             let held = copy.held
             var ready: [Waiter] = []
@@ -365,7 +395,7 @@ public final class RangeFetcher: Sendable {
 
         func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(StoreError) {
             try copy.write(bytes, at: offset)
-            fetcher.arrived()
+            fetcher.arrived(bytes.count)
         }
     }
 }

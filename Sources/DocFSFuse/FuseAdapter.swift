@@ -62,12 +62,15 @@ final class FuseAdapter: Sendable {
         FuseRequest(RequestToken(raw: req), gate: gate)
     }
 
-    /// Runs `work` in a tracked Swift task; `work` owns the request and must reply.
+    /// Runs `work` in a tracked Swift task; `work` owns the request and must reply. A FUSE
+    /// interrupt of the request cancels that task (see `FuseAdapter+Interrupts.swift`).
     func respond(_ req: fuse_req_t, _ work: @escaping @Sendable (consuming FuseRequest) async -> Void) {
         let token = RequestToken(raw: req)
         let gate = self.gate
-        let started = inFlight.start { await work(FuseRequest(token, gate: gate)) }
         // Only after the loop ended (never in practice: its workers are joined by then).
+        guard let id = inFlight.reserve() else { return FuseRequest(token, gate: gate).reply(errno: ENOTCONN) }
+        registerInterrupt(req, id: id)
+        let started = inFlight.start(id) { await work(FuseRequest(token, gate: gate)) }
         if !started { FuseRequest(token, gate: gate).reply(errno: ENOTCONN) }
     }
 
@@ -136,7 +139,7 @@ final class FuseAdapter: Sendable {
 
     func lookup(_ request: consuming FuseRequest, parent: Inode, name: String) async {
         do {
-            let item = try await fs.lookup(parent: parent, name: name)
+            let item = try await shielded { [fs] () throws(FSError) in try await fs.lookup(parent: parent, name: name) }
             request.replyEntry(entry(for: item))
         } catch {
             request.fail(error)
@@ -236,8 +239,10 @@ final class FuseAdapter: Sendable {
     func create(_ request: consuming FuseRequest, parent: Inode, name: String, mode: UInt32, flags: Int32,
                 caller: (uid: UInt32, gid: UInt32)) async {
         do {
-            let (item, handle) = try await fs.create(in: parent, name: name, mode: mode, owner: caller.uid, group: caller.gid,
-                                                     exclusive: flags & O_EXCL != 0, truncate: flags & O_TRUNC != 0)
+            let (item, handle) = try await shielded({ [fs] () throws(FSError) in
+                try await fs.create(in: parent, name: name, mode: mode, owner: caller.uid, group: caller.gid,
+                                    exclusive: flags & O_EXCL != 0, truncate: flags & O_TRUNC != 0)
+            }, abandoned: { [fs] created in Task { await fs.release(handle: created.handle) } })
             request.replyCreate(entry(for: item), handle: handle)
         } catch {
             request.fail(error)
@@ -263,7 +268,7 @@ final class FuseAdapter: Sendable {
 
     func fsync(_ request: consuming FuseRequest, handle: UInt64) async {
         do {
-            try await fs.fsync(handle: handle)
+            try await shielded { [fs] () throws(FSError) in try await fs.fsync(handle: handle) }
             request.reply(errno: 0)
         } catch {
             request.fail(error)
@@ -281,7 +286,9 @@ final class FuseAdapter: Sendable {
 
     func mkdir(_ request: consuming FuseRequest, parent: Inode, name: String, mode: UInt32, caller: (uid: UInt32, gid: UInt32)) async {
         do {
-            let item = try await fs.makeDirectory(in: parent, name: name, mode: mode, owner: caller.uid, group: caller.gid)
+            let item = try await shielded { [fs] () throws(FSError) in
+                try await fs.makeDirectory(in: parent, name: name, mode: mode, owner: caller.uid, group: caller.gid)
+            }
             request.replyEntry(entry(for: item))
         } catch {
             request.fail(error)
@@ -315,7 +322,7 @@ final class FuseAdapter: Sendable {
 
     func remove(_ request: consuming FuseRequest, parent: Inode, name: String, directory: Bool) async {
         do {
-            try await fs.remove(from: parent, name: name, directory: directory)
+            try await shielded { [fs] () throws(FSError) in try await fs.remove(from: parent, name: name, directory: directory) }
             request.reply(errno: 0)
         } catch {
             request.fail(error)
@@ -329,7 +336,9 @@ final class FuseAdapter: Sendable {
             return
         }
         do {
-            try await fs.rename(from: parent, name: name, to: newParent, newName: newName, noReplace: flags & 1 != 0)
+            try await shielded { [fs] () throws(FSError) in
+                try await fs.rename(from: parent, name: name, to: newParent, newName: newName, noReplace: flags & 1 != 0)
+            }
             request.reply(errno: 0)
         } catch {
             request.fail(error)
@@ -362,7 +371,7 @@ final class FuseAdapter: Sendable {
         do {
             let directory = try fs.item(inode)
             guard directory.isDirectory else { throw FSError.notADirectory }
-            let children = try await fs.children(of: inode)
+            let children = try await shielded { [fs] () throws(FSError) in try await fs.children(of: inode) }
             var entries = [
                 DirectoryEntry(name: ".", item: nil, inode: inode, isDirectory: true),
                 DirectoryEntry(name: "..", item: nil, inode: directory.parent ?? inode, isDirectory: true),

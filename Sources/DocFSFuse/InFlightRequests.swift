@@ -8,8 +8,14 @@ import Synchronization
 final class InFlightRequests: Sendable {
     private struct State {
         var accepting = true
-        var next: UInt64 = 0
+        /// Ids start at 1: an id travels to the interrupt callback as a pointer's bit pattern.
+        var next: UInt64 = 1
         var running: [UInt64: Task<Void, Never>] = [:]
+        /// Ids handed out by `reserve` whose task has not started yet, and those of them the
+        /// kernel already interrupted (libfuse may call the interrupt callback from inside
+        /// `fuse_req_interrupt_func`, before the task exists).
+        var reserved: Set<UInt64> = []
+        var interruptedEarly: Set<UInt64> = []
     }
 
     private let state = Mutex(State())
@@ -17,17 +23,50 @@ final class InFlightRequests: Sendable {
     /// Runs `work` in a new task, tracked until it returns. Returns false (and runs nothing)
     /// once `close` was called.
     func start(_ work: @escaping @Sendable () async -> Void) -> Bool {
+        guard let id = reserve() else { return false }
+        return start(id, work)
+    }
+
+    /// An id for a request's task before it starts (so that its interrupt can be registered
+    /// first, while the request cannot yet be answered and freed); nil once `close` was called.
+    func reserve() -> UInt64? {
         state.withLock { state in
-            guard state.accepting else { return false }
+            guard state.accepting else { return nil }
             let id = state.next
             state.next += 1
+            state.reserved.insert(id)
+            return id
+        }
+    }
+
+    /// Runs `work` as the task of the reserved `id`; cancelled at once if it was interrupted
+    /// already. Returns false (and runs nothing) once `close` was called.
+    func start(_ id: UInt64, _ work: @escaping @Sendable () async -> Void) -> Bool {
+        state.withLock { state in
+            state.reserved.remove(id)
+            let interrupted = state.interruptedEarly.remove(id) != nil
+            guard state.accepting else { return false }
             // The task removes itself; it cannot do so before it is added, as that waits for this lock.
-            state.running[id] = Task {
+            let task = Task {
                 await work()
                 self.state.withLock { _ = $0.running.removeValue(forKey: id) }
             }
+            state.running[id] = task
+            if interrupted { task.cancel() }
             return true
         }
+    }
+
+    /// The kernel interrupted the request behind `id` (the caller got a signal): its task is
+    /// cancelled, and answers `EINTR` from the wait it is in. Called on a libfuse thread,
+    /// possibly before the task started or after it ended (then there is nothing to do).
+    func interrupt(_ id: UInt64) {
+        let task = state.withLock { state -> Task<Void, Never>? in
+            if let task = state.running[id] { return task }
+            if state.reserved.contains(id) { state.interruptedEarly.insert(id) }
+            return nil
+        }
+        task?.cancel()
     }
 
     var count: Int { state.withLock { $0.running.count } }

@@ -70,6 +70,10 @@ struct MountCommand: AsyncParsableCommand {
                                valueName: "seconds"))
     var attrTimeout: Double = 1
 
+    @Option(help: ArgumentHelp("Seconds a process blocked in open() or read() waits for content from the store before it gets an error (ETIMEDOUT; EHOSTDOWN when the store cannot be reached). Ctrl-C ends such a wait at once.",
+                               valueName: "seconds"))
+    var ioTimeout: Double = 30
+
     @Option(name: .customShort("o"), help: "FUSE mount options, comma-separated (e.g. allow_other).")
     var options: [String] = []
 
@@ -90,6 +94,7 @@ struct MountCommand: AsyncParsableCommand {
         guard wholeFileLimit >= 0 else { throw ValidationError("--whole-file-limit must be 0 or more bytes") }
         guard entryTimeout >= 0, entryTimeout.isFinite else { throw ValidationError("--entry-timeout must be 0 or more seconds") }
         guard attrTimeout >= 0, attrTimeout.isFinite else { throw ValidationError("--attr-timeout must be 0 or more seconds") }
+        guard ioTimeout > 0, ioTimeout <= 86_400 else { throw ValidationError("--io-timeout must be more than 0 and at most 86400 seconds") }
     }
 
     /// A mount point that cannot be used is a one-line reason, not a usage message.
@@ -163,7 +168,8 @@ struct MountCommand: AsyncParsableCommand {
 
         let filesystem = DocFileSystem(store: store, catalog: catalog, cacheDirectory: layout.cacheDirectory,
                                        directoryTTL: dirCacheTtl, readOnly: readOnly,
-                                       streaming: StreamingPolicy(wholeFileLimit: wholeFileLimit), logger: logger)
+                                       streaming: StreamingPolicy(wholeFileLimit: wholeFileLimit),
+                                       ioTimeout: .milliseconds(Int64(ioTimeout * 1000)), logger: logger)
         var mountOptions = ["fsname=docfs", "subtype=docfs", "default_permissions"]
         if readOnly { mountOptions.append("ro") }
         mountOptions += options.flatMap { $0.split(separator: ",").map(String.init) }

@@ -25,6 +25,19 @@ struct MountTable {
         entries().last { $0.mountpoint == path }
     }
 
+    /// The device minor of the mount at `path` (the most recent), from `/proc/self/mountinfo`:
+    /// a FUSE mount's connection number under `/sys/fs/fuse/connections`. Read from the table,
+    /// not by `stat` of the mount point, which a stuck mount would answer never.
+    static func deviceMinor(at path: String) -> Int? {
+        guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return nil }
+        let minors: [Int] = text.split(separator: "\n").compactMap { line in
+            let fields = line.split(separator: " ", omittingEmptySubsequences: false)
+            guard fields.count >= 5, unescape(fields[4]) == path else { return nil }
+            return fields[2].split(separator: ":").last.flatMap { Int($0) }
+        }
+        return minors.last
+    }
+
     /// `/proc/mounts` writes space, tab, newline and backslash as `\040`, `\011`, `\012`, `\134`.
     private static func unescape(_ field: Substring) -> String {
         var bytes: [UInt8] = []

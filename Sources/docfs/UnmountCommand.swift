@@ -12,7 +12,10 @@ struct UnmountCommand: AsyncParsableCommand {
             First waits until every change has reached the store (and says which files it is \
             waiting for). If the store cannot be reached, refuses unless --force: then the \
             unsynced files are kept under their names in a recovery folder (named in the \
-            message), and the next mount of the same store uploads them, then removes it. Also cleans up a stale mount left \
+            message), and the next mount of the same store uploads them, then removes it. With --force the mount ends \
+            even while processes are stuck in it: its FUSE connection is aborted (their calls fail) and it is \
+            unmounted lazily. Files whose upload the store refused for good (user.docfs.error says why) do not hold \
+            the unmount up: they are kept in the recovery folder, and named. Also cleans up a stale mount left \
             by a daemon that was killed.
 
             Examples:
@@ -21,7 +24,7 @@ struct UnmountCommand: AsyncParsableCommand {
             """
     )
 
-    @Flag(help: "Unmount even if changes cannot reach the store now (they are kept and uploaded by the next mount).")
+    @Flag(help: "Unmount even if changes cannot reach the store now (they are kept and uploaded by the next mount), and even if processes are stuck in the mount (its connection is aborted).")
     var force = false
 
     @Argument(help: "The mount point.")
@@ -54,10 +57,16 @@ struct UnmountCommand: AsyncParsableCommand {
 
         if umount2(path, 0) != 0 {
             let code = errno
-            if code == EBUSY {
+            if force, code == EBUSY || code == EPERM {
+                // Callers stuck in the mount (or no right to umount2): keep what is unsynced, cut
+                // the kernel's connection to the daemon so every waiting call fails at once, and
+                // take the mount point away even while files there are still open.
+                if let record { keepUnsynced(record) }
+                abortConnection(path)
+                if umount2(path, Int32(MNT_DETACH)) != 0 { try runFusermount(["-u", "-z", path]) }
+            } else if code == EBUSY {
                 fail("\(path) is busy: close the files open there (see 'fuser -vm \(path)') and try again")
-            }
-            if code == EPERM {
+            } else if code == EPERM {
                 try runFusermount(["-u", path])
             } else {
                 // A dead daemon's mount: detach it.
@@ -112,6 +121,37 @@ struct UnmountCommand: AsyncParsableCommand {
         }
     }
 
+    /// Ends the FUSE connection of the mount at `path` as `/sys/fs/fuse/connections/N/abort`
+    /// does (N: the mount's device minor): every request waiting in it fails at once, the
+    /// daemon's loop ends, and the processes stuck there get their error.
+    private func abortConnection(_ path: String) {
+        guard let minor = MountTable.deviceMinor(at: path) else {
+            printError("docfs: cannot find \(path) in /proc/self/mountinfo; unmounting it lazily")
+            return
+        }
+        let control = "/sys/fs/fuse/connections/\(minor)/abort"
+        let fd = open(control, O_WRONLY)
+        guard fd >= 0 else {
+            printError("docfs: cannot abort the connection (\(control): \(String(cString: strerror(errno)))); unmounting lazily")
+            return
+        }
+        defer { close(fd) }
+        if write(fd, "1", 1) != 1 {
+            printError("docfs: cannot abort the connection (\(control): \(String(cString: strerror(errno))))")
+        } else {
+            printError("docfs: aborted the FUSE connection of \(path): calls stuck in it fail now")
+        }
+    }
+
+    /// Keeps the unsynced files in a recovery folder now, while the daemon may still be
+    /// stuck (`cleanUp` finds them kept already).
+    private func keepUnsynced(_ record: MountRecord) {
+        guard let catalog = try? Catalog(path: record.stateDirectory + "/catalog.sqlite") else { return }
+        let pending = (try? catalog.items(in: [.modified, .uploading])) ?? []
+        guard !pending.isEmpty else { return }
+        _ = try? RecoveryFolder.keep(pending, cacheDirectory: record.cacheDirectory, stateDirectory: record.stateDirectory)
+    }
+
     /// Whether the daemon can still do anything: a killed daemon may linger as a zombie until
     /// its parent reaps it, and `kill(pid, 0)` succeeds on zombies.
     private func isAlive(_ pid: Int32) -> Bool {
@@ -139,6 +179,10 @@ struct UnmountCommand: AsyncParsableCommand {
                 let folder = try RecoveryFolder.keep(pending, cacheDirectory: record.cacheDirectory, stateDirectory: record.stateDirectory)
                 printError("docfs: \(pending.count) file(s) with changes not on the store yet are kept in \(folder ?? record.cacheDirectory) "
                     + "(under their names); the next mount of \(record.store) uploads them, then removes that folder")
+                for item in pending {
+                    let reason = item.uploadError.map { ": \($0)" } ?? ""
+                    printError("docfs: kept \(item.path)\(reason)")
+                }
             } catch {
                 printError("docfs: \(pending.count) file(s) with changes not on the store yet are kept in \(record.cacheDirectory) "
                     + "(the recovery folder could not be made: \(error)); the next mount of \(record.store) uploads them")

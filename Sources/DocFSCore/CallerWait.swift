@@ -1,0 +1,98 @@
+// CallerWait: how a caller (a process blocked in open() or read()) waits for work it does not
+// own, such as a download other openers share. The caller's wait ends at its deadline (the
+// mount's --io-timeout) or when its task is cancelled (a FUSE interrupt: Ctrl-C, SIGKILL),
+// whichever comes first; the work itself is not cancelled by that, so other waiters keep it.
+// Whoever owns the work decides whether it goes on once nobody waits (Provider evicts a copy
+// no opener holds, which cancels its download).
+import Glibc
+import Synchronization
+
+public enum CallerWait {
+    /// The error a wait ends with when its task is cancelled: `EINTR` for the caller.
+    public static let interrupted = FSError.local(errno: EINTR, "interrupted")
+
+    /// Runs `work` in a task of its own and waits for its result, for at most `limit`
+    /// (what `timeout` says is thrown then) and only while the calling task is not cancelled
+    /// (`interrupted` is thrown then). The task running `work` is cancelled when the wait ends
+    /// early: `work` that awaits something shared (a fetch's `Task.value`) leaves that running.
+    /// `abandoned` receives a result that came after the caller stopped waiting (to give back
+    /// what it holds, e.g. a handle nobody will close).
+    public static func run<T: Sendable>(limit: Duration?, timeout: @escaping @Sendable () -> FSError = { .timedOut("no answer in time") },
+                                        _ work: @escaping @Sendable () async throws(FSError) -> T,
+                                        abandoned: (@Sendable (T) -> Void)? = nil) async throws(FSError) -> T {
+        if Task.isCancelled { throw interrupted }
+        let outcome = Outcome<T>()
+        let result: Result<T, FSError> = await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Result<T, FSError>, Never>) in
+                outcome.arm(continuation)
+                let worker = Task {
+                    let result: Result<T, FSError>
+                    do throws(FSError) { result = .success(try await work()) } catch { result = .failure(error) }
+                    if !outcome.resolve(result), case .success(let value) = result { abandoned?(value) }
+                }
+                let timer: Task<Void, Never>? = limit.map { limit in
+                    Task {
+                        try? await Task.sleep(for: limit)
+                        if !Task.isCancelled { outcome.resolve(.failure(timeout())) }
+                    }
+                }
+                outcome.whenResolved {
+                    worker.cancel()
+                    timer?.cancel()
+                }
+            }
+        } onCancel: {
+            outcome.resolve(.failure(interrupted))
+        }
+        return try result.get()
+    }
+
+    /// The one answer a wait gets, from whichever of work, timer and cancellation comes first.
+    private final class Outcome<T: Sendable>: Sendable {
+        private struct State {
+            var continuation: CheckedContinuation<Result<T, FSError>, Never>?
+            var result: Result<T, FSError>?
+            var resumed = false
+            var cleanup: (@Sendable () -> Void)?
+        }
+
+        private let state = Mutex(State())
+
+        func arm(_ continuation: CheckedContinuation<Result<T, FSError>, Never>) {
+            let ready = state.withLock { state -> Result<T, FSError>? in
+                state.continuation = continuation
+                guard let result = state.result, !state.resumed else { return nil }
+                state.resumed = true
+                return result
+            }
+            if let ready { continuation.resume(returning: ready) }
+        }
+
+        /// Records `result` unless one was recorded first; returns whether this one counts.
+        @discardableResult
+        func resolve(_ result: Result<T, FSError>) -> Bool {
+            let (won, continuation, cleanup) = state.withLock { state -> (Bool, CheckedContinuation<Result<T, FSError>, Never>?, (@Sendable () -> Void)?) in
+                guard state.result == nil else { return (false, nil, nil) }
+                state.result = result
+                guard let continuation = state.continuation, !state.resumed else { return (true, nil, nil) }
+                state.resumed = true
+                let cleanup = state.cleanup
+                state.cleanup = nil
+                return (true, continuation, cleanup)
+            }
+            continuation?.resume(returning: result)
+            cleanup?()
+            return won
+        }
+
+        /// Runs `cleanup` once the answer is in (now, if it already is).
+        func whenResolved(_ cleanup: @escaping @Sendable () -> Void) {
+            let now = state.withLock { state -> Bool in
+                guard state.result == nil else { return true }
+                state.cleanup = cleanup
+                return false
+            }
+            if now { cleanup() }
+        }
+    }
+}
