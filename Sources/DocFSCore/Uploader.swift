@@ -13,8 +13,12 @@ import Logging
 /// on nothing being there yet (`If-None-Match: *`). When the store has moved on, both versions
 /// survive: the local one is uploaded next to it as `NAME (conflict YYYY-MM-DD HHMMSS).EXT`.
 /// Transient failures (store down, timeouts, 5xx) are retried with backoff for as long as the
-/// mount lives. Metadata operations run `exclusively` on the paths they touch, so a rename
-/// never races an upload to the old name, and an upload elsewhere never holds them up.
+/// mount lives. A permanent one (the store refuses the upload: 400, 403, 413, a name it will not
+/// take) stops: the change stays in the journal with the reason in `user.docfs.error`, is not
+/// sent again until it changes (or the next mount), and `docfs unmount` keeps it in the
+/// recovery folder instead of waiting for it. Metadata operations run `exclusively` on the
+/// paths they touch, so a rename never races an upload to the old name, and an upload
+/// elsewhere never holds them up.
 /// Every upload sends a snapshot of one commit of the copy (`LocalCopy.startUpload`), never
 /// the live file that writes may still change.
 public actor Uploader {
@@ -39,7 +43,13 @@ public actor Uploader {
     private var idleWaiters: [CheckedContinuation<Void, Never>] = []
     private var itemWaiters: [Inode: [CheckedContinuation<Void, Never>]] = [:]
     private var retryTasks: [Inode: Task<Void, Never>] = [:]
+    /// Items whose last upload the store refused for good, with why (see `refusedPrefix`).
+    private var refused: [Inode: String] = [:]
     private var stopped = false
+
+    /// How `user.docfs.error` (the catalog's upload error) begins for an upload the store
+    /// refused for good: `docfs unmount` keeps such files rather than waiting for them.
+    public static let refusedPrefix = "refused by the store: "
 
     public init(store: any Store, catalog: Catalog, provider: Provider, maximumBackoff: Duration = .seconds(15), logger: Logger) {
         self.store = store
@@ -62,6 +72,7 @@ public actor Uploader {
     public func enqueue(_ inode: Inode) {
         guard !stopped else { return }
         retryTasks.removeValue(forKey: inode)?.cancel()
+        refused[inode] = nil
         if !queued.contains(inode) {
             queued.insert(inode)
             queue.append(inode)
@@ -83,6 +94,7 @@ public actor Uploader {
                 throw .io(item?.uploadError ?? "upload failed")
             }
         }
+        if let reason = refused[inode] { throw .io(reason) }
     }
 
     /// Waits until nothing is queued or uploading (or until every pending item is waiting
@@ -115,6 +127,7 @@ public actor Uploader {
         retryTasks.removeValue(forKey: inode)?.cancel()
         if queued.remove(inode) != nil { queue.removeAll { $0 == inode } }
         backoff[inode] = nil
+        refused[inode] = nil
         forced.remove(inode)
         wakeItemWaiters(inode)
         wakeIdleWaitersIfIdle()
@@ -177,6 +190,9 @@ public actor Uploader {
             forced.remove(inode)
         case .retryLater:
             scheduleRetry(inode)
+        case .refused:
+            backoff[inode] = nil
+            forced.remove(inode)
         }
         for waiter in exclusiveWaiters { waiter.resume() }
         exclusiveWaiters.removeAll()
@@ -184,7 +200,7 @@ public actor Uploader {
         startWork()
     }
 
-    private enum Outcome { case done, retryLater }
+    private enum Outcome { case done, retryLater, refused }
 
     private func attempt(_ inode: Inode) async -> Outcome {
         let item: Item
@@ -247,7 +263,7 @@ public actor Uploader {
                 // Changed, created, or made a folder elsewhere meanwhile: ours goes next to it.
                 return await keepBoth(item, copy, commit: commit, snapshot: snapshot)
             default:
-                return await failed(item, copy, FSError(error))
+                return await failed(item, copy, error)
             }
         } catch {
             return await failed(item, copy, error)
@@ -273,11 +289,27 @@ public actor Uploader {
     }
 
     private func failed(_ item: Item, _ copy: LocalCopy, _ error: any Error) async -> Outcome {
-        let error = (error as? FSError) ?? .io("\(error)")
+        if let error = error as? StoreError, Self.isPermanent(error) {
+            let reason = Self.refusedPrefix + error.description
+            logger.error("the store refused the upload; the change is kept, not sent again",
+                         metadata: ["path": "\(item.path)", "error": "\(error)"])
+            await provider.uploadFailed(copy)
+            try? catalog.recordUploadError(of: item.inode, reason)
+            refused[item.inode] = reason
+            return .refused
+        }
+        let error = (error as? FSError) ?? ((error as? StoreError).map(FSError.init) ?? .io("\(error)"))
         logger.warning("upload failed, will retry", metadata: ["path": "\(item.path)", "error": "\(error)"])
         await provider.uploadFailed(copy)
         try? catalog.recordUploadError(of: item.inode, "\(error)")
         return .retryLater
+    }
+
+    /// Whether the same upload can never succeed: the store said no to it (400, 403, 405, 409,
+    /// 413, 414, a name it will not take: `StoreError.isPermanent`), rather than failing to
+    /// answer (timeouts, 5xx, a connection that broke) or the local disk failing.
+    static func isPermanent(_ error: StoreError) -> Bool {
+        error.isPermanent
     }
 
     /// The store changed since the edit began: upload ours as a conflict copy, show theirs.
@@ -336,7 +368,7 @@ public actor Uploader {
             case .versionMismatch, .alreadyExists:
                 return await keepBoth(item, copy, commit: commit, snapshot: snapshot)
             default:
-                return await failed(item, copy, FSError(error))
+                return await failed(item, copy, error)
             }
         } catch {
             return await failed(item, copy, error)

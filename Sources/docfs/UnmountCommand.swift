@@ -99,7 +99,10 @@ struct UnmountCommand: AsyncParsableCommand {
         let started = Date()
         var announced = Set<String>()
         while true {
-            let pending = (try? catalog.items(in: [.modified, .uploading])) ?? []
+            let all = (try? catalog.items(in: [.modified, .uploading])) ?? []
+            // An upload the store refused for good is not retried: nothing to wait for. It is
+            // kept in the recovery folder once the daemon has gone (see `cleanUp`).
+            let pending = all.filter { !($0.uploadError ?? "").hasPrefix(Uploader.refusedPrefix) }
             if pending.isEmpty { return }
             let names = pending.map { $0.path.description }
             for name in names where !announced.contains(name) {

@@ -1,0 +1,286 @@
+"""Callers never hang (issue 10): a stalled store costs a blocked process at most --io-timeout,
+Ctrl-C and SIGKILL end it at once (FUSE interrupts), `docfs unmount --force` ends a mount with
+callers stuck in it, and an upload the store refuses for good stops being sent and does not
+hold `docfs unmount` up.
+
+Every test runs docfs against `rclone serve webdav` through the project's fault proxy (fault_proxy.py),
+which stalls answers (one body byte every few seconds) or answers 413. Each one is bounded in
+time: a caller that does hang is killed and its mount's connection aborted, so the test fails
+instead of hanging, and the mount fixture always unmounts.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fault_proxy import FaultProxy
+from helpers import abort_fuse_connection, is_mounted, pseudo_random_bytes, wait_until
+
+pytestmark = pytest.mark.fuse
+
+SMALL = 300_000          # fetched whole at open (under the 1 MiB whole-file limit)
+BIG = 6 * 1024 * 1024    # streamed: its head at open, the rest by ranged reads
+MARGIN = 3.0             # seconds allowed beyond a deadline (debug build, 2 cores)
+
+
+@pytest.fixture
+def stalling(tmp_path, rclone_serve, mount):
+    """(mount, proxy, files): a mount of `rclone serve webdav` through a fault proxy, with small.bin
+    and big.bin on the store. Call it with the mount's extra options."""
+    proxies: list[FaultProxy] = []
+
+    def start(*options):
+        root = tmp_path / "store"
+        root.mkdir()
+        files = {"small.bin": pseudo_random_bytes(SMALL, 1), "big.bin": pseudo_random_bytes(BIG, 2)}
+        for name, data in files.items():
+            (root / name).write_bytes(data)
+        server = rclone_serve(root)
+        proxy = FaultProxy(upstream_port=server.port).start()
+        proxies.append(proxy)
+        m = mount(proxy.url, *options)
+        assert sorted(os.listdir(m.path)) == sorted(files)
+        return m, proxy, files
+
+    yield start
+    for proxy in proxies:
+        proxy.stop()
+
+
+class Caller:
+    """A process of ours blocked in the mount: `cat FILE`, or a reader that opens, waits for a
+    line on stdin, then reads everything. Killed (and the mount's connection aborted, which is
+    what frees a process stuck in D state) if it outlives the test."""
+
+    def __init__(self, args, mountpoint: Path):
+        self.mountpoint = mountpoint
+        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE)
+        self.started = time.monotonic()
+
+    @classmethod
+    def cat(cls, path: Path, mountpoint: Path) -> "Caller":
+        return cls(["cat", str(path)], mountpoint)
+
+    @classmethod
+    def reader(cls, path: Path, mountpoint: Path) -> "Caller":
+        # SIGINT as for cat (its default action), not Python's KeyboardInterrupt.
+        code = ("import os, signal, sys\n"
+                "signal.signal(signal.SIGINT, signal.SIG_DFL)\n"
+                f"fd = os.open({str(path)!r}, os.O_RDONLY)\n"
+                "print('opened', flush=True)\n"
+                "sys.stdin.readline()\n"
+                "n = 0\n"
+                "while True:\n"
+                "    try:\n"
+                "        b = os.read(fd, 1 << 16)\n"
+                "    except OSError as e:\n"
+                "        print('error', e.errno, flush=True); sys.exit(3)\n"
+                "    if not b: break\n"
+                "    n += len(b)\n"
+                "print('read', n, flush=True)\n")
+        return cls([sys.executable, "-c", code], mountpoint)
+
+    def wait_for_line(self, expected: str, timeout: float) -> None:
+        line = wait_until(lambda: self.proc.stdout.readline().decode().strip(), timeout,
+                          f"'{expected}' from the reader")
+        assert line == expected, line
+
+    def go(self) -> None:
+        self.proc.stdin.write(b"go\n")
+        self.proc.stdin.flush()
+
+    def wait(self, timeout: float) -> float | None:
+        """Seconds from `since` (default: start) until the process ended; None if it did not
+        within `timeout` (it is then left running: see `finish`)."""
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        return time.monotonic() - self.started
+
+    def finish(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            try:
+                self.proc.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                # Stuck in D state: only an abort of the connection frees it.
+                abort_fuse_connection(self.mountpoint)
+                self.proc.wait(timeout=10)
+
+
+def stall_gets(proxy: FaultProxy, name: str):
+    """Every GET of `name` from now on: the head, then a body byte every 5 s."""
+    return proxy.stall(every=5.0, method="GET", path=rf"/{name}$")
+
+
+# --- --io-timeout -------------------------------------------------------------------------
+
+def test_open_of_a_stalled_file_fails_within_the_io_timeout(stalling):
+    m, proxy, _ = stalling("--io-timeout", "5")
+    stall_gets(proxy, "small.bin")
+    caller = Caller.cat(m / "small.bin", m.path)
+    try:
+        took = caller.wait(timeout=5 + MARGIN + 10)
+        assert took is not None, "cat of a stalled file still blocked in open() 18 s later (--io-timeout 5)"
+        assert caller.proc.returncode != 0
+        err = caller.proc.stderr.read().decode()
+        assert os.strerror(errno.ETIMEDOUT) in err, err
+        assert took <= 5 + MARGIN, f"open() failed after {took:.1f} s, not within --io-timeout 5 s"
+        assert took >= 4.5, f"open() failed after {took:.1f} s, before --io-timeout 5 s"
+        print(f"open() of a stalled file: ETIMEDOUT after {took:.2f} s")
+    finally:
+        caller.finish()
+    # Nobody waits for that download any more: it was cancelled, and the store is asked again
+    # (not answered from a half-fetched copy) by the next open, which succeeds once the stall ends.
+    proxy.clear()
+    assert (m / "small.bin").read_bytes() == pseudo_random_bytes(SMALL, 1)
+
+
+def test_read_of_a_stalled_range_fails_within_the_io_timeout(stalling):
+    m, proxy, _ = stalling("--io-timeout", "5")
+    caller = Caller.reader(m / "big.bin", m.path)
+    try:
+        caller.wait_for_line("opened", 20)   # the head came, unstalled
+        stall_gets(proxy, "big.bin")
+        caller.started = time.monotonic()
+        caller.go()
+        took = caller.wait(timeout=5 + MARGIN + 10)
+        assert took is not None, "read() of a stalled range still blocked 18 s later (--io-timeout 5)"
+        out = caller.proc.stdout.read().decode()
+        assert f"error {errno.ETIMEDOUT}" in out, out
+        assert took <= 5 + MARGIN, f"read() failed after {took:.1f} s, not within --io-timeout 5 s"
+        print(f"read() of a stalled range: ETIMEDOUT after {took:.2f} s")
+    finally:
+        caller.finish()
+
+
+def test_open_with_the_store_unreachable_fails_with_ehostdown_within_the_io_timeout(stalling):
+    m, proxy, _ = stalling("--io-timeout", "5")
+    proxy.stop()   # connections refused from now on; the listing is already in the catalog
+    caller = Caller.cat(m / "small.bin", m.path)
+    try:
+        took = caller.wait(timeout=5 + MARGIN + 10)
+        assert took is not None, "cat with the store unreachable still blocked in open() 18 s later"
+        err = caller.proc.stderr.read().decode()
+        assert os.strerror(errno.EHOSTDOWN) in err, err
+        assert took <= 5 + MARGIN, f"open() failed after {took:.1f} s, not within --io-timeout 5 s"
+        print(f"open() with the store unreachable: EHOSTDOWN after {took:.2f} s")
+    finally:
+        caller.finish()
+
+
+# --- interrupts ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])
+def test_a_signal_ends_an_open_blocked_on_a_stalled_file(stalling, sig):
+    m, proxy, _ = stalling("--io-timeout", "60")
+    stall_gets(proxy, "small.bin")
+    caller = Caller.cat(m / "small.bin", m.path)
+    try:
+        wait_until(lambda: proxy.count("GET", r"/small\.bin$") >= 1, 10, "the stalled GET")
+        time.sleep(1.0)   # cat is in open() now, waiting for the download
+        assert caller.proc.poll() is None, "cat ended before it was signalled"
+        caller.started = time.monotonic()
+        caller.proc.send_signal(sig)
+        took = caller.wait(timeout=10)
+        assert took is not None, f"cat blocked in open() did not end 10 s after {sig.name}"
+        assert took < 1.5, f"cat ended {took:.1f} s after {sig.name}"
+        assert caller.proc.returncode == -sig
+        print(f"open() blocked on a stalled file: ended {took:.2f} s after {sig.name}")
+    finally:
+        caller.finish()
+    # The mount still works, and the next open of the file is not stuck behind the first one.
+    proxy.clear()
+    assert (m / "small.bin").read_bytes() == pseudo_random_bytes(SMALL, 1)
+
+
+def test_sigint_ends_a_read_blocked_on_a_stalled_range(stalling):
+    m, proxy, _ = stalling("--io-timeout", "60")
+    caller = Caller.reader(m / "big.bin", m.path)
+    try:
+        caller.wait_for_line("opened", 20)
+        stall_gets(proxy, "big.bin")
+        caller.go()
+        wait_until(lambda: proxy.count("GET", r"/big\.bin$") >= 2, 10, "a stalled ranged GET")
+        time.sleep(1.0)
+        assert caller.proc.poll() is None, "the reader ended before it was signalled"
+        caller.started = time.monotonic()
+        caller.proc.send_signal(signal.SIGINT)
+        took = caller.wait(timeout=10)
+        assert took is not None, "a reader blocked in read() did not end 10 s after SIGINT"
+        assert took < 1.5, f"the reader ended {took:.1f} s after SIGINT"
+        print(f"read() blocked on a stalled range: ended {took:.2f} s after SIGINT")
+    finally:
+        caller.finish()
+
+
+# --- unmount --force ----------------------------------------------------------------------
+
+def test_unmount_force_ends_a_mount_with_a_stuck_caller(stalling, xdg):
+    m, proxy, _ = stalling("--io-timeout", "60")
+    stall_gets(proxy, "small.bin")
+    caller = Caller.cat(m / "small.bin", m.path)
+    try:
+        wait_until(lambda: proxy.count("GET", r"/small\.bin$") >= 1, 10, "the stalled GET")
+        time.sleep(1.0)
+        assert caller.proc.poll() is None
+        started = time.monotonic()
+        result = xdg.docfs("unmount", "--force", m.path, timeout=60)
+        took = time.monotonic() - started
+        assert result.returncode == 0, f"unmount --force exited {result.returncode}: {result.stderr}"
+        assert not is_mounted(m.path), "still mounted after `docfs unmount --force`"
+        assert took < 20, f"`docfs unmount --force` took {took:.1f} s"
+        ended = caller.wait(timeout=5)
+        assert ended is not None, "the stuck cat did not end when the mount went away"
+        assert caller.proc.returncode != 0
+        print(f"unmount --force with a caller stuck in open(): {took:.2f} s")
+    finally:
+        caller.finish()
+
+
+# --- permanent upload failures ------------------------------------------------------------
+
+def test_a_refused_upload_stops_and_does_not_hold_up_unmount(stalling, xdg):
+    m, proxy, _ = stalling()
+    proxy.respond(413, method="PUT")
+    data = b"kept locally\n" * 1000
+    target = m / "refused.txt"
+    with open(target, "wb") as f:
+        f.write(data)
+    # close() returned 0 (the with block raised nothing); the upload fails after it.
+    error = wait_until(lambda: _xattr(target, "user.docfs.error"), 20, "user.docfs.error on the refused file")
+    assert "refused" in error and "413" in error, error
+    puts = proxy.count("PUT", r"/refused\.txt$")
+    assert puts >= 1
+    time.sleep(6)   # the old retry backoff (0.5, 1, 2, 4 s) would send it 3 more times by now
+    assert proxy.count("PUT", r"/refused\.txt$") == puts, (
+        f"a refused upload was sent again: {proxy.count('PUT', r'/refused.txt$')} PUTs, {puts} when refused")
+    assert target.read_bytes() == data   # the change is still there, readable
+
+    started = time.monotonic()
+    result = m.unmount(timeout=60)
+    took = time.monotonic() - started
+    assert result.returncode == 0, f"docfs unmount exited {result.returncode}: {result.stderr}"
+    assert took < 20, f"docfs unmount took {took:.1f} s"
+    print(f"refused upload: {puts} PUT(s), unmount in {took:.2f} s")
+    assert not is_mounted(m.path)
+    assert "refused.txt" in result.stderr, result.stderr
+    kept = list(xdg.state_home.glob("docfs/*/recovery/*/refused.txt"))
+    assert kept, f"no recovery copy of refused.txt under {xdg.state_home}; stderr: {result.stderr}"
+    assert kept[0].read_bytes() == data
+
+
+def _xattr(path: Path, name: str) -> str | None:
+    try:
+        return os.getxattr(path, name).decode()
+    except OSError:
+        return None
