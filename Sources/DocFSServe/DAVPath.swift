@@ -60,13 +60,6 @@ struct DAVPath: Sendable, Hashable {
             && zip(components, other.components).allSatisfy { $0.utf8.elementsEqual($1.utf8) }
     }
 
-    /// The file system path below `root` (root is a resolved absolute path).
-    func fileSystemPath(root: String) -> String {
-        if components.isEmpty { return root }
-        let base = root == "/" ? "" : root
-        return base + "/" + components.joined(separator: "/")
-    }
-
     /// The href for this resource: percent-encoded, directories end with `/`.
     func href(isDirectory: Bool) -> String {
         if components.isEmpty { return "/" }

@@ -1,6 +1,12 @@
-// ServedDirectory: all file system access of `docfs serve`. Owns the resolved root, the
-// "does this path stay inside the root" check (also through symlinks), stat -> FileInfo with
-// its strong ETag, and the blocking operations (recursive delete and copy, temp files).
+// ServedDirectory: all file system access of `docfs serve`. Owns a descriptor of the root, and
+// every operation starts from it: the parent of a request path is opened with BeneathWalk
+// (`openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, or an `openat(O_NOFOLLOW)` walk), and the
+// last name is acted on with `fstatat(AT_SYMLINK_NOFOLLOW)`, `openat(O_NOFOLLOW)`, `renameat`,
+// `linkat`, `unlinkat`, `mkdirat` on that descriptor. There is no "check the path, then use the
+// path string" anywhere, so a client racing a MOVE against a PUT or DELETE, or anyone swapping
+// a directory for a symlink, cannot make an operation land outside the root.
+// Symlinks in the served tree are never followed: they are left out of listings and copies,
+// and a request through one is refused (403). DELETE removes a symlink itself, never its target.
 // Blocking calls run on NIO's thread pool through `blocking`, never on the cooperative pool.
 
 #if canImport(Glibc)
@@ -11,6 +17,7 @@ import Musl
 import Darwin
 #endif
 import Crypto
+import DocFSStore
 import NIOCore
 import NIOPosix
 
@@ -18,6 +25,7 @@ import NIOPosix
 struct FileInfo: Sendable {
     var isDirectory: Bool
     var isRegularFile: Bool
+    var isSymlink: Bool
     var size: Int64
     var modificationSeconds: Int
     var modificationNanoseconds: Int
@@ -28,6 +36,7 @@ struct FileInfo: Sendable {
         let type = st.st_mode & S_IFMT
         isDirectory = type == S_IFDIR
         isRegularFile = type == S_IFREG
+        isSymlink = type == S_IFLNK
         size = Int64(st.st_size)
         #if canImport(Darwin)
         modificationSeconds = Int(st.st_mtimespec.tv_sec)
@@ -75,102 +84,135 @@ func blocking<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async thr
 /// Prefix of the temporary files PUT and COPY write before renaming into place; hidden from listings.
 let temporaryNamePrefix = ".docfs-put-"
 
+/// One entry of a directory listing.
+struct DirectoryEntry: Sendable {
+    let name: String
+    let info: FileInfo
+}
+
 struct ServedDirectory: Sendable {
-    /// The resolved (realpath) root.
+    /// The root as given (for messages only: nothing is ever opened by this string again).
     let root: String
+    /// The root directory; every access starts here.
+    let rootDirectory: OpenFile
 
     init(path: String) throws(DAVError) {
-        guard let resolved = ServedDirectory.realPath(path) else {
-            throw DAVError.errno(errno, "cannot serve \(path)")
-        }
-        var st = stat()
-        guard stat(resolved, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else {
-            throw DAVError(.internalServerError, "\(path) is not a directory")
-        }
-        self.root = resolved
+        let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw DAVError.errno(errno, "cannot serve \(path)") }
+        self.root = path
+        self.rootDirectory = OpenFile(fd: fd)
     }
 
-    func path(_ davPath: DAVPath) -> String { davPath.fileSystemPath(root: root) }
+    // MARK: Walking
 
-    // MARK: Containment
-
-    /// True when `path` resolves (through any symlinks) to the root or below it. For a path that
-    /// does not exist yet, its nearest existing ancestor must be inside.
-    func staysInside(_ path: String) -> Bool {
-        var candidate = path
-        while true {
-            if let real = ServedDirectory.realPath(candidate) {
-                return isInsideRoot(real)
-            }
-            let error = errno
-            guard error == ENOENT || error == ENOTDIR else { return false }
-            guard candidate != root, let slash = candidate.lastIndex(of: "/"), slash != candidate.startIndex else {
-                return false
-            }
-            candidate = String(candidate[..<slash])
-            if candidate.count < root.count { return false }
+    /// Opens the directory at `davPath`. ENOENT/ENOTDIR -> 404 or 409 by the caller's choice;
+    /// a symlink on the way -> 403.
+    func openDirectory(_ davPath: DAVPath) throws(DAVError) -> OpenFile {
+        switch BeneathWalk.openDirectory(below: rootDirectory.fd, davPath.components) {
+        case .success(let fd): return OpenFile(fd: fd)
+        case .failure(let failure): throw Self.walkError(failure.errno)
         }
     }
 
-    func isInsideRoot(_ resolved: String) -> Bool {
-        if root == "/" { return true }
-        return resolved == root || resolved.hasPrefix(root + "/")
-    }
-
-    /// Throws 403 when the path escapes the root.
-    func checkInside(_ davPath: DAVPath) throws(DAVError) {
-        guard staysInside(path(davPath)) else {
-            throw DAVError(.forbidden, "path leaves the served directory")
+    /// Opens the parent of `davPath` (not the root itself). A missing parent is 409, as RFC 4918
+    /// asks of PUT, MKCOL, COPY and MOVE targets.
+    func openParent(_ davPath: DAVPath) throws(DAVError) -> OpenFile {
+        do {
+            return try openDirectory(davPath.parent)
+        } catch let error where error.status == .notFound {
+            throw DAVError(.conflict, "parent collection does not exist")
         }
     }
 
-    static func realPath(_ path: String) -> String? {
-        guard let resolved = realpath(path, nil) else { return nil }
-        defer { free(resolved) }
-        return String(cString: resolved)
+    static func walkError(_ code: Int32) -> DAVError {
+        switch code {
+        case ENOENT, ENOTDIR: return DAVError(.notFound, "no such collection")
+        case ELOOP: return DAVError(.forbidden, "symlinks are not followed")
+        case EXDEV: return DAVError(.forbidden, "path leaves the served directory")
+        default: return DAVError.errno(code, "open")
+        }
     }
 
     // MARK: Stat
 
-    /// stat (following symlinks); nil when the entry does not exist (ENOENT/ENOTDIR).
-    static func info(_ path: String) throws(DAVError) -> FileInfo? {
+    /// What is at `davPath` (symlinks not followed); nil when nothing is there.
+    func info(_ davPath: DAVPath) throws(DAVError) -> FileInfo? {
+        if davPath.isRoot { return try Self.info(of: rootDirectory.fd) }
+        let parent: OpenFile
+        do {
+            parent = try openDirectory(davPath.parent)
+        } catch let error where error.status == .notFound {
+            return nil
+        }
+        return try Self.info(in: parent.fd, davPath.name)
+    }
+
+    /// fstatat without following a symlink; nil when the name does not exist.
+    static func info(in directory: Int32, _ name: String) throws(DAVError) -> FileInfo? {
         var st = stat()
-        if stat(path, &st) == 0 { return FileInfo(st) }
+        if fstatat(directory, name, &st, AT_SYMLINK_NOFOLLOW) == 0 { return FileInfo(st) }
         let error = errno
         if error == ENOENT || error == ENOTDIR { return nil }
         throw DAVError.errno(error, "stat")
     }
 
-    /// lstat (not following symlinks); nil when the entry does not exist.
-    static func linkInfo(_ path: String) throws(DAVError) -> FileInfo? {
+    static func info(of fd: Int32) throws(DAVError) -> FileInfo {
         var st = stat()
-        if lstat(path, &st) == 0 { return FileInfo(st) }
-        let error = errno
-        if error == ENOENT || error == ENOTDIR { return nil }
-        throw DAVError.errno(error, "lstat")
+        guard fstat(fd, &st) == 0 else { throw DAVError.errno(errno, "fstat") }
+        return FileInfo(st)
     }
 
-    static func isSymlink(_ path: String) -> Bool {
-        var st = stat()
-        return lstat(path, &st) == 0 && st.st_mode & S_IFMT == S_IFLNK
+    /// Throws 403 for a symlink: it is never served, listed or followed.
+    static func refuseSymlink(_ info: FileInfo?) throws(DAVError) {
+        if info?.isSymlink == true { throw DAVError(.forbidden, "symlinks are not followed") }
     }
 
-    /// The names in a directory (without `.`, `..` and our temporary files), in byte order.
-    /// A name that is not valid UTF-8 is left out: repaired (U+FFFD for each bad byte) it would
-    /// be a name that opens nothing, or another file's.
-    static func names(in path: String) throws(DAVError) -> [String] {
-        try rawNames(in: Array(path.utf8))
-            .filter { !$0.starts(with: temporaryNamePrefix.utf8) }
-            .compactMap { String(validating: $0, as: UTF8.self) }
-            .sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
+    // MARK: Reading
+
+    /// Opens a regular file for reading, or stats a directory (no descriptor then).
+    func openForReading(_ davPath: DAVPath, wantDescriptor: Bool) throws(DAVError) -> (OpenFile?, FileInfo) {
+        if davPath.isRoot { return (nil, try Self.info(of: rootDirectory.fd)) }
+        let parent = try openDirectory(davPath.parent)
+        guard let info = try Self.info(in: parent.fd, davPath.name) else { throw DAVError(.notFound, "no such file") }
+        try Self.refuseSymlink(info)
+        if info.isDirectory || !info.isRegularFile || !wantDescriptor { return (nil, info) }
+        // O_NONBLOCK: a FIFO swapped in after the stat must not block the open.
+        let fd = openat(parent.fd, davPath.name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else { throw fd < 0 && errno == ELOOP ? DAVError(.forbidden, "symlinks are not followed") : DAVError.errno(errno, "open") }
+        let file = OpenFile(fd: fd)
+        let opened = try Self.info(of: fd)
+        guard opened.isRegularFile else { throw DAVError(.forbidden, "not a regular file") }
+        return (file, opened)
     }
 
-    /// The names in a directory as the file system has them (bytes), without `.` and `..`.
-    private static func rawNames(in path: [UInt8]) throws(DAVError) -> [[UInt8]] {
-        guard let dir = withCString(path, { opendir($0) }) else { throw DAVError.errno(errno, "opendir") }
-        defer { closedir(dir) }
+    /// The entries of the directory at `davPath` that a client may see: valid UTF-8 names,
+    /// no temporary files, no symlinks, no devices; in byte order.
+    func entries(_ davPath: DAVPath) throws(DAVError) -> [DirectoryEntry] {
+        let directory = try openDirectory(davPath)
+        var entries: [DirectoryEntry] = []
+        for raw in try Self.rawNames(in: directory.fd) {
+            if raw.starts(with: temporaryNamePrefix.utf8) { continue }
+            // A name that is not valid UTF-8 is left out: repaired (U+FFFD for each bad byte) it
+            // would be a name that opens nothing, or another file's.
+            guard let name = String(validating: raw, as: UTF8.self) else { continue }
+            guard let info = try? Self.info(in: directory.fd, name), info.isDirectory || info.isRegularFile else { continue }
+            entries.append(DirectoryEntry(name: name, info: info))
+        }
+        return entries.sorted { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) }
+    }
+
+    /// The names in an open directory as the file system has them (bytes), without `.` and `..`.
+    static func rawNames(in directory: Int32) throws(DAVError) -> [[UInt8]] {
+        let copy = openat(directory, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard copy >= 0 else { throw DAVError.errno(errno, "opendir") }
+        guard let stream = fdopendir(copy) else {
+            let error = errno
+            close(copy)
+            throw DAVError.errno(error, "opendir")
+        }
+        defer { closedir(stream) }
         var names: [[UInt8]] = []
-        while let entry = readdir(dir) {
+        while let entry = readdir(stream) {
             let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in Array(raw.prefix(while: { $0 != 0 })) }
             if name == Array(".".utf8) || name == Array("..".utf8) { continue }
             names.append(name)
@@ -178,42 +220,50 @@ struct ServedDirectory: Sendable {
         return names
     }
 
-    private static func withCString<T>(_ path: [UInt8], _ body: (UnsafePointer<CChar>) -> T) -> T {
-        (path + [0]).withUnsafeBufferPointer { bytes in
+    private static func withCString<T>(_ name: [UInt8], _ body: (UnsafePointer<CChar>) -> T) -> T {
+        (name + [0]).withUnsafeBufferPointer { bytes in
             bytes.withMemoryRebound(to: CChar.self) { body($0.baseAddress!) }
         }
     }
 
     // MARK: Mutations (blocking)
 
-    /// Removes a file, a symlink or a directory tree (never following symlinks).
-    static func removeTree(_ path: String) throws(DAVError) {
-        try removeTree(bytes: Array(path.utf8))
+    /// Removes the file, symlink or directory tree `name` in `directory` (never following symlinks).
+    static func removeTree(in directory: Int32, _ name: String) throws(DAVError) {
+        try removeTree(in: directory, bytes: Array(name.utf8))
     }
 
     /// Works on bytes, so that every entry is removed under its exact name, UTF-8 or not.
-    private static func removeTree(bytes path: [UInt8]) throws(DAVError) {
+    private static func removeTree(in directory: Int32, bytes name: [UInt8]) throws(DAVError) {
         var st = stat()
-        guard withCString(path, { lstat($0, &st) }) == 0 else { throw DAVError.errno(errno, "lstat") }
+        guard withCString(name, { fstatat(directory, $0, &st, AT_SYMLINK_NOFOLLOW) }) == 0 else { throw DAVError.errno(errno, "lstat") }
         if st.st_mode & S_IFMT == S_IFDIR {
-            for child in try rawNames(in: path) {
-                try removeTree(bytes: path + [UInt8(ascii: "/")] + child)
+            let child = withCString(name, { openat(directory, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) })
+            guard child >= 0 else { throw DAVError.errno(errno, "open") }
+            let opened = OpenFile(fd: child)
+            for entry in try rawNames(in: opened.fd) {
+                try removeTree(in: opened.fd, bytes: entry)
             }
-            guard withCString(path, { rmdir($0) }) == 0 else { throw DAVError.errno(errno, "rmdir") }
+            guard withCString(name, { unlinkat(directory, $0, AT_REMOVEDIR) }) == 0 else { throw DAVError.errno(errno, "rmdir") }
         } else {
-            guard withCString(path, { unlink($0) }) == 0 else { throw DAVError.errno(errno, "unlink") }
+            guard withCString(name, { unlinkat(directory, $0, 0) }) == 0 else { throw DAVError.errno(errno, "unlink") }
         }
     }
 
-    /// Creates an empty temporary file in `directory`; returns its path and descriptor.
-    static func makeTemporaryFile(in directory: String) throws(DAVError) -> (String, Int32) {
-        var template = Array((directory + "/" + temporaryNamePrefix + "XXXXXX").utf8CString)
-        let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
-        guard fd >= 0 else { throw DAVError.errno(errno, "mkstemp") }
-        let path = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
-        // mkstemp creates 0600; a served file should be readable like any other.
-        _ = fchmod(fd, 0o644)
-        return (path, fd)
+    /// Creates an empty temporary file in `directory`; returns its name and descriptor.
+    static func makeTemporaryFile(in directory: Int32) throws(DAVError) -> (String, OpenFile) {
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<100 {
+            let name = temporaryNamePrefix + String(generator.next() as UInt64, radix: 36)
+            let fd = openat(directory, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
+            if fd >= 0 {
+                // A served file should be readable like any other, whatever the umask.
+                _ = fchmod(fd, 0o644)
+                return (name, OpenFile(fd: fd))
+            }
+            if errno != EEXIST { throw DAVError.errno(errno, "create temporary file") }
+        }
+        throw DAVError(.internalServerError, "no free temporary name")
     }
 
     static func writeAll(_ fd: Int32, _ buffer: ByteBuffer) throws(DAVError) {
@@ -232,21 +282,19 @@ struct ServedDirectory: Sendable {
         if failure != 0 { throw DAVError.errno(failure, "write") }
     }
 
-    /// Copies one regular file to `destination` through a temporary file and rename.
-    static func copyFile(from source: String, to destination: String) throws(DAVError) {
-        let input = open(source, O_RDONLY | O_CLOEXEC)
+    /// Copies the regular file `name` in `source` to `destinationName` in `destination`, through a
+    /// temporary file and rename.
+    static func copyFile(in source: Int32, _ name: String, to destination: Int32, _ destinationName: String) throws(DAVError) {
+        let input = openat(source, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         guard input >= 0 else { throw DAVError.errno(errno, "open") }
-        defer { close(input) }
-        let directory = String(destination[..<(destination.lastIndex(of: "/") ?? destination.startIndex)])
-        let (temporary, output) = try makeTemporaryFile(in: directory.isEmpty ? "/" : directory)
+        let inputFile = OpenFile(fd: input)
+        guard try info(of: inputFile.fd).isRegularFile else { return }
+        let (temporary, output) = try makeTemporaryFile(in: destination)
         var done = false
-        defer {
-            close(output)
-            if !done { unlink(temporary) }
-        }
+        defer { if !done { unlinkat(destination, temporary, 0) } }
         var buffer = [UInt8](repeating: 0, count: 256 * 1024)
         while true {
-            let n = buffer.withUnsafeMutableBytes { read(input, $0.baseAddress!, $0.count) }
+            let n = buffer.withUnsafeMutableBytes { read(inputFile.fd, $0.baseAddress!, $0.count) }
             if n < 0 {
                 if errno == EINTR { continue }
                 throw DAVError.errno(errno, "read")
@@ -254,7 +302,7 @@ struct ServedDirectory: Sendable {
             if n == 0 { break }
             var offset = 0
             while offset < n {
-                let w = buffer.withUnsafeBytes { write(output, $0.baseAddress! + offset, n - offset) }
+                let w = buffer.withUnsafeBytes { write(output.fd, $0.baseAddress! + offset, n - offset) }
                 if w < 0 {
                     if errno == EINTR { continue }
                     throw DAVError.errno(errno, "write")
@@ -262,32 +310,41 @@ struct ServedDirectory: Sendable {
                 offset += w
             }
         }
-        guard rename(temporary, destination) == 0 else { throw DAVError.errno(errno, "rename") }
+        guard renameat(destination, temporary, destination, destinationName) == 0 else { throw DAVError.errno(errno, "rename") }
         done = true
     }
 
-    /// Copies a file, symlink or directory. `recursive == false` copies a directory without members.
-    static func copyTree(from source: String, to destination: String, recursive: Bool) throws(DAVError) {
-        var st = stat()
-        guard lstat(source, &st) == 0 else { throw DAVError.errno(errno, "lstat") }
-        switch st.st_mode & S_IFMT {
-        case S_IFDIR:
-            guard mkdir(destination, 0o755) == 0 else { throw DAVError.errno(errno, "mkdir") }
-            guard recursive else { return }
-            for name in try names(in: source) {
-                try copyTree(from: source + "/" + name, to: destination + "/" + name, recursive: true)
-            }
-        case S_IFREG:
-            try copyFile(from: source, to: destination)
-        case S_IFLNK:
-            var target = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-            let n = readlink(source, &target, target.count - 1)
-            guard n >= 0 else { throw DAVError.errno(errno, "readlink") }
-            target[n] = 0
-            guard symlink(&target, destination) == 0 else { throw DAVError.errno(errno, "symlink") }
-        default:
-            // Devices, sockets, FIFOs are not content; leave them out of a copy.
-            return
+    /// Copies a file or a directory (`recursive == false`: without members). Symlinks, devices,
+    /// sockets and FIFOs are left out. A directory this copy created is never copied again, so a
+    /// copy can never recurse into itself, whatever aliases the tree has (bind mounts included).
+    static func copyTree(in source: Int32, _ name: String, to destination: Int32, _ destinationName: String, recursive: Bool) throws(DAVError) {
+        var created: Set<FileIdentity> = []
+        try copyTree(in: source, name, to: destination, destinationName, recursive: recursive, created: &created)
+    }
+
+    struct FileIdentity: Hashable {
+        let device: UInt64
+        let inode: UInt64
+        init(_ info: FileInfo) { device = info.device; inode = info.inode }
+    }
+
+    private static func copyTree(in source: Int32, _ name: String, to destination: Int32, _ destinationName: String,
+                                 recursive: Bool, created: inout Set<FileIdentity>) throws(DAVError) {
+        guard let info = try info(in: source, name) else { throw DAVError(.notFound, "no such resource") }
+        if info.isRegularFile { return try copyFile(in: source, name, to: destination, destinationName) }
+        guard info.isDirectory, !created.contains(FileIdentity(info)) else { return }
+        guard mkdirat(destination, destinationName, 0o755) == 0 else { throw DAVError.errno(errno, "mkdir") }
+        let target = openat(destination, destinationName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard target >= 0 else { throw DAVError.errno(errno, "open") }
+        let targetDirectory = OpenFile(fd: target)
+        created.insert(FileIdentity(try Self.info(of: targetDirectory.fd)))
+        guard recursive else { return }
+        let from = openat(source, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard from >= 0 else { throw DAVError.errno(errno, "open") }
+        let sourceDirectory = OpenFile(fd: from)
+        for raw in try rawNames(in: sourceDirectory.fd) {
+            guard !raw.starts(with: temporaryNamePrefix.utf8), let child = String(validating: raw, as: UTF8.self) else { continue }
+            try copyTree(in: sourceDirectory.fd, child, to: targetDirectory.fd, child, recursive: true, created: &created)
         }
     }
 }

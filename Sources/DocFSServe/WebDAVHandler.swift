@@ -1,6 +1,8 @@
 // WebDAVHandler: answers one request (RFC 4918 class 1) from the served directory.
-// Dispatches on the method; every failure is a DAVError answered with its own status.
-// The handler never throws: the server loop only writes what it returns.
+// First `admit` (before any `100 Continue`): the Host names this server, the credentials hold,
+// a declared body fits `--max-upload`. Then it dispatches on the method; every failure is a
+// DAVError answered with its own status. The handler never throws: the server loop only
+// writes what it returns. Changes guarded by a precondition run under PathLocks.
 
 #if canImport(Glibc)
 import Glibc
@@ -34,16 +36,48 @@ extension HTTPRequest.Method {
 struct WebDAVHandler: Sendable {
     let directory: ServedDirectory
     let logger: Logger
+    /// Who requests must be addressed to (Host, Destination).
+    let origin: ServedOrigin
+    /// Nil: no authentication (loopback, or `--no-auth`).
+    let auth: BasicAuth?
+    /// The largest PUT body accepted; nil: no limit.
+    let maxUpload: Int64?
+    let locks = PathLocks()
+
+    init(directory: ServedDirectory, logger: Logger, origin: ServedOrigin, auth: BasicAuth? = nil, maxUpload: Int64? = nil) {
+        self.directory = directory
+        self.logger = logger
+        self.origin = origin
+        self.auth = auth
+        self.maxUpload = maxUpload
+    }
 
     static let allowedMethods = "OPTIONS, GET, HEAD, PUT, DELETE, PROPFIND, PROPPATCH, MKCOL, COPY, MOVE"
     static let chunkSize = 256 * 1024
     static let maxXMLBody = 1024 * 1024
 
-    func respond(to request: Request) async -> Response {
+    /// The checks every request passes before anything else, and before `100 Continue` is
+    /// sent: nil when admitted, else the refusal (its body, if any, has been drained).
+    func admit(_ request: Request, port: Int) async -> Response? {
+        do throws(DAVError) {
+            try origin.checkHost(request.head.authority, port: port)
+            try auth?.check(request.headers[.authorization])
+            if let maxUpload, let declared = request.headers[.contentLength].flatMap({ Int64($0) }), declared > maxUpload {
+                throw DAVError(.contentTooLarge, "body of \(declared) bytes exceeds --max-upload \(maxUpload)")
+            }
+            return nil
+        } catch {
+            logger.debug("\(request.method) \(request.uri.path): \(error)")
+            await Self.discardBody(of: request)
+            return errorResponse(error, isHead: request.method == .head)
+        }
+    }
+
+    func respond(to request: Request, port: Int) async -> Response {
         do {
-            return try await dispatch(request)
+            return try await dispatch(request, port: port)
         } catch let error as DAVError {
-            if error.status.code >= 500 {
+            if error.status.code >= 500 && error.status.code != 502 {
                 logger.error("\(request.method) \(request.uri.path): \(error)")
             } else {
                 logger.debug("\(request.method) \(request.uri.path): \(error)")
@@ -55,7 +89,7 @@ struct WebDAVHandler: Sendable {
         }
     }
 
-    private func dispatch(_ request: Request) async throws -> Response {
+    private func dispatch(_ request: Request, port: Int) async throws -> Response {
         let davPath = try DAVPath(percentEncoded: request.uri.path)
         switch request.method {
         case .options: return options()
@@ -66,8 +100,8 @@ struct WebDAVHandler: Sendable {
         case .propfind: return try await propfind(request, davPath)
         case .proppatch: return try await proppatch(request, davPath)
         case .mkcol: return try await mkcol(request, davPath)
-        case .copy: return try await copyOrMove(request, davPath, move: false)
-        case .move: return try await copyOrMove(request, davPath, move: true)
+        case .copy: return try await copyOrMove(request, davPath, move: false, port: port)
+        case .move: return try await copyOrMove(request, davPath, move: true, port: port)
         default:
             var error = DAVError(.methodNotAllowed, "method \(request.method) not supported")
             error.headers = [("Allow", Self.allowedMethods)]
@@ -90,19 +124,10 @@ struct WebDAVHandler: Sendable {
     // MARK: GET / HEAD
 
     private func get(_ request: Request, _ davPath: DAVPath, isHead: Bool) async throws -> Response {
-        try directory.checkInside(davPath)
-        let path = directory.path(davPath)
-        let opened: (OpenFile?, FileInfo) = try await blocking { () throws -> (OpenFile?, FileInfo) in
-            guard let info = try ServedDirectory.info(path) else { throw DAVError(.notFound, "no such file") }
-            if info.isDirectory || isHead { return (nil, info) }
-            let fd = open(path, O_RDONLY | O_CLOEXEC)
-            guard fd >= 0 else { throw DAVError.errno(errno, "open") }
-            let file = OpenFile(fd: fd)
-            var st = stat()
-            guard fstat(fd, &st) == 0 else { throw DAVError.errno(errno, "fstat") }
-            return (file, FileInfo(st))
+        let directory = self.directory
+        let (file, info) = try await blocking { () throws -> (OpenFile?, FileInfo) in
+            try directory.openForReading(davPath, wantDescriptor: !isHead)
         }
-        let (file, info) = opened
 
         var headers = HTTPFields()
         headers[.eTag] = info.etag
@@ -174,11 +199,12 @@ struct WebDAVHandler: Sendable {
     }
 
     private func directoryListing(_ davPath: DAVPath, headers: HTTPFields, isHead: Bool) async throws -> Response {
-        let path = directory.path(davPath)
-        let names = try await blocking { () throws in try ServedDirectory.names(in: path) }
+        let directory = self.directory
+        let entries = try await blocking { () throws in try directory.entries(davPath) }
         var html = "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>\(Multistatus.escape(davPath.href(isDirectory: true)))</title></head><body><ul>\n"
-        for name in names {
-            let isDir = (try? ServedDirectory.info(path + "/" + name))??.isDirectory ?? false
+        for entry in entries {
+            let name = entry.name
+            let isDir = entry.info.isDirectory
             let href = davPath.appending(name).href(isDirectory: isDir)
             html += "<li><a href=\"\(Multistatus.escape(href, attribute: true))\">\(Multistatus.escape(name))\(isDir ? "/" : "")</a></li>\n"
         }
@@ -193,16 +219,15 @@ struct WebDAVHandler: Sendable {
     // MARK: PUT
 
     private func put(_ request: Request, _ davPath: DAVPath) async throws -> Response {
-        let checked: (createOnly: Bool, existed: Bool)
         do {
-            checked = try await checkPut(request, davPath)
+            try await checkPut(request, davPath)
         } catch {
             // Refused before its body was read: read it (bounded) before answering, or a client
             // still sending it sees the connection close under it instead of our answer.
             await Self.discardBody(of: request)
             throw error
         }
-        return try await storePut(request, davPath, createOnly: checked.createOnly, existed: checked.existed)
+        return try await storePut(request, davPath)
     }
 
     /// Reads and drops a request body nobody read, up to `maxDiscardedBody` bytes.
@@ -218,46 +243,59 @@ struct WebDAVHandler: Sendable {
 
     static let maxDiscardedBody = 16 * 1024 * 1024
 
-    /// A PUT's preconditions; returns whether it may only create, and whether the file exists.
-    private func checkPut(_ request: Request, _ davPath: DAVPath) async throws -> (createOnly: Bool, existed: Bool) {
+    /// A PUT's preconditions, checked early so a refused PUT does not send its body for
+    /// nothing. They are checked again, under the path's lock, just before the rename.
+    private func checkPut(_ request: Request, _ davPath: DAVPath) async throws {
         if davPath.isRoot { throw DAVError(.methodNotAllowed, "cannot PUT the root collection") }
         if request.headers[.contentRange] != nil { throw DAVError(.badRequest, "partial PUT (Content-Range) not supported") }
-        try directory.checkInside(davPath)
-        let path = directory.path(davPath)
-        let parentPath = directory.path(davPath.parent)
+        let directory = self.directory
         let existing = try await blocking { () throws -> FileInfo? in
-            guard let parent = try ServedDirectory.info(parentPath), parent.isDirectory else {
-                throw DAVError(.conflict, "parent collection does not exist")
-            }
-            return try ServedDirectory.info(path)
+            let parent = try directory.openParent(davPath)
+            return try ServedDirectory.info(in: parent.fd, davPath.name)
         }
+        try Self.checkPutPreconditions(request, existing: existing)
+    }
+
+    /// Throws 405 for a collection, 403 for a symlink, 412 when If-Match / If-None-Match fail.
+    private static func checkPutPreconditions(_ request: Request, existing: FileInfo?) throws(DAVError) {
         if let existing, existing.isDirectory { throw DAVError(.methodNotAllowed, "a collection exists at this path") }
+        try ServedDirectory.refuseSymlink(existing)
         if let ifMatch = request.headers[.ifMatch] {
             guard ETagMatch.matches(ifMatch, etag: existing?.etag, weak: false) else {
                 throw DAVError(.preconditionFailed, "If-Match does not match")
             }
         }
-        if let ifNoneMatch = request.headers[.ifNoneMatch] {
-            if ETagMatch.matches(ifNoneMatch, etag: existing?.etag, weak: true) {
-                throw DAVError(.preconditionFailed, "If-None-Match matches")
-            }
-            return (ifNoneMatch.trimmingSpaces == "*", existing != nil)
+        if let ifNoneMatch = request.headers[.ifNoneMatch], ETagMatch.matches(ifNoneMatch, etag: existing?.etag, weak: true) {
+            throw DAVError(.preconditionFailed, "If-None-Match matches")
         }
-        return (false, existing != nil)
     }
 
-    private func storePut(_ request: Request, _ davPath: DAVPath, createOnly: Bool, existed: Bool) async throws -> Response {
-        let path = directory.path(davPath)
-        let parentPath = directory.path(davPath.parent)
-        let (temporary, fd) = try await blocking { () throws in try ServedDirectory.makeTemporaryFile(in: parentPath) }
-        let output = OpenFile(fd: fd)
+    /// Streams the body into a temporary file next to the target, then, under the path's lock,
+    /// checks the preconditions against what is there now and renames into place.
+    private func storePut(_ request: Request, _ davPath: DAVPath) async throws -> Response {
+        let directory = self.directory
+        let (parent, temporary, output) = try await blocking { () throws -> (OpenFile, String, OpenFile) in
+            let parent = try directory.openParent(davPath)
+            let (name, file) = try ServedDirectory.makeTemporaryFile(in: parent.fd)
+            return (parent, name, file)
+        }
         var committed = false
         defer {
-            if !committed { unlink(temporary) }
+            if !committed { unlinkat(parent.fd, temporary, 0) }
         }
+        let createOnly = request.headers[.ifNoneMatch]?.trimmingSpaces == "*"
+        var received: Int64 = 0
         var pending = ByteBufferAllocator().buffer(capacity: Self.chunkSize)
-        for try await chunk in request.body {
-            var chunk = chunk
+        var body = request.body.makeAsyncIterator()
+        while var chunk = try await body.next() {
+            received += Int64(chunk.readableBytes)
+            if let maxUpload, received > maxUpload {
+                // A chunked body (no Content-Length) found too large on the way: nothing is kept.
+                // Read on (bounded) so the client, still sending, gets to read the answer.
+                var drained = 0
+                while drained <= Self.maxDiscardedBody, let more = try? await body.next() { drained += more.readableBytes }
+                throw DAVError(.contentTooLarge, "body exceeds --max-upload \(maxUpload)")
+            }
             pending.writeBuffer(&chunk)
             if pending.readableBytes >= Self.chunkSize {
                 let full = pending
@@ -266,23 +304,28 @@ struct WebDAVHandler: Sendable {
             }
         }
         let rest = pending
-        let info = try await blocking { () throws -> FileInfo in
-            if rest.readableBytes > 0 { try ServedDirectory.writeAll(output.fd, rest) }
-            if createOnly {
-                // link(2) fails when the name exists: create-only without a race.
-                guard link(temporary, path) == 0 else {
-                    if errno == EEXIST { throw DAVError(.preconditionFailed, "If-None-Match: * and the file exists") }
-                    throw DAVError.errno(errno, "link")
+        if rest.readableBytes > 0 { try await blocking { () throws in try ServedDirectory.writeAll(output.fd, rest) } }
+        let name = davPath.name
+        let (info, existed) = try await locks.withLocks([davPath]) {
+            try await blocking { () throws -> (FileInfo, Bool) in
+                let existing = try ServedDirectory.info(in: parent.fd, name)
+                try Self.checkPutPreconditions(request, existing: existing)
+                if createOnly {
+                    // linkat fails when the name exists: create-only even against other writers.
+                    guard linkat(parent.fd, temporary, parent.fd, name, 0) == 0 else {
+                        if errno == EEXIST { throw DAVError(.preconditionFailed, "If-None-Match: * and the file exists") }
+                        throw DAVError.errno(errno, "link")
+                    }
+                    unlinkat(parent.fd, temporary, 0)
+                } else {
+                    guard renameat(parent.fd, temporary, parent.fd, name) == 0 else {
+                        if errno == EISDIR { throw DAVError(.methodNotAllowed, "a collection exists at this path") }
+                        throw DAVError.errno(errno, "rename")
+                    }
                 }
-                unlink(temporary)
-            } else {
-                guard rename(temporary, path) == 0 else {
-                    if errno == EISDIR { throw DAVError(.methodNotAllowed, "a collection exists at this path") }
-                    throw DAVError.errno(errno, "rename")
-                }
+                // The written descriptor is the file now in place: its stat is the new version.
+                return (try ServedDirectory.info(of: output.fd), existing != nil)
             }
-            guard let info = try ServedDirectory.info(path) else { throw DAVError(.internalServerError, "file vanished after PUT") }
-            return info
         }
         committed = true
         var headers = HTTPFields()
@@ -296,18 +339,20 @@ struct WebDAVHandler: Sendable {
 
     private func delete(_ request: Request, _ davPath: DAVPath) async throws -> Response {
         if davPath.isRoot { throw DAVError(.forbidden, "cannot delete the root collection") }
-        try directory.checkInside(davPath)
-        let path = directory.path(davPath)
         let ifMatch = request.headers[.ifMatch]
-        try await blocking { () throws in
-            guard let linkInfo = try ServedDirectory.linkInfo(path) else { throw DAVError(.notFound, "no such resource") }
-            if let ifMatch {
-                let current = try ServedDirectory.info(path) ?? linkInfo
-                guard ETagMatch.matches(ifMatch, etag: current.etag, weak: false) else {
-                    throw DAVError(.preconditionFailed, "If-Match does not match")
+        let directory = self.directory
+        try await locks.withLocks([davPath]) {
+            try await blocking { () throws in
+                // A symlink is removed itself (unlinkat), never what it points to.
+                let parent = try directory.openDirectory(davPath.parent)
+                guard let info = try ServedDirectory.info(in: parent.fd, davPath.name) else { throw DAVError(.notFound, "no such resource") }
+                if let ifMatch {
+                    guard ETagMatch.matches(ifMatch, etag: info.etag, weak: false) else {
+                        throw DAVError(.preconditionFailed, "If-Match does not match")
+                    }
                 }
+                try ServedDirectory.removeTree(in: parent.fd, davPath.name)
             }
-            try ServedDirectory.removeTree(path)
         }
         return emptyResponse(.noContent)
     }
@@ -322,15 +367,11 @@ struct WebDAVHandler: Sendable {
             throw DAVError(.unsupportedMediaType, "MKCOL with a body is not supported")
         }
         if davPath.isRoot { throw DAVError(.methodNotAllowed, "the root collection exists") }
-        try directory.checkInside(davPath)
-        let path = directory.path(davPath)
-        let parentPath = directory.path(davPath.parent)
+        let directory = self.directory
         try await blocking { () throws in
-            if try ServedDirectory.linkInfo(path) != nil { throw DAVError(.methodNotAllowed, "resource exists") }
-            guard let parent = try ServedDirectory.info(parentPath), parent.isDirectory else {
-                throw DAVError(.conflict, "parent collection does not exist")
-            }
-            guard mkdir(path, 0o755) == 0 else {
+            let parent = try directory.openParent(davPath)
+            guard mkdirat(parent.fd, davPath.name, 0o755) == 0 else {
+                if errno == EEXIST { throw DAVError(.methodNotAllowed, "resource exists") }
                 throw DAVError.errno(errno, "mkdir")
             }
         }
@@ -339,66 +380,55 @@ struct WebDAVHandler: Sendable {
 
     // MARK: COPY / MOVE
 
-    private func copyOrMove(_ request: Request, _ source: DAVPath, move: Bool) async throws -> Response {
+    private func copyOrMove(_ request: Request, _ source: DAVPath, move: Bool, port: Int) async throws -> Response {
         guard let destinationHeader = request.headers[.destination] else { throw DAVError(.badRequest, "missing Destination header") }
+        try origin.checkDestination(destinationHeader, port: port)
         guard let destinationRaw = DAVPath.destinationPath(destinationHeader) else {
             throw DAVError(.badRequest, "bad Destination header")
         }
         let destination = try DAVPath(percentEncoded: destinationRaw)
-        let overwrite: Bool
-        switch request.headers[.overwrite]?.trimmingSpaces.uppercased() {
-        case nil, "T": overwrite = true
-        case "F": overwrite = false
-        default: throw DAVError(.badRequest, "bad Overwrite header")
-        }
-        let recursive: Bool
-        switch request.headers[.depth]?.trimmingSpaces.lowercased() {
-        case nil, "infinity": recursive = true
-        case "0" where !move: recursive = false
-        default: throw DAVError(.badRequest, "bad Depth header for \(move ? "MOVE" : "COPY")")
-        }
+        let overwrite = try DAVHeaders.overwrite(request.headers[.overwrite])
+        let recursive = try DAVHeaders.copyRecursive(request.headers[.depth], move: move)
         if source.isRoot || destination.isRoot { throw DAVError(.forbidden, "cannot \(move ? "move" : "copy") the root collection") }
         if source == destination { throw DAVError(.forbidden, "source and destination are the same") }
-        try directory.checkInside(source)
-        try directory.checkInside(destination)
-        let sourcePath = directory.path(source)
-        let destinationPath = directory.path(destination)
-        let destinationParent = directory.path(destination.parent)
+        let ifMatch = request.headers[.ifMatch]
+        let directory = self.directory
 
-        let existed = try await blocking { () throws -> Bool in
-            guard let sourceInfo = try ServedDirectory.linkInfo(sourcePath) else { throw DAVError(.notFound, "no such resource") }
-            if sourceInfo.isDirectory && destination.isSame(orInside: source) {
-                throw DAVError(.conflict, "destination is inside the source collection")
-            }
-            guard let parent = try ServedDirectory.info(destinationParent), parent.isDirectory else {
-                throw DAVError(.conflict, "destination parent collection does not exist")
-            }
-            if let ifMatch = request.headers[.ifMatch] {
-                let current = try ServedDirectory.info(sourcePath) ?? sourceInfo
-                guard ETagMatch.matches(ifMatch, etag: current.etag, weak: false) else {
-                    throw DAVError(.preconditionFailed, "If-Match does not match the source")
+        let existed = try await locks.withLocks([source, destination]) {
+            try await blocking { () throws -> Bool in
+                let sourceParent = try directory.openDirectory(source.parent)
+                guard let sourceInfo = try ServedDirectory.info(in: sourceParent.fd, source.name) else { throw DAVError(.notFound, "no such resource") }
+                try ServedDirectory.refuseSymlink(sourceInfo)
+                if sourceInfo.isDirectory && destination.isSame(orInside: source) {
+                    throw DAVError(.conflict, "destination is inside the source collection")
                 }
-            }
-            let destinationInfo = try ServedDirectory.linkInfo(destinationPath)
-            if destinationInfo != nil {
-                guard overwrite else { throw DAVError(.preconditionFailed, "destination exists and Overwrite is F") }
-                // A file moved over a file is one atomic rename; anything else deletes the target first.
-                let bothFiles = !sourceInfo.isDirectory && !(destinationInfo?.isDirectory ?? false)
-                if !(move && bothFiles) {
-                    try ServedDirectory.removeTree(destinationPath)
+                let destinationParent = try directory.openParent(destination)
+                if let ifMatch {
+                    guard ETagMatch.matches(ifMatch, etag: sourceInfo.etag, weak: false) else {
+                        throw DAVError(.preconditionFailed, "If-Match does not match the source")
+                    }
                 }
-            }
-            if move {
-                if rename(sourcePath, destinationPath) != 0 {
-                    let error = errno
-                    guard error == EXDEV else { throw DAVError.errno(error, "rename") }
-                    try ServedDirectory.copyTree(from: sourcePath, to: destinationPath, recursive: true)
-                    try ServedDirectory.removeTree(sourcePath)
+                let destinationInfo = try ServedDirectory.info(in: destinationParent.fd, destination.name)
+                if let destinationInfo {
+                    guard overwrite else { throw DAVError(.preconditionFailed, "destination exists and Overwrite is F") }
+                    // A file moved over a file is one atomic rename; anything else deletes the target first.
+                    let bothFiles = !sourceInfo.isDirectory && !destinationInfo.isDirectory
+                    if !(move && bothFiles) {
+                        try ServedDirectory.removeTree(in: destinationParent.fd, destination.name)
+                    }
                 }
-            } else {
-                try ServedDirectory.copyTree(from: sourcePath, to: destinationPath, recursive: recursive)
+                if move {
+                    if renameat(sourceParent.fd, source.name, destinationParent.fd, destination.name) != 0 {
+                        let error = errno
+                        guard error == EXDEV else { throw DAVError.errno(error, "rename") }
+                        try ServedDirectory.copyTree(in: sourceParent.fd, source.name, to: destinationParent.fd, destination.name, recursive: true)
+                        try ServedDirectory.removeTree(in: sourceParent.fd, source.name)
+                    }
+                } else {
+                    try ServedDirectory.copyTree(in: sourceParent.fd, source.name, to: destinationParent.fd, destination.name, recursive: recursive)
+                }
+                return destinationInfo != nil
             }
-            return destinationInfo != nil
         }
         var response = emptyResponse(existed ? .noContent : .created)
         if !existed {
@@ -410,34 +440,21 @@ struct WebDAVHandler: Sendable {
     // MARK: PROPFIND / PROPPATCH
 
     private func propfind(_ request: Request, _ davPath: DAVPath) async throws -> Response {
-        let depth: Int
-        switch request.headers[.depth]?.trimmingSpaces.lowercased() {
-        case "0": depth = 0
-        case "1": depth = 1
-        case nil, "infinity":
-            var error = DAVError(.forbidden, "PROPFIND with Depth: infinity is not supported")
-            error.precondition = "propfind-finite-depth"
-            throw error
-        default: throw DAVError(.badRequest, "bad Depth header")
-        }
+        let depth = try DAVHeaders.propfindDepth(request.headers[.depth])
         let body = try await collectXMLBody(request)
         if !body.isEmpty && !body.contains("propfind") {
             throw DAVError(.badRequest, "request body is not a propfind element")
         }
-        try directory.checkInside(davPath)
-        let path = directory.path(davPath)
         let directory = self.directory
         let entries = try await blocking { () throws -> [PropfindEntry] in
-            guard let info = try ServedDirectory.info(path) else { throw DAVError(.notFound, "no such resource") }
+            guard let info = try directory.info(davPath) else { throw DAVError(.notFound, "no such resource") }
+            try ServedDirectory.refuseSymlink(info)
             var entries = [PropfindEntry(href: davPath.href(isDirectory: info.isDirectory), name: davPath.name, info: info)]
             guard depth == 1, info.isDirectory else { return entries }
-            for name in try ServedDirectory.names(in: path) {
-                let childPath = path + "/" + name
-                if ServedDirectory.isSymlink(childPath) && !directory.staysInside(childPath) { continue }
-                // An entry that vanished or cannot be stat'ed (dangling link) is left out of the listing.
-                guard let childInfo = (try? ServedDirectory.info(childPath)) ?? nil else { continue }
-                let child = davPath.appending(name)
-                entries.append(PropfindEntry(href: child.href(isDirectory: childInfo.isDirectory), name: name, info: childInfo))
+            // Symlinks, devices and entries that vanished meanwhile are left out of the listing.
+            for entry in try directory.entries(davPath) {
+                let child = davPath.appending(entry.name)
+                entries.append(PropfindEntry(href: child.href(isDirectory: entry.info.isDirectory), name: entry.name, info: entry.info))
             }
             return entries
         }
@@ -447,11 +464,11 @@ struct WebDAVHandler: Sendable {
     /// We keep no dead properties: every property in a PROPPATCH is refused (403 in a 207).
     private func proppatch(_ request: Request, _ davPath: DAVPath) async throws -> Response {
         let body = try await collectXMLBody(request)
-        try directory.checkInside(davPath)
-        let path = directory.path(davPath)
-        guard let info = try await blocking({ () throws in try ServedDirectory.info(path) }) else {
+        let directory = self.directory
+        guard let info = try await blocking({ () throws in try directory.info(davPath) }) else {
             throw DAVError(.notFound, "no such resource")
         }
+        try ServedDirectory.refuseSymlink(info)
         guard body.contains("propertyupdate") else { throw DAVError(.badRequest, "request body is not a propertyupdate element") }
         return xmlResponse(.multiStatus, Multistatus.proppatchRefused(href: davPath.href(isDirectory: info.isDirectory), properties: []))
     }

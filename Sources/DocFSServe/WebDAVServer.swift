@@ -1,11 +1,13 @@
 // WebDAVServer: `docfs serve`, a WebDAV (RFC 4918 class 1) server over one local directory,
-// built on HummingbirdCore's HTTP/1.1 server. This file owns the server loop: binding,
-// reporting the bound port, `Expect: 100-continue`, the Date header, and the request log
-// (written before the response ends, so a client that has its answer can read its line).
+// built on HummingbirdCore's HTTP/1.1 server. This file owns the server loop: binding (plain
+// or TLS through HummingbirdTLS / swift-nio-ssl), reporting the bound port, admission before
+// `Expect: 100-continue`, the Date header, and the request log (written before the response
+// ends, so a client that has its answer can read its line).
 // What each method does lives in WebDAVHandler; all file access in ServedDirectory.
 
 import Hummingbird
 import HummingbirdCore
+import HummingbirdTLS
 public import Logging
 import NIOCore
 import NIOPosix
@@ -18,13 +20,28 @@ public struct WebDAVServerConfiguration: Sendable {
     public var port: Int
     /// Append one line per request here: `METHOD\tPATH\tSTATUS\tBYTES\tRANGE`.
     public var requestLogPath: String?
+    /// Basic authentication; nil serves without (the CLI allows that on loopback or with `--no-auth`).
+    public var credentials: BasicCredentials?
+    /// PEM files of the certificate (chain) and its private key: serve HTTPS.
+    public var tlsCertificatePath: String?
+    public var tlsKeyPath: String?
+    /// The largest PUT body accepted, in bytes; nil: no limit.
+    public var maxUpload: Int64?
 
-    public init(root: String, host: String = "127.0.0.1", port: Int = 0, requestLogPath: String? = nil) {
+    public init(root: String, host: String = "127.0.0.1", port: Int = 0, requestLogPath: String? = nil,
+                credentials: BasicCredentials? = nil, tlsCertificatePath: String? = nil, tlsKeyPath: String? = nil,
+                maxUpload: Int64? = nil) {
         self.root = root
         self.host = host
         self.port = port
         self.requestLogPath = requestLogPath
+        self.credentials = credentials
+        self.tlsCertificatePath = tlsCertificatePath
+        self.tlsKeyPath = tlsKeyPath
+        self.maxUpload = maxUpload
     }
+
+    public var scheme: String { tlsCertificatePath == nil ? "http" : "https" }
 }
 
 public struct WebDAVServerError: Error, CustomStringConvertible {
@@ -52,7 +69,13 @@ public final class WebDAVServer: Sendable {
         } catch {
             throw WebDAVServerError(description: (error as? DAVError)?.reason ?? "\(error)")
         }
-        let handler = WebDAVHandler(directory: directory, logger: logger)
+        let handler = WebDAVHandler(
+            directory: directory, logger: logger,
+            origin: ServedOrigin(scheme: configuration.scheme, host: configuration.host),
+            auth: configuration.credentials.map(BasicAuth.init),
+            maxUpload: configuration.maxUpload
+        )
+        let builder = try makeServerBuilder()
         let logger = self.logger
         let root = directory.root
 
@@ -60,20 +83,26 @@ public final class WebDAVServer: Sendable {
         // our normal way to stop, so its own logging only shows when debugging.
         var serverLogger = logger
         if serverLogger.logLevel > .debug { serverLogger.logLevel = .critical }
-        let server = try HTTPServerBuilder.http1().buildServer(
+        let server = try builder.buildServer(
             configuration: ServerConfiguration(
                 address: .hostname(configuration.host, port: configuration.port),
                 serverName: nil
             ),
             eventLoopGroup: MultiThreadedEventLoopGroup.singleton,
             logger: serverLogger,
-            responder: { request, responseWriter, _ in
+            responder: { request, responseWriter, channel in
                 let record = RequestRecord(request: request, log: requestLog)
+                let port = channel.localAddress?.port ?? 0
                 do {
-                    if request.headers[.expect]?.lowercased() == "100-continue" {
-                        try await responseWriter.writeInformationalHead(HTTPResponse(status: .continue))
+                    var response: Response
+                    if let refusal = await handler.admit(request, port: port) {
+                        response = refusal
+                    } else {
+                        if request.headers[.expect]?.lowercased() == "100-continue" {
+                            try await responseWriter.writeInformationalHead(HTTPResponse(status: .continue))
+                        }
+                        response = await handler.respond(to: request, port: port)
                     }
-                    var response = await handler.respond(to: request)
                     response.headers[.date] = HTTPDate.now()
                     record.status = response.status.code
                     logger.debug("\(request.method) \(request.uri.path) -> \(response.status.code)")
@@ -88,11 +117,26 @@ public final class WebDAVServer: Sendable {
             },
             onServerRunning: { channel in
                 let port = channel.localAddress?.port ?? 0
-                logger.debug("serving \(root) at http://\(self.configuration.host):\(port)/")
+                logger.debug("serving \(root) at \(self.configuration.scheme)://\(self.configuration.host):\(port)/")
                 onListening(port)
             }
         )
         try await server.run()
+    }
+
+    /// HTTP/1.1, wrapped in TLS when a certificate and key are configured.
+    private func makeServerBuilder() throws -> HTTPServerBuilder {
+        guard let certificatePath = configuration.tlsCertificatePath, let keyPath = configuration.tlsKeyPath else {
+            return .http1()
+        }
+        do {
+            let chain = try NIOSSLCertificate.fromPEMFile(certificatePath)
+            let key = try NIOSSLPrivateKey(file: keyPath, format: .pem)
+            let tls = TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(key))
+            return try .tls(.http1(), tlsConfiguration: tls)
+        } catch {
+            throw WebDAVServerError(description: "cannot use TLS certificate \(certificatePath) and key \(keyPath): \(error)")
+        }
     }
 }
 

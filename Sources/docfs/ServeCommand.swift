@@ -1,9 +1,12 @@
 // `docfs serve DIR`: serve a directory over WebDAV, the built-in demo and test store.
 // Prints one line to stdout once listening; SIGINT/SIGTERM stop it cleanly (exit 0).
+// Fit to expose: Basic auth from a credentials file (required off loopback unless `--no-auth`),
+// TLS, a PUT size limit; the server itself checks Host and Destination and never leaves DIR.
 
 import ArgumentParser
 import Dispatch
 import DocFSServe
+import DocFSStores
 import Logging
 
 #if canImport(Glibc)
@@ -32,6 +35,25 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("request-log"), help: ArgumentHelp("Append one line per request to FILE (METHOD, PATH, STATUS, BYTES, RANGE; tab-separated).", valueName: "FILE"))
     var requestLog: String?
 
+    @Option(help: ArgumentHelp("""
+        Require HTTP Basic authentication with the user and password in FILE (lines user=NAME \
+        and password=SECRET; the file must not be readable by group or others, as for docfs mount). \
+        Required when --host is not a loopback address, unless --no-auth is given.
+        """, valueName: "FILE"))
+    var credentials: String?
+
+    @Flag(name: .customLong("no-auth"), help: "Serve without authentication on a non-loopback address (everyone who can reach it can read and change DIR).")
+    var noAuth = false
+
+    @Option(name: .customLong("tls-cert"), help: ArgumentHelp("Serve HTTPS with this PEM certificate (chain); needs --tls-key.", valueName: "FILE"))
+    var tlsCert: String?
+
+    @Option(name: .customLong("tls-key"), help: ArgumentHelp("The PEM private key of --tls-cert.", valueName: "FILE"))
+    var tlsKey: String?
+
+    @Option(name: .customLong("max-upload"), help: ArgumentHelp("Refuse PUT bodies larger than SIZE with 413 (bytes, or with K, M, G, T; 'unlimited').", valueName: "SIZE"))
+    var maxUpload: String = "10G"
+
     func validate() throws {
         var st = stat()
         guard stat(dir, &st) == 0 else {
@@ -43,20 +65,55 @@ struct ServeCommand: AsyncParsableCommand {
         guard (0...65535).contains(port) else {
             throw ValidationError("--port must be between 0 and 65535")
         }
+        if (tlsCert == nil) != (tlsKey == nil) {
+            throw ValidationError("--tls-cert and --tls-key go together")
+        }
+        guard ByteSize.parse(maxUpload) != nil else {
+            throw ValidationError("--max-upload: '\(maxUpload)' is not a size (e.g. 100M, 10G, unlimited)")
+        }
+        if credentials != nil && noAuth {
+            throw ValidationError("--credentials and --no-auth contradict each other")
+        }
+        if credentials == nil && !noAuth && !ServedOrigin.isLoopback(host) {
+            throw ValidationError("""
+                --host \(host) is not a loopback address: give --credentials FILE (user= and password= lines, \
+                mode 600), or --no-auth to serve without authentication
+                """)
+        }
+        if let credentials {
+            do {
+                _ = try StoreLocator.credentialsFile(credentials)
+            } catch {
+                throw ValidationError(error.description)
+            }
+        }
     }
 
     func run() async throws {
         let logger = Logger(label: "docfs.serve")
-        let server = WebDAVServer(
-            configuration: WebDAVServerConfiguration(root: dir, host: host, port: port, requestLogPath: requestLog),
-            logger: logger
+        let basic = try credentials.map { path in
+            let (user, password) = try StoreLocator.credentialsFile(path)
+            return BasicCredentials(user: user, password: password)
+        }
+        if noAuth && !ServedOrigin.isLoopback(host) {
+            FileHandleStderr.write("docfs serve: warning: serving \(dir) on \(host) without authentication (--no-auth): anyone who can reach it can read, change and delete its files\n")
+        }
+        let limit: Int64? = switch ByteSize.parse(maxUpload) {
+        case .bytes(let bytes): bytes
+        case .unlimited, nil: nil
+        }
+        let configuration = WebDAVServerConfiguration(
+            root: dir, host: host, port: port, requestLogPath: requestLog, credentials: basic,
+            tlsCertificatePath: tlsCert, tlsKeyPath: tlsKey, maxUpload: limit
         )
+        let server = WebDAVServer(configuration: configuration, logger: logger)
         let dir = self.dir
         let host = self.host
+        let scheme = configuration.scheme
         let serving = Task {
             try await server.run { port in
                 let shownHost = host.contains(":") ? "[\(host)]" : host
-                print("docfs serve: serving \(dir) at http://\(shownHost):\(port)/")
+                print("docfs serve: serving \(dir) at \(scheme)://\(shownHost):\(port)/")
                 fflush(nil)  // all output streams: stdout itself is not concurrency-safe to name
             }
         }
@@ -78,5 +135,13 @@ struct ServeCommand: AsyncParsableCommand {
             if serving.isCancelled { return }
             throw error
         }
+    }
+}
+
+/// One line to stderr, unbuffered.
+private enum FileHandleStderr {
+    static func write(_ text: String) {
+        var bytes = Array(text.utf8)
+        _ = bytes.withUnsafeMutableBytes { Glibc.write(2, $0.baseAddress, $0.count) }
     }
 }

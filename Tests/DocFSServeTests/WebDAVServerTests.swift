@@ -16,7 +16,10 @@ struct ServerFixture {
     let logPath: String
     let base: String
 
-    static func with(_ body: (ServerFixture) async throws -> Void) async throws {
+    static func with(
+        configure: (inout WebDAVServerConfiguration) -> Void = { _ in },
+        _ body: (ServerFixture) async throws -> Void
+    ) async throws {
         let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("docfs-serve-\(UUID().uuidString)").path
         let root = scratch + "/root"
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
@@ -24,10 +27,9 @@ struct ServerFixture {
         let logPath = scratch + "/requests.log"
         var logger = Logger(label: "test.serve")
         logger.logLevel = .warning
-        let server = WebDAVServer(
-            configuration: WebDAVServerConfiguration(root: root, port: 0, requestLogPath: logPath),
-            logger: logger
-        )
+        var configuration = WebDAVServerConfiguration(root: root, port: 0, requestLogPath: logPath)
+        configure(&configuration)
+        let server = WebDAVServer(configuration: configuration, logger: logger)
         let (ports, continuation) = AsyncStream<Int>.makeStream()
         let task = Task {
             try await server.run { port in
@@ -329,13 +331,19 @@ struct ServerFixture {
             #expect(try await server.request("MOVE", "/inside/ok.txt", headers: [("Destination", "/escape/moved.txt")]).status == 403)
             #expect(try await server.request("MOVE", "/inside/ok.txt", headers: [("Destination", "/%2e%2e/moved.txt")]).status == 403)
             #expect(!FileManager.default.fileExists(atPath: outside + "/moved.txt"))
-            // A symlink that stays inside is served.
-            #expect(try await server.request("GET", "/alias/ok.txt").body == "ok")
+            // Symlinks are never followed, not even ones that stay inside: a path is resolved
+            // beneath the root without any link (openat2 RESOLVE_NO_SYMLINKS, or an O_NOFOLLOW walk).
+            #expect(try await server.request("GET", "/alias/ok.txt").status == 403)
+            #expect(try await server.request("PUT", "/alias/new.txt", body: "x").status == 403)
+            #expect(!server.exists("inside/new.txt"))
 
             let listing = try await server.request("PROPFIND", "/", headers: [("Depth", "1")])
             #expect(listing.status == 207)
             #expect(!listing.body.contains("escape"))
-            #expect(listing.body.contains("<D:href>/alias/</D:href>"))
+            #expect(!listing.body.contains("alias"))
+            // DELETE of a symlink removes the link, never what it points to.
+            #expect(try await server.request("DELETE", "/escape").status == 204)
+            #expect(FileManager.default.fileExists(atPath: outside + "/secret.txt"))
         }
     }
 
