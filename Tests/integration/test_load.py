@@ -1,5 +1,6 @@
 """Load (issue 10, item 9): 16 processes x 200 file operations each, reads and writes mixed, some
-on the same files, through one mount of a WebDAV store (`docfs serve`) and of an S3 store (moto).
+on the same files, through one mount of a WebDAV store (`docfs serve` and rclone serve webdav) and of an S3 store
+(moto).
 
 Each process reads shared files and checks their sha256, creates its own files and reads them
 back, rewrites and appends to some of them, and writes its own 4 KiB record into files every
@@ -182,10 +183,10 @@ def settle(m, xdg, timeout: float = 90) -> float:
     return time.monotonic() - started
 
 
-def test_load_webdav(docfs_serve, mount, xdg, tmp_path):
+def test_load_webdav(store_server, mount, xdg, tmp_path):
     files = seed()
     root = make_store(tmp_path / "store", files)
-    server = docfs_serve(root)
+    server = store_server(root)
     m = mount(server.url)
     want, elapsed = run_load(m, tmp_path, files)
     settled = settle(m, xdg)
@@ -194,7 +195,7 @@ def test_load_webdav(docfs_serve, mount, xdg, tmp_path):
     have = {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
     problems = compare(want, have)
     assert not problems, "\n".join(problems[:40])
-    print(f"\nwebdav: {PROCESSES} x {OPERATIONS} operations in {elapsed:.1f} s, settled {settled:.1f} s later; "
+    print(f"\nwebdav ({server.kind}): {PROCESSES} x {OPERATIONS} operations in {elapsed:.1f} s, settled {settled:.1f} s later; "
           f"{len(have)} files checked on the store")
 
 
