@@ -108,43 +108,45 @@ public final class Catalog: Sendable {
     public func item(_ inode: Inode) throws(FSError) -> Item? {
         // Cached statements: lookups and getattr run these thousands of times a second, and
         // compiling one (GRDB authorizes every column) costs more than running it.
-        try read { db in
-            try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM item WHERE inode = ?"), arguments: [Int64(bitPattern: inode)])
-        }.map(Catalog.item(from:))
+        try read { db in try Catalog.item(inode, in: db) }
     }
 
     public func child(of parent: Inode, named name: String) throws(FSError) -> Item? {
-        try read { db in
-            try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM item WHERE parent = ? AND name = ?"),
-                             arguments: [Int64(bitPattern: parent), name])
-        }.map(Catalog.item(from:))
+        try read { db in try Catalog.child(of: parent, named: name, in: db) }
     }
 
-    /// The kinds the catalog knows for `directory`'s children, by name, each with the version
-    /// (ETag) it was confirmed for; an entry listed again with the same version needs no new look.
-    public func knownKinds(in directory: Inode) throws(FSError) -> [FileName: (version: ETag, kind: RemoteEntry.Kind)] {
+    /// A directory and one of its children, read in one transaction: a lookup needs both, and
+    /// one read costs half of two (each read is a queue hop plus BEGIN and COMMIT).
+    public func directoryAndChild(_ parent: Inode, named name: String) throws(FSError) -> (directory: Item?, child: Item?) {
         try read { db in
-            var known: [FileName: (version: ETag, kind: RemoteEntry.Kind)] = [:]
-            for row in try Row.fetchAll(db, sql: """
-                SELECT name, kind, symlinkTarget, kindKnownFor FROM item WHERE parent = ? AND kindKnownFor IS NOT NULL
-                """, arguments: [Int64(bitPattern: directory)]) {
-                let kind: RemoteEntry.Kind
-                switch Item.Kind(rawValue: row["kind"]) {
-                case .symlink?: kind = .symlink(target: row["symlinkTarget"] ?? "")
-                case .directory?: kind = .directory
-                default: kind = .file
-                }
-                known[(row["name"] as String).fileName] = (ETag(row["kindKnownFor"]), kind)
-            }
-            return known
+            guard let directory = try Catalog.item(parent, in: db) else { return (nil, nil) }
+            return (directory, try Catalog.child(of: parent, named: name, in: db))
         }
+    }
+
+    private static func item(_ inode: Inode, in db: Database) throws -> Item? {
+        try Row.fetchOne(db.cachedStatement(sql: "SELECT \(itemColumns) FROM item WHERE inode = ?"),
+                         arguments: [Int64(bitPattern: inode)]).map(item(from:))
+    }
+
+    private static func child(of parent: Inode, named name: String, in db: Database) throws -> Item? {
+        try Row.fetchOne(db.cachedStatement(sql: "SELECT \(itemColumns) FROM item WHERE parent = ? AND name = ?"),
+                         arguments: [Int64(bitPattern: parent), name]).map(item(from:))
     }
 
     /// The children of a directory, ordered by name (a stable order for readdir offsets).
     public func children(of parent: Inode) throws(FSError) -> [Item] {
         try read { db in
-            try Row.fetchAll(db.cachedStatement(sql: "SELECT * FROM item WHERE parent = ? ORDER BY name"), arguments: [Int64(bitPattern: parent)])
+            try Row.fetchAll(db.cachedStatement(sql: "SELECT \(Catalog.itemColumns) FROM item WHERE parent = ? ORDER BY name"),
+                             arguments: [Int64(bitPattern: parent)])
         }.map(Catalog.item(from:))
+    }
+
+    /// Rows inserted, updated or deleted since the catalog was opened (SQLite's
+    /// `total_changes()` of the one writing connection): how tests and the bench tell that a
+    /// refresh of an unchanged folder wrote nothing.
+    public func rowsWritten() throws(FSError) -> Int {
+        try write { db in db.totalChangesCount }
     }
 
     public func itemCount() throws(FSError) -> Int {
@@ -154,129 +156,11 @@ public final class Catalog: Sendable {
     /// Items whose state is one of `states`.
     public func items(in states: [ItemState]) throws(FSError) -> [Item] {
         let list = states.map { "'\($0.rawValue)'" }.joined(separator: ",")
-        return try read { db in try Row.fetchAll(db, sql: "SELECT * FROM item WHERE state IN (\(list))") }
+        return try read { db in try Row.fetchAll(db, sql: "SELECT \(Catalog.itemColumns) FROM item WHERE state IN (\(list))") }
             .map(Catalog.item(from:))
     }
 
     // MARK: Writing
-
-    /// Makes the catalog's children of `directory` match a complete listing from the store:
-    /// new entries become placeholders, changed ones are updated (keeping inode and id),
-    /// vanished ones are removed with their subtree. Entries whose kind changed are replaced.
-    ///
-    /// A listing describes the *store*; it never moves a local copy. For an item with a local
-    /// copy (open, or holding changes) it updates only what the store has (`etag`, and size and
-    /// time while the copy is clean), never `baseEtag`, the version the copy started from: so
-    /// an upload made from that copy still meets the store's newer version as a conflict.
-    /// An item with a local copy, or a folder with one below it, that vanished from the store or
-    /// changed kind there keeps its row (marked not on the store, so a later upload recreates it
-    /// instead of overwriting something else) until the copy is resolved.
-    /// Names are compared by their bytes: `café` precomposed and decomposed are two entries.
-    /// Every entry's kind is recorded as known for the entry's version, except for the names in
-    /// `kindUnknown` (see `SymlinkProbe`): an item already there keeps its row, a new one is
-    /// added with its kind still to be confirmed.
-    public func applyListing(of directory: Inode, entries: [RemoteEntry], kindUnknown: Set<FileName> = [],
-                             listedAt: Double, askedAt: Double? = nil) throws(FSError) {
-        let askedAt = askedAt ?? listedAt
-        try write { db in
-            guard let dirRow = try Row.fetchOne(db, sql: "SELECT path FROM item WHERE inode = ?", arguments: [Int64(bitPattern: directory)]) else {
-                return
-            }
-            let dirPath: String = dirRow["path"]
-            var existing: [[UInt8]: Row] = [:]
-            for row in try Row.fetchAll(db, sql: "SELECT * FROM item WHERE parent = ?", arguments: [Int64(bitPattern: directory)]) {
-                existing[Array((row["name"] as String).utf8)] = row
-            }
-            let unknown = Set(kindUnknown.map { Array($0.string.utf8) })
-            // One entry per name; where a store shows a name as both a file and a folder (S3:
-            // object `a` and prefix `a/`), the folder wins, whatever page each came on.
-            var byName: [[UInt8]: RemoteEntry] = [:]
-            var order: [[UInt8]] = []
-            for entry in entries {
-                let key = Array(entry.name.utf8)
-                if let earlier = byName[key] {
-                    if Catalog.kind(of: entry) == .directory && Catalog.kind(of: earlier) != .directory { byName[key] = entry }
-                } else {
-                    byName[key] = entry
-                    order.append(key)
-                }
-            }
-            for key in order {
-                let entry = byName[key]!
-                let name = entry.name
-                let kind = Catalog.kind(of: entry)
-                let row = existing[key]
-                if let row, Catalog.learnedSince(row, askedAt) {
-                    // docfs learned this item's version after the listing was asked for.
-                    continue
-                }
-                if row != nil, unknown.contains(key) {
-                    // A kind the store could not confirm keeps what the catalog knows.
-                    continue
-                }
-                if let row, (row["kind"] as Int) == kind.rawValue {
-                    if Catalog.hasLocalCopy(row) {
-                        // The store's version moves; the copy's base does not. A clean copy shows
-                        // its own size while open (DocFileSystem.item), the store's once evicted.
-                        // A file made here and not uploaded yet stays "not on the store": the
-                        // entry listed under its name is someone else's, and its upload must not
-                        // replace it (If-None-Match: *, a conflict copy if taken).
-                        let dirty = Catalog.hasLocalChanges(row)
-                        try db.execute(sql: """
-                            UPDATE item SET etag = ?, onStore = CASE WHEN baseEtag IS NULL AND onStore = 0 THEN 0 ELSE 1 END,
-                                kindKnownFor = ?,
-                                size = CASE WHEN ? THEN size ELSE ? END,
-                                modifiedNs = CASE WHEN ? OR (etag IS NOT NULL AND etag = ?) THEN modifiedNs ELSE ? END
-                            WHERE inode = ?
-                            """, arguments: [entry.etag?.value, entry.etag?.value, dirty, entry.size, dirty, entry.etag?.value,
-                                             Timestamp(seconds: entry.modified).nanoseconds, row["inode"] as Int64])
-                        continue
-                    }
-                    // A refresh of an unchanged folder writes nothing.
-                    if Catalog.matches(row, entry) { continue }
-                    // A time set here (utimensat) stays until the content itself changes.
-                    try db.execute(sql: """
-                        UPDATE item SET size = ?, modifiedNs = CASE WHEN etag IS NOT NULL AND etag = ? THEN modifiedNs ELSE ? END,
-                            etag = ?, symlinkTarget = ?, mode = COALESCE(?, mode), onStore = 1, kindKnownFor = ?
-                        WHERE inode = ?
-                        """, arguments: [entry.size, entry.etag?.value, Timestamp(seconds: entry.modified).nanoseconds, entry.etag?.value, Catalog.target(of: entry),
-                                         entry.mode.map { Int64($0) }, entry.etag?.value, row["inode"] as Int64])
-                    continue
-                }
-                if let row {
-                    // The kind changed on the store. What holds a local copy stays as it is (its
-                    // upload meets the new kind and is kept as a conflict copy); the rest is replaced.
-                    if try Catalog.holdsLocalCopies(db, row) {
-                        try db.execute(sql: "UPDATE item SET onStore = 0 WHERE inode = ? AND kind != ?",
-                                       arguments: [row["inode"] as Int64, Item.Kind.directory.rawValue])
-                        continue
-                    }
-                    try db.execute(sql: "DELETE FROM item WHERE inode = ?", arguments: [row["inode"] as Int64])
-                }
-                try db.execute(sql: """
-                    INSERT INTO item (id, parent, name, path, kind, size, modifiedNs, etag, symlinkTarget, mode, state, kindKnownFor)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """, arguments: [UUID().uuidString, Int64(bitPattern: directory), name,
-                                     Catalog.join(dirPath, name), kind.rawValue, entry.size, Timestamp(seconds: entry.modified).nanoseconds,
-                                     entry.etag?.value, Catalog.target(of: entry), entry.mode.map { Int64($0) },
-                                     kind == .directory ? ItemState.directory.rawValue : ItemState.placeholder.rawValue,
-                                     unknown.contains(key) ? nil : entry.etag?.value])
-            }
-            for (key, row) in existing where byName[key] == nil && !Catalog.learnedSince(row, askedAt) {
-                // Never drop a local copy or what holds one (an open file, a change, a new file, a
-                // folder with one of those below): the store no longer has it, so its upload
-                // (if any) recreates it, and a clean copy's row goes when the copy is evicted.
-                if try Catalog.holdsLocalCopies(db, row) {
-                    if (row["kind"] as Int) != Item.Kind.directory.rawValue {
-                        try db.execute(sql: "UPDATE item SET onStore = 0 WHERE inode = ?", arguments: [row["inode"] as Int64])
-                    }
-                    continue
-                }
-                try db.execute(sql: "DELETE FROM item WHERE inode = ?", arguments: [row["inode"] as Int64])
-            }
-            try db.execute(sql: "UPDATE item SET listedAt = ? WHERE inode = ?", arguments: [listedAt, Int64(bitPattern: directory)])
-        }
-    }
 
     /// Records what the store said about an item's content (after a fetch: the ETag may be new).
     public func updateMetadata(of inode: Inode, from entry: RemoteEntry) throws(FSError) {
@@ -471,12 +355,12 @@ public final class Catalog: Sendable {
 
     /// Items whose copy holds writes no close or fsync handed over (open when the daemon died).
     public func itemsWithUncommittedWrites() throws(FSError) -> [Item] {
-        try read { db in try Row.fetchAll(db, sql: "SELECT * FROM item WHERE uncommitted != 0") }.map(Catalog.item(from:))
+        try read { db in try Row.fetchAll(db, sql: "SELECT \(Catalog.itemColumns) FROM item WHERE uncommitted != 0") }.map(Catalog.item(from:))
     }
 
     /// Items whose committed changes the store does not have yet: the upload journal.
     public func itemsPendingUpload() throws(FSError) -> [Item] {
-        try read { db in try Row.fetchAll(db, sql: "SELECT * FROM item WHERE state IN ('modified', 'uploading') AND uncommitted = 0") }
+        try read { db in try Row.fetchAll(db, sql: "SELECT \(Catalog.itemColumns) FROM item WHERE state IN ('modified', 'uploading') AND uncommitted = 0") }
             .map(Catalog.item(from:))
     }
 
@@ -501,33 +385,33 @@ public final class Catalog: Sendable {
 
     // MARK: Plumbing
 
-    private func read<T>(_ body: (Database) throws -> T) throws(FSError) -> T {
+    func read<T>(_ body: (Database) throws -> T) throws(FSError) -> T {
         do { return try db.read(body) } catch { throw .io("catalog: \(error)") }
     }
 
-    private func write<T>(_ body: (Database) throws -> T) throws(FSError) -> T {
+    func write<T>(_ body: (Database) throws -> T) throws(FSError) -> T {
         do { return try db.write(body) } catch { throw .io("catalog: \(error)") }
     }
 
     /// Whether docfs learned `row`'s version from the store at or after `time`.
-    private static func learnedSince(_ row: Row, _ time: Double) -> Bool {
+    static func learnedSince(_ row: Row, _ time: Double) -> Bool {
         guard let learned = row["versionAt"] as Double? else { return false }
         return learned >= time
     }
 
-    private static func hasLocalChanges(_ row: Row) -> Bool {
+    static func hasLocalChanges(_ row: Row) -> Bool {
         let state: String = row["state"]
         return state == ItemState.modified.rawValue || state == ItemState.uploading.rawValue || (row["uncommitted"] as Bool? ?? false)
     }
 
     /// Whether the item has a local copy: being fetched, open, or holding changes.
-    private static func hasLocalCopy(_ row: Row) -> Bool {
+    static func hasLocalCopy(_ row: Row) -> Bool {
         let state: String = row["state"]
         return hasLocalChanges(row) || state == ItemState.local.rawValue || state == ItemState.downloading.rawValue
     }
 
     /// Whether `row`, or anything below it, has a local copy.
-    private static func holdsLocalCopies(_ db: Database, _ row: Row) throws -> Bool {
+    static func holdsLocalCopies(_ db: Database, _ row: Row) throws -> Bool {
         if hasLocalCopy(row) { return true }
         guard (row["kind"] as Int) == Item.Kind.directory.rawValue else { return false }
         let path: String = row["path"]
@@ -537,11 +421,11 @@ public final class Catalog: Sendable {
             """, arguments: [path + "/", path + "0"]) ?? false
     }
 
-    private static func join(_ dir: String, _ name: String) -> String {
+    static func join(_ dir: String, _ name: String) -> String {
         dir == "/" ? "/" + name : dir + "/" + name
     }
 
-    private static func kind(of entry: RemoteEntry) -> Item.Kind {
+    static func kind(of entry: RemoteEntry) -> Item.Kind {
         switch entry.kind {
         case .file: return .file
         case .directory: return .directory
@@ -549,14 +433,14 @@ public final class Catalog: Sendable {
         }
     }
 
-    private static func target(of entry: RemoteEntry) -> String? {
+    static func target(of entry: RemoteEntry) -> String? {
         if case .symlink(let target) = entry.kind { return target }
         return nil
     }
 
     /// Whether a row without a local copy already says what `entry` says (the update a listing
     /// would make changes nothing).
-    private static func matches(_ row: Row, _ entry: RemoteEntry) -> Bool {
+    static func matches(_ row: Row, _ entry: RemoteEntry) -> Bool {
         let etag = entry.etag?.value
         guard (row["size"] as Int64) == entry.size, (row["etag"] as String?) == etag,
               (row["kindKnownFor"] as String?) == etag, (row["onStore"] as Int64) == 1,
@@ -566,35 +450,44 @@ public final class Catalog: Sendable {
         return etag != nil || (row["modifiedNs"] as Int64) == Timestamp(seconds: entry.modified).nanoseconds
     }
 
+    /// The columns `item(from:)` decodes, in the order it reads them. Rows are decoded by
+    /// index: GRDB finds a column by name with a case-insensitive search (a `lowercased()`
+    /// per column per row), which was most of the cost of a lookup.
+    private static let itemColumns = """
+        inode, id, parent, name, path, kind, size, modifiedNs, etag, symlinkTarget, mode, state, listedAt, onStore, \
+        owner, "group", accessedNs, changedNs, uploadError, conflictCopy, baseEtag, uncommitted
+        """
+
+    /// An item from a row of `SELECT \(itemColumns)`.
     private static func item(from row: Row) -> Item {
-        let pathString: String = row["path"]
+        let pathString: String = row[4]
         let components = pathString.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
-        let parent: Int64? = row["parent"]
-        let mode: Int64? = row["mode"]
-        let etag: String? = row["etag"]
+        let parent: Int64? = row[2]
+        let mode: Int64? = row[10]
+        let etag: String? = row[8]
         return Item(
-            inode: Inode(bitPattern: row["inode"]),
-            id: row["id"],
+            inode: Inode(bitPattern: row[0]),
+            id: row[1],
             parent: parent.map { Inode(bitPattern: $0) },
-            name: row["name"],
+            name: row[3],
             path: StorePath(validated: components),
-            kind: Item.Kind(rawValue: row["kind"]) ?? .file,
-            size: row["size"],
-            modified: Timestamp(nanoseconds: row["modifiedNs"]),
+            kind: Item.Kind(rawValue: row[5]) ?? .file,
+            size: row[6],
+            modified: Timestamp(nanoseconds: row[7]),
             etag: etag.map(ETag.init),
-            symlinkTarget: row["symlinkTarget"],
+            symlinkTarget: row[9],
             mode: mode.map { UInt32(truncatingIfNeeded: $0) },
-            state: ItemState(rawValue: row["state"]) ?? .placeholder,
-            listedAt: row["listedAt"],
-            onStore: row["onStore"],
-            owner: (row["owner"] as Int64?).map { UInt32(truncatingIfNeeded: $0) },
-            group: (row["group"] as Int64?).map { UInt32(truncatingIfNeeded: $0) },
-            accessed: (row["accessedNs"] as Int64?).map(Timestamp.init(nanoseconds:)),
-            changed: (row["changedNs"] as Int64?).map(Timestamp.init(nanoseconds:)),
-            uploadError: row["uploadError"],
-            conflictCopy: row["conflictCopy"],
-            baseEtag: (row["baseEtag"] as String?).map(ETag.init),
-            hasUncommittedWrites: row["uncommitted"]
+            state: ItemState(rawValue: row[11]) ?? .placeholder,
+            listedAt: row[12],
+            onStore: row[13],
+            owner: (row[14] as Int64?).map { UInt32(truncatingIfNeeded: $0) },
+            group: (row[15] as Int64?).map { UInt32(truncatingIfNeeded: $0) },
+            accessed: (row[16] as Int64?).map(Timestamp.init(nanoseconds:)),
+            changed: (row[17] as Int64?).map(Timestamp.init(nanoseconds:)),
+            uploadError: row[18],
+            conflictCopy: row[19],
+            baseEtag: (row[20] as String?).map(ETag.init),
+            hasUncommittedWrites: row[21]
         )
     }
 }

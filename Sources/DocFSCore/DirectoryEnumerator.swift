@@ -105,24 +105,28 @@ public actor DirectoryEnumerator {
     private nonisolated static func list(_ directory: Item, store: any Store, catalog: Catalog, retry: RetryPolicy,
                                          logger: Logger) async throws {
             do {
-                let askedAt = Date().timeIntervalSince1970
-                var entries: [RemoteEntry] = []
+                let probe = SymlinkProbe(store: store, catalog: catalog, retry: retry, logger: logger)
+                let progress = ListingProgress(startedAt: Date().timeIntervalSince1970)
                 var page: PageToken? = nil
                 repeat {
+                    // Each page reaches the catalog as it arrives: a huge folder is never
+                    // held whole in memory, and the catalog grows while the listing runs.
                     let token = page
+                    let askedAt = Date().timeIntervalSince1970
                     let result = try await retry.run { () async throws(StoreError) -> ListPage in
                         try await store.list(directory.path, page: token)
                     }
-                    entries.append(contentsOf: result.entries)
+                    let resolved = try await probe.resolve(result.entries, in: directory)
+                    try await Blocking.run { () throws(FSError) in
+                        try catalog.applyListingPage(resolved.entries, kindUnknown: resolved.unknown, of: directory.inode,
+                                                     askedAt: askedAt, progress: progress)
+                    }
                     page = result.next
                 } while page != nil
-                let probe = SymlinkProbe(store: store, catalog: catalog, retry: retry, logger: logger)
-                let resolved = try await probe.resolve(entries, in: directory)
                 try await Blocking.run { () throws(FSError) in
-                    try catalog.applyListing(of: directory.inode, entries: resolved.entries, kindUnknown: resolved.unknown,
-                                             listedAt: Date().timeIntervalSince1970, askedAt: askedAt)
+                    try catalog.finishListing(progress, of: directory.inode, listedAt: Date().timeIntervalSince1970)
                 }
-                logger.debug("listed", metadata: ["path": "\(directory.path)", "entries": "\(entries.count)"])
+                logger.debug("listed", metadata: ["path": "\(directory.path)", "entries": "\(progress.count)"])
             } catch let error as StoreError {
                 logger.warning("listing failed", metadata: ["path": "\(directory.path)", "error": "\(error)"])
                 throw FSError(error)

@@ -111,8 +111,37 @@ public final class DocFileSystem: Sendable {
     public func lookup(parent: Inode, name: String) async throws(FSError) -> Item {
         guard name.utf8.count <= 255 else { throw .nameTooLong }
         let directory = try item(parent)
+        if directory.isDirectory, directory.listedAt == nil, store.capabilities.looksUpByStat {
+            return try await lookUpByStat(name, in: directory)
+        }
         try await enumerator.ensureListed(directory)
         guard let child = try catalog.child(of: parent, named: name) else { throw .notFound }
+        return try item(child.inode)
+    }
+
+    /// Looks up one name of a folder never listed by asking the store about that name only
+    /// (see `StoreCapabilities.looksUpByStat`). The entry found joins the catalog as a listing
+    /// page of one; the folder stays unlisted, so `ls` still lists it whole.
+    private func lookUpByStat(_ name: String, in directory: Item) async throws(FSError) -> Item {
+        if let child = try catalog.child(of: directory.inode, named: name),
+           !child.onStore || child.hasUnsyncedChanges || child.state == .local || child.state == .downloading {
+            return try item(child.inode)  // made, changed or open here: the catalog knows better
+        }
+        let path: StorePath
+        do { path = try directory.path.appending(name) } catch { throw .invalidArgument }
+        let askedAt = Date().timeIntervalSince1970
+        let entry: RemoteEntry
+        do {
+            entry = try await RetryPolicy.interactive.run { () async throws(StoreError) -> RemoteEntry in try await store.stat(path) }
+        } catch .notFound {
+            throw .notFound
+        } catch {
+            throw FSError(error)
+        }
+        try await Blocking.run { [catalog] () throws(FSError) in
+            try catalog.applyListingPage([entry], of: directory.inode, askedAt: askedAt, progress: ListingProgress(startedAt: askedAt))
+        }
+        guard let child = try catalog.child(of: directory.inode, named: name) else { throw .notFound }
         return try item(child.inode)
     }
 
@@ -121,10 +150,12 @@ public final class DocFileSystem: Sendable {
     /// how the FUSE layer answers most lookups on its own thread, without a task per call.
     public func lookupIfListed(parent: Inode, name: String) throws(FSError) -> Item? {
         guard name.utf8.count <= 255 else { throw .nameTooLong }
-        let directory = try item(parent)
+        let (row, child) = try catalog.directoryAndChild(parent, named: name)
+        let directory: Item
+        if let row { directory = row } else { directory = try item(parent) }
         guard directory.isDirectory else { throw .notADirectory }
         guard enumerator.canAnswerNow(for: directory) else { return nil }
-        guard let child = try catalog.child(of: parent, named: name) else { throw .notFound }
+        guard let child else { throw .notFound }
         return shownWithLocalCopy(child)
     }
 

@@ -22,7 +22,8 @@ struct SymlinkProbe {
     /// not be learnt (the catalog keeps what it has for those).
     func resolve(_ entries: [RemoteEntry], in directory: Item) async throws(FSError) -> (entries: [RemoteEntry], unknown: Set<FileName>) {
         guard case .byStat(let maximumTargetBytes) = store.capabilities.symlinkDiscovery else { return (entries, []) }
-        let known = try catalog.knownKinds(in: directory.inode)
+        let candidates = entries.filter { $0.kind == .file && $0.size > 0 && $0.size <= maximumTargetBytes && $0.etag != nil }
+        let known = try catalog.knownKinds(in: directory.inode, named: candidates.map(\.name))
         var resolved = entries
         var unknown: [Int] = []
         for (index, entry) in entries.enumerated() {

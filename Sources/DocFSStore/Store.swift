@@ -79,12 +79,19 @@ public struct StoreCapabilities: Sendable, Equatable {
     public var hasRangeReads: Bool
     /// How the core learns that an entry is a symbolic link.
     public var symlinkDiscovery: SymlinkDiscovery
+    /// Whether a lookup in a folder never listed asks `stat` of the one name instead of listing
+    /// the folder first: where a listing costs a request per 1,000 names and `stat` a request
+    /// or two whatever the folder's size (S3: HEAD of the key, then a 1-key listing of `name/`,
+    /// as mountpoint-s3 does).
+    public var looksUpByStat: Bool
 
-    public init(canWrite: Bool, canRename: Bool, hasRangeReads: Bool, symlinkDiscovery: SymlinkDiscovery = .inListings) {
+    public init(canWrite: Bool, canRename: Bool, hasRangeReads: Bool, symlinkDiscovery: SymlinkDiscovery = .inListings,
+                looksUpByStat: Bool = false) {
         self.canWrite = canWrite
         self.canRename = canRename
         self.hasRangeReads = hasRangeReads
         self.symlinkDiscovery = symlinkDiscovery
+        self.looksUpByStat = looksUpByStat
     }
 }
 

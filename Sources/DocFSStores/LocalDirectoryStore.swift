@@ -23,6 +23,8 @@ public struct LocalDirectoryStore: Store {
     /// The absolute, symlink-resolved path of the root directory.
     public let root: String
     private let logger: Logger
+    /// Sorted names of listings under way, so that paging a directory reads it once.
+    private let listings = ListingSnapshots()
 
     /// Size of one read from disk, and so of one chunk handed to a sink or copied on write.
     static let chunkSize = 256 * 1024
@@ -58,17 +60,27 @@ public struct LocalDirectoryStore: Store {
     public func list(_ directory: StorePath, page: PageToken?) async throws(StoreError) -> ListPage {
         let root = self.root
         let logger = self.logger
+        let listings = self.listings
         return try await Blocking.run { () throws(StoreError) -> ListPage in
             let fd = try Walk.openDirectory(root: root, directory)
             defer { close(fd) }
-            var names = try Walk.names(in: fd, directory: directory, logger: logger)
-            names.sort { Array($0.utf8).lexicographicallyPrecedes($1.utf8) }
-            if let after = page?.value {
-                let afterBytes = Array(after.utf8)
-                names = names.filter { afterBytes.lexicographicallyPrecedes($0.utf8) }
+            let token = page.map { ListingSnapshots.Token($0.value) }
+            var snapshot = token.flatMap { listings.take($0.listing) }
+            if snapshot == nil {
+                // A first page, or a later one whose snapshot was dropped: read the directory.
+                var names = try Walk.names(in: fd, directory: directory, logger: logger)
+                names.sort { Array($0.utf8).lexicographicallyPrecedes($1.utf8) }
+                var start = 0
+                if let after = token?.after {
+                    let afterBytes = Array(after.utf8)
+                    start = names.firstIndex { afterBytes.lexicographicallyPrecedes($0.utf8) } ?? names.count
+                }
+                snapshot = ListingSnapshots.Snapshot(names: names, position: start)
             }
+            guard var snapshot else { return ListPage(entries: [], next: nil) }
+            let names = snapshot.names
             var entries: [RemoteEntry] = []
-            var index = 0
+            var index = snapshot.position
             while index < names.count, entries.count < LocalDirectoryStore.pageSize {
                 let name = names[index]
                 index += 1
@@ -81,9 +93,12 @@ public struct LocalDirectoryStore: Store {
                 }
                 entries.append(LocalDirectoryStore.entry(path, info, directoryFD: fd, name: name))
             }
-            // The token is the last name considered: the next page starts after it.
-            let next = index < names.count ? PageToken(names[index - 1]) : nil
-            return ListPage(entries: entries, next: next)
+            // The token names the snapshot and the last name considered: the next page starts
+            // after it, from the snapshot if it is still kept, else from a new read.
+            guard index < names.count else { return ListPage(entries: entries, next: nil) }
+            snapshot.position = index
+            let listing = listings.keep(snapshot)
+            return ListPage(entries: entries, next: PageToken(ListingSnapshots.Token(listing: listing, after: names[index - 1]).value))
         }
     }
 

@@ -77,3 +77,63 @@ struct CatalogTests {
         #expect(try catalog.item(a.inode)?.state == .placeholder)
     }
 }
+
+@Suite("A listing reaches the catalog page by page")
+struct ListingPagesTests {
+    let path = FileManager.default.temporaryDirectory.appendingPathComponent("catalog-\(UUID().uuidString).sqlite").path
+
+    func entry(_ path: String, size: Int64 = 1, etag: String? = nil, directory: Bool = false) -> RemoteEntry {
+        RemoteEntry(path: try! StorePath(path), kind: directory ? .directory : .file, size: size, modified: 1000,
+                    etag: etag.map(ETag.init))
+    }
+
+    @Test func eachPageIsThereBeforeTheNextArrivesAndWhatVanishedGoesAtTheEnd() throws {
+        let catalog = try Catalog(path: path)
+        try catalog.applyListing(of: Item.rootInode, entries: [entry("old"), entry("kept", etag: "1")], listedAt: 1)
+        let kept = try #require(try catalog.child(of: Item.rootInode, named: "kept"))
+
+        let progress = ListingProgress(startedAt: 2)
+        try catalog.applyListingPage([entry("a"), entry("kept", size: 7, etag: "2")], of: Item.rootInode, askedAt: 2, progress: progress)
+        #expect(try catalog.child(of: Item.rootInode, named: "a") != nil, "a page is applied as it arrives")
+        #expect(try catalog.child(of: Item.rootInode, named: "old") != nil, "nothing vanishes before the last page")
+        try catalog.applyListingPage([entry("b")], of: Item.rootInode, askedAt: 3, progress: progress)
+        try catalog.finishListing(progress, of: Item.rootInode, listedAt: 4)
+
+        #expect(try catalog.children(of: Item.rootInode).map(\.name) == ["a", "b", "kept"])
+        let updated = try #require(try catalog.child(of: Item.rootInode, named: "kept"))
+        #expect(updated.inode == kept.inode && updated.size == 7 && updated.etag == ETag("2"))
+        #expect(try catalog.item(Item.rootInode)?.listedAt == 4)
+        #expect(progress.count == 3)
+    }
+
+    @Test func aFolderWinsOverAFileOfTheSameNameOnAnotherPage() throws {
+        let catalog = try Catalog(path: path)
+        // S3: object `x` sorts before prefix `x/`, and a page may end between them.
+        let first = ListingProgress(startedAt: 1)
+        try catalog.applyListingPage([entry("x")], of: Item.rootInode, askedAt: 1, progress: first)
+        try catalog.applyListingPage([entry("x", directory: true)], of: Item.rootInode, askedAt: 1, progress: first)
+        try catalog.finishListing(first, of: Item.rootInode, listedAt: 1)
+        #expect(try catalog.child(of: Item.rootInode, named: "x")?.isDirectory == true)
+
+        let second = ListingProgress(startedAt: 2)
+        try catalog.applyListingPage([entry("x", directory: true)], of: Item.rootInode, askedAt: 2, progress: second)
+        try catalog.applyListingPage([entry("x")], of: Item.rootInode, askedAt: 2, progress: second)
+        try catalog.finishListing(second, of: Item.rootInode, listedAt: 2)
+        #expect(try catalog.child(of: Item.rootInode, named: "x")?.isDirectory == true)
+    }
+
+    @Test func aRefreshOfAnUnchangedFolderWritesOnlyItsListingTime() throws {
+        let catalog = try Catalog(path: path)
+        let entries = (0..<2_500).map { entry(String(format: "f%05d", $0), size: Int64($0), etag: "e\($0)") }
+        try catalog.applyListing(of: Item.rootInode, entries: entries, listedAt: 1)
+        let before = try catalog.rowsWritten()
+        let progress = ListingProgress(startedAt: 2)
+        for start in stride(from: 0, to: entries.count, by: 1000) {
+            try catalog.applyListingPage(Array(entries[start..<min(start + 1000, entries.count)]), of: Item.rootInode,
+                                         askedAt: 2, progress: progress)
+        }
+        try catalog.finishListing(progress, of: Item.rootInode, listedAt: 2)
+        #expect(try catalog.rowsWritten() - before == 1, "only the folder's listing time")
+        #expect(try catalog.itemCount() == 2_501)
+    }
+}

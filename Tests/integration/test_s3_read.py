@@ -229,3 +229,32 @@ def test_s3_prefix_mount(s3, s3_mount):
     (m / "new.txt").write_bytes(b"new\n")
     s3.wait_object("team/new.txt", b"new\n", timeout=30)
     assert "new.txt" not in s3.keys("other/") and s3.get("new.txt") is None
+
+
+def test_s3_lookup_in_a_folder_never_listed_asks_about_one_name(s3, s3_mount):
+    """`stat` of one name in a big folder never listed costs a HEAD (plus a 1-key listing of
+    `name/` when there is no such object), not the folder's whole listing (mountpoint-s3 does
+    the same). `ls` of the folder afterwards still lists it whole."""
+    n = 3_000
+    s3.put_many({f"big/k{i:05d}.txt": b"%d\n" % i for i in range(n)}, workers=24)
+    s3.put_many({"big/sub/inner.txt": b"inner\n"})
+    m = s3_mount()
+    start = len(s3.requests())
+
+    st = os.stat(m / "big" / "k01234.txt")
+    assert stat.S_ISREG(st.st_mode) and st.st_size == len(b"1234\n")
+    assert stat.S_ISDIR(os.stat(m / "big" / "sub").st_mode)
+    with pytest.raises(FileNotFoundError):
+        os.stat(m / "big" / "absent.txt")
+    assert (m / "big" / "k00007.txt").read_bytes() == b"7\n"
+
+    time.sleep(0.5)
+    asked = s3.requests()[start:]
+    whole = [r for r in asked if r in s3.lists() and r.q().get("prefix") == "big/" and r.q().get("max-keys", "1000") != "1"]
+    assert not whole, f"a lookup listed the whole folder: {[str(r)[:120] for r in whole[:5]]}"
+    heads = [r for r in asked if r.method == "HEAD"]
+    assert 3 <= len(heads) <= 8, f"expected a HEAD per name looked up, saw {[str(r) for r in heads]}"
+
+    names = os.listdir(m / "big")
+    assert len(names) == n + 1 and "k01234.txt" in names and "sub" in names
+    assert os.stat(m / "big" / "k02999.txt").st_size == len(b"2999\n")

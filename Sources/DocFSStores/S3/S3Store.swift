@@ -127,7 +127,8 @@ public final class S3Store: Store {
     public var capabilities: StoreCapabilities {
         // With links off, listings are taken as they are: every object is a file.
         StoreCapabilities(canWrite: true, canRename: true, hasRangeReads: true,
-                          symlinkDiscovery: configuration.symlinks ? .byStat(maximumTargetBytes: Self.maximumLinkTargetBytes) : .inListings)
+                          symlinkDiscovery: configuration.symlinks ? .byStat(maximumTargetBytes: Self.maximumLinkTargetBytes) : .inListings,
+                          looksUpByStat: true)
     }
 
     // MARK: - Keys

@@ -1,0 +1,222 @@
+import DocFSStore
+import Foundation
+import GRDB
+import Synchronization
+
+/// Applying a directory listing to the catalog, page by page.
+///
+/// A listing arrives in pages (1,000 entries from S3 and the local store, a streamed
+/// multistatus from WebDAV). Each page is applied as it arrives, in a transaction of its own,
+/// so a 100,000-entry folder is never held whole in memory: what a listing remembers between
+/// pages is one `ListingProgress`, the names it has seen and their kinds. When the last page
+/// is in, `finishListing` removes what the store no longer has and records the time.
+///
+/// A listing describes the *store*; it never moves a local copy. For an item with a local
+/// copy (open, or holding changes) it updates only what the store has (`etag`, and size and
+/// time while the copy is clean), never `baseEtag`, the version the copy started from: so
+/// an upload made from that copy still meets the store's newer version as a conflict.
+/// An item with a local copy, or a folder with one below it, that vanished from the store or
+/// changed kind there keeps its row (marked not on the store, so a later upload recreates it
+/// instead of overwriting something else) until the copy is resolved.
+/// Names are compared by their bytes: `café` precomposed and decomposed are two entries.
+/// Every entry's kind is recorded as known for the entry's version, except for the names in
+/// `kindUnknown` (see `SymlinkProbe`): an item already there keeps its row, a new one is
+/// added with its kind still to be confirmed. A refresh of an unchanged folder writes no row
+/// but the folder's own listing time.
+public final class ListingProgress: Sendable {
+    /// Each name seen so far, by its bytes, and whether it was a folder: where a store shows a
+    /// name as both a file and a folder (S3: object `a` and prefix `a/`), the folder wins,
+    /// whatever page each came on. (A reference, so pages applied on the blocking queue add to
+    /// it without copying it.)
+    fileprivate let seen = Mutex<[[UInt8]: Bool]>([:])
+    /// When the first page was asked for: rows whose version docfs learned after it are newer
+    /// than anything this listing says, and a vanished row only goes if it is older.
+    public let startedAt: Double
+
+    public init(startedAt: Double) {
+        self.startedAt = startedAt
+    }
+
+    public var count: Int { seen.withLock { $0.count } }
+}
+
+extension Catalog {
+    /// Makes the catalog's children of `directory` match a complete listing from the store
+    /// given at once: new entries become placeholders, changed ones are updated (keeping inode
+    /// and id), vanished ones are removed with their subtree. Entries whose kind changed are
+    /// replaced. (One page, then `finishListing`, in one transaction.)
+    public func applyListing(of directory: Inode, entries: [RemoteEntry], kindUnknown: Set<FileName> = [],
+                             listedAt: Double, askedAt: Double? = nil) throws(FSError) {
+        let progress = ListingProgress(startedAt: askedAt ?? listedAt)
+        try write { db in
+            try Catalog.apply(page: entries, kindUnknown: kindUnknown, of: directory, askedAt: progress.startedAt,
+                              progress: progress, in: db)
+            try Catalog.finish(listing: progress, of: directory, listedAt: listedAt, in: db)
+        }
+    }
+
+    /// Applies one page of a listing of `directory`, asked for at `askedAt`.
+    public func applyListingPage(_ entries: [RemoteEntry], kindUnknown: Set<FileName> = [], of directory: Inode,
+                                 askedAt: Double, progress: ListingProgress) throws(FSError) {
+        try write { db in
+            try Catalog.apply(page: entries, kindUnknown: kindUnknown, of: directory, askedAt: askedAt,
+                              progress: progress, in: db)
+        }
+    }
+
+    /// Ends a listing whose pages were all applied: removes the children it did not show and
+    /// records `listedAt` as the folder's listing time.
+    public func finishListing(_ progress: ListingProgress, of directory: Inode, listedAt: Double) throws(FSError) {
+        try write { db in try Catalog.finish(listing: progress, of: directory, listedAt: listedAt, in: db) }
+    }
+
+    private static func apply(page entries: [RemoteEntry], kindUnknown: Set<FileName>, of directory: Inode,
+                              askedAt: Double, progress: ListingProgress, in db: Database) throws {
+        guard let dirPath = try String.fetchOne(db.cachedStatement(sql: "SELECT path FROM item WHERE inode = ?"),
+                                                arguments: [Int64(bitPattern: directory)]) else { return }
+        let unknown = Set(kindUnknown.map { Array($0.string.utf8) })
+        for entry in foldersFirst(entries) {
+            let key = Array(entry.name.utf8)
+            let kind = kind(of: entry)
+            let first = progress.seen.withLock { seen in
+                switch seen[key] {
+                case true?: return false  // the folder of that name won already
+                case false? where kind != .directory: return false  // a second file entry of the name
+                default:
+                    seen[key] = kind == .directory
+                    return true
+                }
+            }
+            guard first else { continue }
+            let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM item WHERE parent = ? AND name = ?"),
+                                       arguments: [Int64(bitPattern: directory), entry.name])
+            if let row, learnedSince(row, askedAt) {
+                // docfs learned this item's version after the page was asked for.
+                continue
+            }
+            if row != nil, unknown.contains(key) {
+                // A kind the store could not confirm keeps what the catalog knows.
+                continue
+            }
+            if let row, (row["kind"] as Int) == kind.rawValue {
+                try update(row, to: entry, in: db)
+                continue
+            }
+            if let row {
+                // The kind changed on the store. What holds a local copy stays as it is (its
+                // upload meets the new kind and is kept as a conflict copy); the rest is replaced.
+                if try holdsLocalCopies(db, row) {
+                    try db.execute(sql: "UPDATE item SET onStore = 0 WHERE inode = ? AND kind != ?",
+                                   arguments: [row["inode"] as Int64, Item.Kind.directory.rawValue])
+                    continue
+                }
+                try db.execute(sql: "DELETE FROM item WHERE inode = ?", arguments: [row["inode"] as Int64])
+            }
+            try db.execute(sql: """
+                INSERT INTO item (id, parent, name, path, kind, size, modifiedNs, etag, symlinkTarget, mode, state, kindKnownFor)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """, arguments: [UUID().uuidString, Int64(bitPattern: directory), entry.name,
+                                 join(dirPath, entry.name), kind.rawValue, entry.size, Timestamp(seconds: entry.modified).nanoseconds,
+                                 entry.etag?.value, target(of: entry), entry.mode.map { Int64($0) },
+                                 kind == .directory ? ItemState.directory.rawValue : ItemState.placeholder.rawValue,
+                                 unknown.contains(key) ? nil : entry.etag?.value])
+        }
+    }
+
+    /// `entries` with one entry per name: the folder where a name is both, else the first.
+    private static func foldersFirst(_ entries: [RemoteEntry]) -> [RemoteEntry] {
+        var byName: [[UInt8]: Int] = [:]
+        var unique: [RemoteEntry] = []
+        unique.reserveCapacity(entries.count)
+        for entry in entries {
+            let key = Array(entry.name.utf8)
+            if let earlier = byName[key] {
+                if kind(of: entry) == .directory && kind(of: unique[earlier]) != .directory { unique[earlier] = entry }
+            } else {
+                byName[key] = unique.count
+                unique.append(entry)
+            }
+        }
+        return unique
+    }
+
+    /// Brings a row of the same kind up to what the store says of it.
+    private static func update(_ row: Row, to entry: RemoteEntry, in db: Database) throws {
+        if hasLocalCopy(row) {
+            // The store's version moves; the copy's base does not. A clean copy shows its own
+            // size while open (DocFileSystem.item), the store's once evicted. A file made here
+            // and not uploaded yet stays "not on the store": the entry listed under its name is
+            // someone else's, and its upload must not replace it (If-None-Match: *, a conflict
+            // copy if taken).
+            let dirty = hasLocalChanges(row)
+            try db.execute(sql: """
+                UPDATE item SET etag = ?, onStore = CASE WHEN baseEtag IS NULL AND onStore = 0 THEN 0 ELSE 1 END,
+                    kindKnownFor = ?,
+                    size = CASE WHEN ? THEN size ELSE ? END,
+                    modifiedNs = CASE WHEN ? OR (etag IS NOT NULL AND etag = ?) THEN modifiedNs ELSE ? END
+                WHERE inode = ?
+                """, arguments: [entry.etag?.value, entry.etag?.value, dirty, entry.size, dirty, entry.etag?.value,
+                                 Timestamp(seconds: entry.modified).nanoseconds, row["inode"] as Int64])
+            return
+        }
+        // A refresh of an unchanged folder writes nothing.
+        if matches(row, entry) { return }
+        // A time set here (utimensat) stays until the content itself changes.
+        try db.execute(sql: """
+            UPDATE item SET size = ?, modifiedNs = CASE WHEN etag IS NOT NULL AND etag = ? THEN modifiedNs ELSE ? END,
+                etag = ?, symlinkTarget = ?, mode = COALESCE(?, mode), onStore = 1, kindKnownFor = ?
+            WHERE inode = ?
+            """, arguments: [entry.size, entry.etag?.value, Timestamp(seconds: entry.modified).nanoseconds, entry.etag?.value,
+                             target(of: entry), entry.mode.map { Int64($0) }, entry.etag?.value, row["inode"] as Int64])
+    }
+
+    private static func finish(listing progress: ListingProgress, of directory: Inode, listedAt: Double, in db: Database) throws {
+        // Rows are read one at a time (a cursor), not as a whole folder in memory.
+        var vanished: [Row] = []
+        let rows = try Row.fetchCursor(db, sql: "SELECT * FROM item WHERE parent = ?", arguments: [Int64(bitPattern: directory)])
+        try progress.seen.withLock { seen in
+            while let row = try rows.next() {
+                let name: String = row["name"]
+                if seen[Array(name.utf8)] == nil && !learnedSince(row, progress.startedAt) {
+                    vanished.append(row.copy())
+                }
+            }
+        }
+        for row in vanished {
+            // Never drop a local copy or what holds one (an open file, a change, a new file, a
+            // folder with one of those below): the store no longer has it, so its upload (if
+            // any) recreates it, and a clean copy's row goes when the copy is evicted.
+            if try holdsLocalCopies(db, row) {
+                if (row["kind"] as Int) != Item.Kind.directory.rawValue {
+                    try db.execute(sql: "UPDATE item SET onStore = 0 WHERE inode = ?", arguments: [row["inode"] as Int64])
+                }
+                continue
+            }
+            try db.execute(sql: "DELETE FROM item WHERE inode = ?", arguments: [row["inode"] as Int64])
+        }
+        try db.execute(sql: "UPDATE item SET listedAt = ? WHERE inode = ?", arguments: [listedAt, Int64(bitPattern: directory)])
+    }
+
+    /// The kinds the catalog knows for the children of `directory` named `names`, each with the
+    /// version (ETag) it was confirmed for; an entry listed again with the same version needs no
+    /// new look. Asked per page, for the names of that page only.
+    public func knownKinds(in directory: Inode, named names: [String]) throws(FSError) -> [FileName: (version: ETag, kind: RemoteEntry.Kind)] {
+        try read { db in
+            var known: [FileName: (version: ETag, kind: RemoteEntry.Kind)] = [:]
+            let statement = try db.cachedStatement(sql: """
+                SELECT kind, symlinkTarget, kindKnownFor FROM item WHERE parent = ? AND name = ? AND kindKnownFor IS NOT NULL
+                """)
+            for name in names {
+                guard let row = try Row.fetchOne(statement, arguments: [Int64(bitPattern: directory), name]) else { continue }
+                let kind: RemoteEntry.Kind
+                switch Item.Kind(rawValue: row[0]) {
+                case .symlink?: kind = .symlink(target: row[1] ?? "")
+                case .directory?: kind = .directory
+                default: kind = .file
+                }
+                known[name.fileName] = (ETag(row[2]), kind)
+            }
+            return known
+        }
+    }
+}
