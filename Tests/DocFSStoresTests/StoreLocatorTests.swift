@@ -94,6 +94,20 @@ struct StoreLocatorTests {
         #expect(credentials == StoreLocator.Credentials(user: "bob", password: "hunter 2"))
     }
 
+    /// What `docfs mount` leaves in its argv and hands the daemon: the URL without credentials,
+    /// anything that is not a URL unchanged; errors of a URL with a password never show it.
+    @Test func redactedArgumentsAndErrorsCarryNoPassword() {
+        #expect(StoreLocator.redacted("webdavs://bob:hunter2@example.com/dav/") == "webdavs://example.com/dav/")
+        #expect(StoreLocator.redacted("http://bob:p%40ss@127.0.0.1:8080/a@b") == "http://127.0.0.1:8080/a@b")
+        #expect(StoreLocator.redacted("http://127.0.0.1:8080/") == "http://127.0.0.1:8080/")
+        #expect(StoreLocator.redacted("/srv/user:pw@host") == "/srv/user:pw@host")
+        for argument in ["http://bob:hunter2@/dav/", "http://bob:hunter2@example.com/a?b", "ftp://bob:hunter2@example.com/",
+                         "file://bob:hunter2@localhost/%FF"] {
+            #expect(throws: StoreLocatorError.self) { try locate(argument) }
+            do { _ = try locate(argument) } catch { #expect(!"\(error)".contains("hunter2"), "\(error)") }
+        }
+    }
+
     @Test func credentialPrecedence() throws {
         let bare = try StoreURL("https://example.com/dav/")
         let file = try credentialsFile("# comment\nuser = carol\npassword=p=w d\n", mode: 0o600)
