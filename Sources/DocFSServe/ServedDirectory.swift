@@ -178,7 +178,10 @@ struct ServedDirectory: Sendable {
         if info.isDirectory || !info.isRegularFile || !wantDescriptor { return (nil, info) }
         // O_NONBLOCK: a FIFO swapped in after the stat must not block the open.
         let fd = openat(parent.fd, davPath.name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
-        guard fd >= 0 else { throw fd < 0 && errno == ELOOP ? DAVError(.forbidden, "symlinks are not followed") : DAVError.errno(errno, "open") }
+        guard fd >= 0 else {
+            let error = errno
+            throw error == ELOOP ? DAVError(.forbidden, "symlinks are not followed") : DAVError.errno(error, "open")
+        }
         let file = OpenFile(fd: fd)
         let opened = try Self.info(of: fd)
         guard opened.isRegularFile else { throw DAVError(.forbidden, "not a regular file") }
