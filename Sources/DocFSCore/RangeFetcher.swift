@@ -86,7 +86,14 @@ public final class RangeFetcher: Sendable {
         /// Bytes delivered so far, and the count when a reader last gave up waiting (a stall).
         var arrivedBytes: Int64 = 0
         var stall: (at: ContinuousClock.Instant, arrivedBytes: Int64)?
+        /// Requests that failed while no reader waited for their bytes yet (the reader that
+        /// started one may not have begun to wait): the next wait that overlaps one gets its
+        /// error, once; a later one asks again.
+        var unreported: [(range: ByteRange, failure: FSError)] = []
     }
+
+    /// Failed requests kept for the reader that has yet to wait for them; beyond, the oldest go.
+    private static let maximumUnreported = 16
 
     /// One reader's sequential stream: where it started, how far it read, how far ahead it was
     /// requested, and its read-ahead window.
@@ -193,6 +200,9 @@ public final class RangeFetcher: Sendable {
                     if copy.held.contains(range) { return .some(nil) }
                     if let failure = state.failure { return .some(failure) }
                     if Task.isCancelled { return .some(CallerWait.interrupted) }
+                    if let index = state.unreported.firstIndex(where: { $0.range.overlaps(range) }) {
+                        return .some(state.unreported.remove(at: index).failure)
+                    }
                     request(range, urgent: true, in: &state)
                     launch(&state)
                     state.waiters[id] = Waiter(range: range, continuation: continuation)
@@ -355,6 +365,10 @@ public final class RangeFetcher: Sendable {
             for busy in state.inFlight.values { coming.insert(busy) }
             for queued in state.queued { coming.insert(queued) }
             var answers: [(Waiter, FSError?)] = []
+            if let failure, failure != .stale, !state.waiters.values.contains(where: { $0.range.overlaps(range) }) {
+                state.unreported.append((range, failure))
+                if state.unreported.count > Self.maximumUnreported { state.unreported.removeFirst() }
+            }
             for (waiterID, waiter) in state.waiters {
                 if held.contains(waiter.range) {
                     answers.append((waiter, nil))
