@@ -21,6 +21,8 @@ public final class DocFileSystem: Sendable {
     /// How long a caller blocked in `open()` or `read()` waits for content (`--io-timeout`);
     /// nil: as long as the store's own deadlines allow.
     private let ioTimeout: Duration?
+    /// How store calls that a caller waits for are retried (listings, lookups, fetches).
+    private let retry: RetryPolicy
 
     /// An open file: which item, the local copy it reads and writes, and how it was opened.
     public struct OpenFile: Sendable {
@@ -69,16 +71,19 @@ public final class DocFileSystem: Sendable {
 
     public init(store: any Store, catalog: Catalog, cacheDirectory: String, directoryTTL: Double, readOnly: Bool,
                 uploadBackoff: Duration = .seconds(15), streaming: StreamingPolicy = .default, ioTimeout: Duration? = nil,
-                logger: Logger) {
+                retry: RetryPolicy? = nil, logger: Logger) {
+        // Store calls a caller waits for are retried within the caller's patience.
+        let retry = retry ?? ioTimeout.map { RetryPolicy.interactive.within($0) } ?? .interactive
         self.store = store
         self.catalog = catalog
         self.cacheDirectory = cacheDirectory
         self.readOnly = readOnly
         self.logger = logger
         self.ioTimeout = ioTimeout
-        self.provider = Provider(store: store, catalog: catalog, cacheDirectory: cacheDirectory, streaming: streaming,
+        self.retry = retry
+        self.provider = Provider(store: store, catalog: catalog, cacheDirectory: cacheDirectory, retry: retry, streaming: streaming,
                                  ioTimeout: ioTimeout, logger: logger)
-        self.enumerator = DirectoryEnumerator(store: store, catalog: catalog, ttl: directoryTTL, logger: logger)
+        self.enumerator = DirectoryEnumerator(store: store, catalog: catalog, ttl: directoryTTL, retry: retry, logger: logger)
         self.uploader = Uploader(store: store, catalog: catalog, provider: provider, maximumBackoff: uploadBackoff, logger: logger)
     }
 
@@ -132,7 +137,7 @@ public final class DocFileSystem: Sendable {
         let askedAt = Date().timeIntervalSince1970
         let entry: RemoteEntry
         do {
-            entry = try await RetryPolicy.interactive.run { () async throws(StoreError) -> RemoteEntry in try await store.stat(path) }
+            entry = try await retry.run { () async throws(StoreError) -> RemoteEntry in try await store.stat(path) }
         } catch .notFound {
             throw .notFound
         } catch {

@@ -74,6 +74,8 @@ public struct RetryPolicy: Sendable {
                 beforeRetry(failure)
                 // Cancelled while waiting: the caller has gone; it gets the last failure.
                 do { try await Task.sleep(for: wait) } catch { throw failure }
+                // A wait that overran (a busy machine) does not buy an attempt past the deadline.
+                if let deadline, clock.now >= start + deadline { throw failure }
             }
         }
     }

@@ -27,8 +27,13 @@ struct CoreFixture {
         var logger = Logger(label: "test")
         logger.logLevel = .critical
         fs = DocFileSystem(store: proxy ?? store, catalog: catalog, cacheDirectory: directory + "/cache", directoryTTL: ttl,
-                           readOnly: readOnly, uploadBackoff: .milliseconds(200), streaming: streaming, logger: logger)
+                           readOnly: readOnly, uploadBackoff: .milliseconds(200), streaming: streaming,
+                           retry: Self.quickRetry, logger: logger)
     }
+
+    /// A few quick tries: the tests' outages are switched on and off by the test itself, and
+    /// a call that meets one should fail in about a second, not wait out a real mount's patience.
+    static let quickRetry = RetryPolicy(attempts: 3, initialDelay: .milliseconds(250), maximumDelay: .seconds(2))
 
     /// Files in the cache directory: local copies on disk.
     func cachedFiles() -> [String] {

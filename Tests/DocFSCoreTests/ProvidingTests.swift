@@ -101,7 +101,7 @@ struct ProvidingTests {
             _ = try await fixture.fs.open(item.inode, mode: .read)
         }
         // Bounded by the retry policy, not by a deadline: a fixed number of attempts.
-        #expect(fixture.store.readCount("a.txt") == RetryPolicy.interactive.attempts)
+        #expect(fixture.store.readCount("a.txt") == CoreFixture.quickRetry.attempts)
         #expect(ContinuousClock.now - started < .seconds(60), "no hang")
         #expect(fixture.cachedFiles().isEmpty)
     }
