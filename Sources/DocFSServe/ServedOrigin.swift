@@ -3,7 +3,8 @@
 // the one thing it cannot forge is the `Host` header, which carries its own name. So `Host`
 // must name this server: a loopback name or the `--host` address, with the bound port. The
 // `Destination` of COPY and MOVE, when it is an absolute URL, must name the same origin too
-// (RFC 4918 §9.8.5: another server is 502).
+// (RFC 4918 §9.8.5: another server is 502). Behind a reverse proxy or a port forward the
+// public name is given with `--allow-host NAME[:PORT]` (without a port: any port).
 
 public struct ServedOrigin: Sendable {
     /// "http" or "https".
@@ -12,17 +13,23 @@ public struct ServedOrigin: Sendable {
     let names: Set<String>
     /// Bound to every address (0.0.0.0, ::): any IP literal names us (it cannot be rebound).
     let acceptsAnyAddressLiteral: Bool
+    /// Further names (`--allow-host`), each with its port or nil for any port.
+    let allowed: [(host: String, port: Int?)]
 
     static let loopbackNames: Set<String> = ["localhost", "127.0.0.1", "::1", "localhost.localdomain"]
 
-    init(scheme: String, host: String) {
+    init(scheme: String, host: String, allowedHosts: [String] = []) {
         self.scheme = scheme
+        self.allowed = allowedHosts.compactMap { Self.authority($0) }
         let bound = Self.unbracketed(host.lowercased())
         var names = Self.loopbackNames
         names.insert(bound)
         self.names = names
         self.acceptsAnyAddressLiteral = bound == "0.0.0.0" || bound == "::" || bound.isEmpty
     }
+
+    /// True when `text` is a usable `--allow-host` value (`name` or `name:port`).
+    public static func isValidAllowedHost(_ text: String) -> Bool { authority(text) != nil }
 
     /// True when `host` is a loopback address or name (no authentication needed by default there).
     public static func isLoopback(_ host: String) -> Bool {
@@ -53,6 +60,9 @@ public struct ServedOrigin: Sendable {
 
     private func names(_ authority: (host: String, port: Int?), port: Int) -> Bool {
         let defaultPort = scheme == "https" ? 443 : 80
+        if allowed.contains(where: { $0.host == authority.host && ($0.port == nil || $0.port == (authority.port ?? defaultPort)) }) {
+            return true
+        }
         guard (authority.port ?? defaultPort) == port else { return false }
         if names.contains(authority.host) { return true }
         if Self.isLoopback(authority.host) { return true }

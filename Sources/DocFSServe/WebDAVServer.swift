@@ -27,6 +27,8 @@ public struct WebDAVServerConfiguration: Sendable {
     public var tlsKeyPath: String?
     /// The largest PUT body accepted, in bytes; nil: no limit.
     public var maxUpload: Int64?
+    /// More names a `Host` may give (`name` or `name:port`), for a reverse proxy or port forward.
+    public var allowedHosts: [String] = []
 
     public init(root: String, host: String = "127.0.0.1", port: Int = 0, requestLogPath: String? = nil,
                 credentials: BasicCredentials? = nil, tlsCertificatePath: String? = nil, tlsKeyPath: String? = nil,
@@ -71,7 +73,7 @@ public final class WebDAVServer: Sendable {
         }
         let handler = WebDAVHandler(
             directory: directory, logger: logger,
-            origin: ServedOrigin(scheme: configuration.scheme, host: configuration.host),
+            origin: ServedOrigin(scheme: configuration.scheme, host: configuration.host, allowedHosts: configuration.allowedHosts),
             auth: configuration.credentials.map(BasicAuth.init),
             maxUpload: configuration.maxUpload
         )

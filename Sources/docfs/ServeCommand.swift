@@ -54,6 +54,9 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("max-upload"), help: ArgumentHelp("Refuse PUT bodies larger than SIZE with 413 (bytes, or with K, M, G, T; 'unlimited').", valueName: "SIZE"))
     var maxUpload: String = "10G"
 
+    @Option(name: .customLong("allow-host"), help: ArgumentHelp("Also accept requests whose Host is NAME (any port) or NAME:PORT, e.g. the public name behind a reverse proxy. Repeatable. Loopback names and --host are always accepted.", valueName: "NAME[:PORT]"))
+    var allowHost: [String] = []
+
     func validate() throws {
         var st = stat()
         guard stat(dir, &st) == 0 else {
@@ -70,6 +73,9 @@ struct ServeCommand: AsyncParsableCommand {
         }
         guard ByteSize.parse(maxUpload) != nil else {
             throw ValidationError("--max-upload: '\(maxUpload)' is not a size (e.g. 100M, 10G, unlimited)")
+        }
+        if let bad = allowHost.first(where: { !ServedOrigin.isValidAllowedHost($0) }) {
+            throw ValidationError("--allow-host: '\(bad)' is not NAME or NAME:PORT")
         }
         if credentials != nil && noAuth {
             throw ValidationError("--credentials and --no-auth contradict each other")
@@ -102,10 +108,11 @@ struct ServeCommand: AsyncParsableCommand {
         case .bytes(let bytes): bytes
         case .unlimited, nil: nil
         }
-        let configuration = WebDAVServerConfiguration(
+        var configuration = WebDAVServerConfiguration(
             root: dir, host: host, port: port, requestLogPath: requestLog, credentials: basic,
             tlsCertificatePath: tlsCert, tlsKeyPath: tlsKey, maxUpload: limit
         )
+        configuration.allowedHosts = allowHost
         let server = WebDAVServer(configuration: configuration, logger: logger)
         let dir = self.dir
         let host = self.host

@@ -132,6 +132,23 @@ import Testing
         }
     }
 
+    @Test func allowedHostsNameThisServerToo() throws {
+        let origin = ServedOrigin(scheme: "https", host: "127.0.0.1", allowedHosts: ["dav.example.org", "fwd.example:9443"])
+        #expect(throws: Never.self) { try origin.checkHost("dav.example.org", port: 8080) }
+        #expect(throws: Never.self) { try origin.checkHost("DAV.example.org:443", port: 8080) }
+        #expect(throws: Never.self) { try origin.checkHost("fwd.example:9443", port: 8080) }
+        #expect(throws: DAVError.self) { try origin.checkHost("fwd.example:9444", port: 8080) }
+        #expect(throws: DAVError.self) { try origin.checkHost("fwd.example", port: 8080) }
+        #expect(throws: DAVError.self) { try origin.checkHost("evil.dav.example.org", port: 8080) }
+        #expect(throws: Never.self) { try origin.checkDestination("https://dav.example.org/a", port: 8080) }
+        #expect(throws: DAVError.self) { try origin.checkDestination("http://dav.example.org/a", port: 8080) }
+        // Bound to every address: IP literals name us, names do not.
+        let wildcard = ServedOrigin(scheme: "http", host: "0.0.0.0")
+        #expect(throws: Never.self) { try wildcard.checkHost("192.168.1.20:8080", port: 8080) }
+        #expect(throws: DAVError.self) { try wildcard.checkHost("nas.local:8080", port: 8080) }
+        #expect(throws: DAVError.self) { try wildcard.checkHost(nil, port: 8080) }
+    }
+
     // MARK: Authentication
 
     @Test func basicAuthIsRequiredWhenConfigured() async throws {
