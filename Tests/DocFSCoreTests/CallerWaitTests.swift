@@ -1,0 +1,108 @@
+import DocFSCore
+import DocFSStore
+import DocFSTesting
+import Foundation
+import Glibc
+import Synchronization
+import Testing
+
+/// A caller waits for shared work at most its deadline, and only while it is not cancelled;
+/// the work itself goes on (issue 10: callers never hang).
+@Suite("A caller's wait is bounded and interruptible, the work it waits for is not cut")
+struct CallerWaitTests {
+    @Test func aWaitEndsAtItsDeadlineWhileTheWorkGoesOn() async throws {
+        let finished = Mutex(false)
+        let started = ContinuousClock.now
+        await #expect(throws: FSError.timedOut("late")) {
+            try await CallerWait.run(limit: .milliseconds(200), timeout: { .timedOut("late") }) { () throws(FSError) in
+                // Work that is not cancellable, as a shared download's `Task.value` is not.
+                try? await Task.detached { try await Task.sleep(for: .milliseconds(600)) }.value
+                finished.withLock { $0 = true }
+            }
+        }
+        let waited = ContinuousClock.now - started
+        #expect(waited >= .milliseconds(200), "waited \(waited)")
+        #expect(!finished.withLock { $0 }, "the wait ended before the work (\(waited))")
+    }
+
+    @Test func aCancelledWaitEndsAtOnceWithEINTR() async throws {
+        let started = ContinuousClock.now
+        let waiter = Task {
+            try await CallerWait.run(limit: nil) { () throws(FSError) -> Int in
+                try? await Task.detached { try await Task.sleep(for: .seconds(5)) }.value
+                return 1
+            }
+        }
+        try await Task.sleep(for: .milliseconds(100))
+        waiter.cancel()
+        await #expect(throws: CallerWait.interrupted) { _ = try await waiter.value }
+        #expect(ContinuousClock.now - started < .seconds(2))
+        #expect(CallerWait.interrupted == .local(errno: EINTR, "interrupted"))
+    }
+
+    @Test func aResultNobodyTookIsHandedBack() async throws {
+        let handedBack = Mutex<Int?>(nil)
+        let waiter = Task {
+            try await CallerWait.run(limit: nil, { () throws(FSError) -> Int in
+                try? await Task.detached { try await Task.sleep(for: .milliseconds(300)) }.value
+                return 42
+            }, abandoned: { value in handedBack.withLock { $0 = value } })
+        }
+        try await Task.sleep(for: .milliseconds(50))
+        waiter.cancel()
+        _ = try? await waiter.value
+        for _ in 0..<100 where handedBack.withLock({ $0 }) == nil { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(handedBack.withLock { $0 } == 42, "a late result (an open handle) is given back, not leaked")
+    }
+
+    @Test func aResultInTimeIsReturned() async throws {
+        let value = try await CallerWait.run(limit: .seconds(5)) { () throws(FSError) -> Int in 7 }
+        #expect(value == 7)
+    }
+}
+
+/// An upload the store refuses for good (413, 403, a name it will not take) is not sent
+/// again and again; it stays in the journal with the reason (issue 10, item 2).
+@Suite("A refused upload stops")
+struct RefusedUploadTests {
+    @Test func aRefusedUploadIsTriedOnceAndKept() async throws {
+        let fixture = try CoreFixture(readOnly: false)
+        let attempts = Mutex(0)
+        fixture.store.holdWrites(until: { attempts.withLock { $0 += 1 } })
+        fixture.store.failWrites(with: .accessDenied("PUT /big.txt: HTTP 403 Forbidden"))
+        _ = try await fixture.fs.children(of: Item.rootInode)
+        let item = try await fixture.createFile("big.txt", Array("kept".utf8))
+        await fixture.settle()
+        // The fixture's upload backoff is 200 ms at most: a retried upload would be sent again
+        // several times in this second.
+        try await Task.sleep(for: .seconds(1))
+        #expect(attempts.withLock { $0 } == 1, "a refused upload was sent \(attempts.withLock { $0 }) times")
+        let row = try fixture.fs.item(item.inode)
+        #expect(row.state == .modified, "the change stays in the journal")
+        #expect(row.uploadError?.hasPrefix(Uploader.refusedPrefix) == true, "\(row.uploadError ?? "no error")")
+        #expect(fixture.cachedFiles().count == 1, "its copy stays")
+
+        // A new change tries again; once the store takes it, it is uploaded.
+        fixture.store.failWrites(with: nil)
+        let handle = try await fixture.fs.open(item.inode, mode: .init(writable: true, truncate: true))
+        try fixture.write(handle: handle, Array("accepted".utf8))
+        try fixture.fs.flush(handle: handle)
+        await fixture.fs.release(handle: handle)
+        for _ in 0..<100 where fixture.store.content("big.txt") == nil { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(fixture.store.content("big.txt") == Array("accepted".utf8))
+    }
+
+    @Test func aTransientFailureIsStillRetried() async throws {
+        let fixture = try CoreFixture(readOnly: false)
+        let attempts = Mutex(0)
+        fixture.store.holdWrites(until: { attempts.withLock { $0 += 1 } })
+        fixture.store.failWrites(with: .serverError(status: 503, message: "busy"))
+        _ = try await fixture.fs.children(of: Item.rootInode)
+        _ = try await fixture.createFile("later.txt", Array("kept".utf8))
+        try await Task.sleep(for: .seconds(1))
+        #expect(attempts.withLock { $0 } >= 3, "a transient failure is retried (\(attempts.withLock { $0 }) tries)")
+        fixture.store.failWrites(with: nil)
+        for _ in 0..<100 where fixture.store.content("later.txt") == nil { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(fixture.store.content("later.txt") == Array("kept".utf8))
+    }
+}
