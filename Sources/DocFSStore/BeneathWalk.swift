@@ -10,9 +10,7 @@
 // `openat(..., O_DIRECTORY | O_NOFOLLOW)`. Callers then act on the last name with the `*at()`
 // calls (`fstatat(AT_SYMLINK_NOFOLLOW)`, `openat(O_NOFOLLOW)`, `renameat`, `unlinkat`,
 // `mkdirat`) on the descriptor they got, never on a path string.
-// `docfs serve` (ServedDirectory) uses it. LocalDirectoryStore still has its own `Walk`, the
-// same portable loop with StoreError mapping; moving it onto this one is a small change left to
-// whoever next edits that file (it was being changed by others when this one was written).
+// Used by `docfs serve` (ServedDirectory) and LocalDirectoryStore (`Walk.openDirectory`).
 
 #if canImport(Glibc)
 import Glibc
