@@ -113,13 +113,13 @@ extension Catalog {
                 try db.execute(sql: "DELETE FROM item WHERE inode = ?", arguments: [row["inode"] as Int64])
             }
             try db.execute(sql: """
-                INSERT INTO item (id, parent, name, path, kind, size, modifiedNs, etag, symlinkTarget, mode, state, kindKnownFor)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO item (id, parent, name, path, kind, size, modifiedNs, etag, symlinkTarget, mode, state, kindKnownFor, rdev)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """, arguments: [UUID().uuidString, Int64(bitPattern: directory), entry.name,
                                  join(dirPath, entry.name), kind.rawValue, entry.size, Timestamp(seconds: entry.modified).nanoseconds,
                                  entry.etag?.value, target(of: entry), entry.mode.map { Int64($0) },
                                  kind == .directory ? ItemState.directory.rawValue : ItemState.placeholder.rawValue,
-                                 unknown.contains(key) ? nil : entry.etag?.value])
+                                 unknown.contains(key) ? nil : entry.etag?.value, rdev(of: entry)])
         }
     }
 
@@ -164,10 +164,10 @@ extension Catalog {
         // A time set here (utimensat) stays until the content itself changes.
         try db.execute(sql: """
             UPDATE item SET size = ?, modifiedNs = CASE WHEN etag IS NOT NULL AND etag = ? THEN modifiedNs ELSE ? END,
-                etag = ?, symlinkTarget = ?, mode = COALESCE(?, mode), onStore = 1, kindKnownFor = ?
+                etag = ?, symlinkTarget = ?, mode = COALESCE(?, mode), onStore = 1, kindKnownFor = ?, rdev = ?
             WHERE inode = ?
             """, arguments: [entry.size, entry.etag?.value, Timestamp(seconds: entry.modified).nanoseconds, entry.etag?.value,
-                             target(of: entry), entry.mode.map { Int64($0) }, entry.etag?.value, row["inode"] as Int64])
+                             target(of: entry), entry.mode.map { Int64($0) }, entry.etag?.value, rdev(of: entry), row["inode"] as Int64])
     }
 
     private static func finish(listing progress: ListingProgress, of directory: Inode, listedAt: Double, in db: Database) throws {
@@ -204,7 +204,7 @@ extension Catalog {
         try read { db in
             var known: [FileName: (version: ETag, kind: RemoteEntry.Kind)] = [:]
             let statement = try db.cachedStatement(sql: """
-                SELECT kind, symlinkTarget, kindKnownFor FROM item WHERE parent = ? AND name = ? AND kindKnownFor IS NOT NULL
+                SELECT kind, symlinkTarget, kindKnownFor, rdev FROM item WHERE parent = ? AND name = ? AND kindKnownFor IS NOT NULL
                 """)
             for name in names {
                 guard let row = try Row.fetchOne(statement, arguments: [Int64(bitPattern: directory), name]) else { continue }
@@ -212,6 +212,8 @@ extension Catalog {
                 switch Item.Kind(rawValue: row[0]) {
                 case .symlink?: kind = .symlink(target: row[1] ?? "")
                 case .directory?: kind = .directory
+                case let special? where special.specialType != nil:
+                    kind = .special(SpecialFile(type: special.specialType!, rdev: UInt64(bitPattern: row[3])))
                 default: kind = .file
                 }
                 known[name.fileName] = (ETag(row[2]), kind)

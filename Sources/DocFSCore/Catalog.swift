@@ -100,6 +100,11 @@ public final class Catalog: Sendable {
             // replace, until the store confirms one.
             try db.execute(sql: "ALTER TABLE item ADD COLUMN baseIsNothing INTEGER NOT NULL DEFAULT 0")
         }
+        migrator.registerMigration("v8-special-files") { db in
+            // The device number of a character or block device (kinds 3-6 are FIFOs, devices
+            // and sockets, see SpecialFile).
+            try db.execute(sql: "ALTER TABLE item ADD COLUMN rdev INTEGER NOT NULL DEFAULT 0")
+        }
         return migrator
     }
 
@@ -176,19 +181,20 @@ public final class Catalog: Sendable {
     /// Adds an item created here (mkdir, create). A file not uploaded yet has `onStore` false.
     public func createItem(in parent: Inode, name: String, kind: Item.Kind, size: Int64 = 0, modified: Timestamp,
                            etag: ETag? = nil, mode: UInt32?, owner: UInt32? = nil, group: UInt32? = nil,
-                           state: ItemState, onStore: Bool, listedAt: Double? = nil, symlinkTarget: String? = nil) throws(FSError) -> Item {
+                           state: ItemState, onStore: Bool, listedAt: Double? = nil, symlinkTarget: String? = nil,
+                           rdev: UInt64 = 0) throws(FSError) -> Item {
         let inode: Int64 = try write { db in
             guard let parentRow = try Row.fetchOne(db, sql: "SELECT path FROM item WHERE inode = ?", arguments: [Int64(bitPattern: parent)]) else {
                 throw FSError.notFound
             }
             try db.execute(sql: """
                 INSERT INTO item (id, parent, name, path, kind, size, modifiedNs, etag, mode, owner, "group", state, onStore, listedAt,
-                                  changedNs, accessedNs, symlinkTarget, kindKnownFor, versionAt)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                  changedNs, accessedNs, symlinkTarget, kindKnownFor, versionAt, rdev)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """, arguments: [UUID().uuidString, Int64(bitPattern: parent), name, Catalog.join(parentRow["path"], name),
                                  kind.rawValue, size, modified.nanoseconds, etag?.value, mode.map { Int64($0) }, owner.map { Int64($0) },
                                  group.map { Int64($0) }, state.rawValue, onStore, listedAt, modified.nanoseconds, modified.nanoseconds, symlinkTarget,
-                                 etag?.value, Date().timeIntervalSince1970])
+                                 etag?.value, Date().timeIntervalSince1970, Int64(bitPattern: rdev)])
             return db.lastInsertedRowID
         }
         guard let item = try item(Inode(bitPattern: inode)) else { throw .io("catalog: created item vanished") }
@@ -430,7 +436,14 @@ public final class Catalog: Sendable {
         case .file: return .file
         case .directory: return .directory
         case .symlink: return .symlink
+        case .special(let special): return Item.Kind(special.type)
         }
+    }
+
+    /// The device number a listing entry carries (0 unless a device).
+    static func rdev(of entry: RemoteEntry) -> Int64 {
+        if case .special(let special) = entry.kind { return Int64(bitPattern: special.rdev) }
+        return 0
     }
 
     static func target(of entry: RemoteEntry) -> String? {
@@ -444,7 +457,7 @@ public final class Catalog: Sendable {
         let etag = entry.etag?.value
         guard (row["size"] as Int64) == entry.size, (row["etag"] as String?) == etag,
               (row["kindKnownFor"] as String?) == etag, (row["onStore"] as Int64) == 1,
-              (row["symlinkTarget"] as String?) == target(of: entry) else { return false }
+              (row["symlinkTarget"] as String?) == target(of: entry), (row["rdev"] as Int64) == rdev(of: entry) else { return false }
         if let mode = entry.mode, (row["mode"] as Int64?) != Int64(mode) { return false }
         // The time is kept while the version is the same (a time set here); else it follows.
         return etag != nil || (row["modifiedNs"] as Int64) == Timestamp(seconds: entry.modified).nanoseconds
@@ -455,7 +468,7 @@ public final class Catalog: Sendable {
     /// per column per row), which was most of the cost of a lookup.
     private static let itemColumns = """
         inode, id, parent, name, path, kind, size, modifiedNs, etag, symlinkTarget, mode, state, listedAt, onStore, \
-        owner, "group", accessedNs, changedNs, uploadError, conflictCopy, baseEtag, uncommitted
+        owner, "group", accessedNs, changedNs, uploadError, conflictCopy, baseEtag, uncommitted, rdev
         """
 
     /// An item from a row of `SELECT \(itemColumns)`.
@@ -487,7 +500,8 @@ public final class Catalog: Sendable {
             uploadError: row[18],
             conflictCopy: row[19],
             baseEtag: (row[20] as String?).map(ETag.init),
-            hasUncommittedWrites: row[21]
+            hasUncommittedWrites: row[21],
+            rdev: UInt64(bitPattern: row[22])
         )
     }
 }

@@ -390,6 +390,28 @@ public final class DocFileSystem: Sendable {
                                       etag: entry.etag, mode: nil, owner: owner, group: group, state: .placeholder, onStore: true, symlinkTarget: target)
     }
 
+    /// mknod/mkfifo/bind: a FIFO, socket or device node, on stores that can represent one (a
+    /// local directory: the real thing; S3: an empty object whose mode carries the type, as
+    /// s3fs writes it); `EPERM` elsewhere. Only metadata: the kernel serves opens of such an
+    /// inode itself, so no content is ever read or written for it.
+    public func makeSpecial(in parent: Inode, name: String, _ special: SpecialFile, mode: UInt32, owner: UInt32,
+                            group: UInt32) async throws(FSError) -> Item {
+        if readOnly { throw .readOnly }
+        let path = try await pathForNewEntry(named: name, in: parent)
+        let entry = try await uploader.exclusively(touching: [path]) { () async throws(FSError) -> RemoteEntry in
+            do throws(StoreError) {
+                return try await store.makeSpecial(path, special, mode: mode & 0o7777)
+            } catch .notSupported {
+                throw FSError.notPermitted
+            } catch {
+                throw FSError(error)
+            }
+        }
+        return try catalog.createItem(in: parent, name: name, kind: Item.Kind(special.type), modified: Timestamp(seconds: entry.modified),
+                                      etag: entry.etag, mode: mode & 0o7777, owner: owner, group: group, state: .placeholder,
+                                      onStore: true, rdev: special.rdev)
+    }
+
     // MARK: Namespace
 
     /// mkdir: on the store first, then in the catalog.

@@ -13,6 +13,32 @@ public struct Item: Sendable, Equatable {
         case file = 0
         case directory = 1
         case symlink = 2
+        /// Special files (see `SpecialFile`): metadata only, never content.
+        case fifo = 3
+        case characterDevice = 4
+        case blockDevice = 5
+        case socket = 6
+
+        /// The kind of a special file of `type`.
+        public init(_ type: SpecialFile.FileType) {
+            switch type {
+            case .fifo: self = .fifo
+            case .characterDevice: self = .characterDevice
+            case .blockDevice: self = .blockDevice
+            case .socket: self = .socket
+            }
+        }
+
+        /// The special file type of this kind, nil for files, directories and links.
+        public var specialType: SpecialFile.FileType? {
+            switch self {
+            case .fifo: return .fifo
+            case .characterDevice: return .characterDevice
+            case .blockDevice: return .blockDevice
+            case .socket: return .socket
+            case .file, .directory, .symlink: return nil
+            }
+        }
     }
 
     public var inode: Inode
@@ -49,6 +75,8 @@ public struct Item: Sendable, Equatable {
     public var baseEtag: ETag?
     /// Writes no close or fsync has handed over yet may be in the local copy.
     public var hasUncommittedWrites = false
+    /// The device number of a character or block device (`st_rdev`); 0 otherwise.
+    public var rdev: UInt64 = 0
 
     public var isDirectory: Bool { kind == .directory }
 

@@ -9,7 +9,9 @@ import Logging
 /// file small enough to be a link is looked at once with `stat`, and what that says is kept
 /// in the catalog for the entry's version (`kindKnownFor`): the next listing of the same
 /// version asks nothing. Links docfs made itself, and files it uploaded, are known from the
-/// start. Empty files and files larger than any link target are never asked about.
+/// start. Files larger than any link target are never asked about. Empty objects are asked
+/// about too: on S3 a FIFO, socket or device node is an empty object whose mode says so (see
+/// S3Store+SpecialFiles.swift).
 struct SymlinkProbe {
     let store: any Store
     let catalog: Catalog
@@ -22,12 +24,12 @@ struct SymlinkProbe {
     /// not be learnt (the catalog keeps what it has for those).
     func resolve(_ entries: [RemoteEntry], in directory: Item) async throws(FSError) -> (entries: [RemoteEntry], unknown: Set<FileName>) {
         guard case .byStat(let maximumTargetBytes) = store.capabilities.symlinkDiscovery else { return (entries, []) }
-        let candidates = entries.filter { $0.kind == .file && $0.size > 0 && $0.size <= maximumTargetBytes && $0.etag != nil }
+        let candidates = entries.filter { $0.kind == .file && $0.size >= 0 && $0.size <= maximumTargetBytes && $0.etag != nil }
         let known = try catalog.knownKinds(in: directory.inode, named: candidates.map(\.name))
         var resolved = entries
         var unknown: [Int] = []
         for (index, entry) in entries.enumerated() {
-            guard entry.kind == .file, entry.size > 0, entry.size <= maximumTargetBytes else { continue }
+            guard entry.kind == .file, entry.size >= 0, entry.size <= maximumTargetBytes else { continue }
             if let etag = entry.etag, let kind = known[entry.name.fileName], kind.version == etag {
                 resolved[index].kind = kind.kind
             } else {
@@ -35,7 +37,7 @@ struct SymlinkProbe {
             }
         }
         guard !unknown.isEmpty else { return (resolved, []) }
-        logger.debug("asking the store which small files are links", metadata: ["path": "\(directory.path)", "count": "\(unknown.count)"])
+        logger.debug("asking the store which small files are links or special files", metadata: ["path": "\(directory.path)", "count": "\(unknown.count)"])
         var unresolved = Set(unknown.map { entries[$0].name.fileName })
         for (index, stated) in await stat(unknown.map { ($0, entries[$0]) }) {
             // The stat's answer is as new as the listing's or newer: take all of it.

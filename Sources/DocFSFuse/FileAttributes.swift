@@ -23,16 +23,32 @@ struct FileAttributes {
         case .symlink:
             st.st_mode = S_IFLNK | 0o777
             st.st_nlink = 1
+        case .fifo, .characterDevice, .blockDevice, .socket:
+            st.st_mode = Self.typeBits(of: item) | access.permissions(stored: item.mode, directory: false)
+            st.st_nlink = 1
+            st.st_rdev = dev_t(item.rdev)
         }
         st.st_uid = access.uid ?? item.owner ?? owner
         st.st_gid = access.gid ?? item.group ?? group
-        st.st_size = item.kind == .symlink ? off_t(item.symlinkTarget?.utf8.count ?? 0) : off_t(item.size)
+        st.st_size = item.kind == .symlink ? off_t(item.symlinkTarget?.utf8.count ?? 0) : item.kind.specialType != nil ? 0 : off_t(item.size)
         st.st_blksize = 4096
         st.st_blocks = blkcnt_t(localBlocks)
         st.st_mtim = timespec(item.modified)
         st.st_ctim = timespec(item.changed ?? item.modified)
         st.st_atim = timespec(item.accessed ?? item.modified)
         return st
+    }
+}
+
+extension FileAttributes {
+    /// The `st_mode` type bits of `item`'s kind: what readdir reports as `d_type`.
+    static func typeBits(of item: Item) -> mode_t {
+        switch item.kind {
+        case .directory: return S_IFDIR
+        case .file: return S_IFREG
+        case .symlink: return S_IFLNK
+        case .fifo, .characterDevice, .blockDevice, .socket: return mode_t(item.kind.specialType!.rawValue)
+        }
     }
 }
 

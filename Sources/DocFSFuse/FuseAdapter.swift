@@ -295,8 +295,14 @@ final class FuseAdapter: Sendable {
         }
     }
 
-    /// mknod of a regular file is a create without an open; other kinds are refused.
-    func mknod(_ request: consuming FuseRequest, parent: Inode, name: String, mode: UInt32, caller: (uid: UInt32, gid: UInt32)) async {
+    /// mknod of a regular file is a create without an open; a FIFO, socket or device node is
+    /// a special file (see `SpecialFile`); other types are refused.
+    func mknod(_ request: consuming FuseRequest, parent: Inode, name: String, mode: UInt32, rdev: UInt64,
+               caller: (uid: UInt32, gid: UInt32)) async {
+        if let type = SpecialFile.FileType(mode: mode) {
+            await mknodSpecial(request, parent: parent, name: name, SpecialFile(type: type, rdev: rdev), mode: mode, caller: caller)
+            return
+        }
         guard mode & S_IFMT == S_IFREG || mode & S_IFMT == 0 else {
             request.reply(errno: EPERM)
             return
@@ -425,7 +431,7 @@ final class FuseAdapter: Sendable {
             } else {
                 var st = stat()
                 st.st_ino = ino_t(entry.inode)
-                st.st_mode = entry.isDirectory ? S_IFDIR : (entry.item?.kind == .symlink ? S_IFLNK : S_IFREG)
+                st.st_mode = entry.isDirectory ? S_IFDIR : (entry.item.map(FileAttributes.typeBits(of:)) ?? S_IFREG)
                 needed = fuse_add_direntry(raw, buffer + used, remaining, entry.name, &st, off_t(index + 1))
             }
             if needed > remaining { break }

@@ -121,11 +121,14 @@ enum FuseOperations {
             let adapter = fuseAdapter(req)
             adapter.respond(req!) { request in await adapter.mkdir(request, parent: parent, name: name, mode: mode, caller: caller) }
         }
-        ops.mknod = { req, parent, name, mode, _ in
+        ops.mknod = { req, parent, name, mode, rdev in
             guard let name = decodedName(name) else { return fuseRequest(req).reply(errno: EILSEQ) }
             let caller = callerIdentity(req)
             let adapter = fuseAdapter(req)
-            adapter.respond(req!) { request in await adapter.mknod(request, parent: parent, name: name, mode: mode, caller: caller) }
+            let device = UInt64(rdev)
+            adapter.respond(req!) { request in
+                await adapter.mknod(request, parent: parent, name: name, mode: mode, rdev: device, caller: caller)
+            }
         }
         ops.unlink = { req, parent, name in
             guard let name = decodedName(name) else { return fuseRequest(req).reply(errno: EILSEQ) }

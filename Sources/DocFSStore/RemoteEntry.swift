@@ -4,6 +4,8 @@ public struct RemoteEntry: Sendable, Equatable {
         case file
         case directory
         case symlink(target: String)
+        /// A FIFO, socket or device node (see `SpecialFile`): no content, size 0.
+        case special(SpecialFile)
     }
 
     public var path: StorePath

@@ -21,6 +21,11 @@ extension Store {
         throw .notSupported("symbolic links")
     }
 
+    /// Creates a FIFO, socket or device node at `path` (see `SpecialFile`).
+    public func makeSpecial(_ path: StorePath, _ special: SpecialFile, mode: UInt32) async throws(StoreError) -> RemoteEntry {
+        throw .notSupported("special files")
+    }
+
     /// Applies permission bits and times to an entry. Returns false when the store cannot
     /// carry them (the caller keeps them locally).
     public func setAttributes(_ path: StorePath, _ attributes: StoreAttributes) async throws(StoreError) -> Bool {

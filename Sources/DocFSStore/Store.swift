@@ -46,6 +46,10 @@ public protocol Store: Sendable {
     /// Creates a symbolic link (default: `.notSupported`, see Store+Optional.swift).
     func makeSymlink(_ path: StorePath, target: String) async throws(StoreError) -> RemoteEntry
 
+    /// Creates a FIFO, socket or device node with permission bits `mode` (default:
+    /// `.notSupported`, see Store+Optional.swift; the core then keeps it in its catalog only).
+    func makeSpecial(_ path: StorePath, _ special: SpecialFile, mode: UInt32) async throws(StoreError) -> RemoteEntry
+
     /// Applies mode and times where the store can carry them (default: returns false).
     func setAttributes(_ path: StorePath, _ attributes: StoreAttributes) async throws(StoreError) -> Bool
 

@@ -275,6 +275,26 @@ public struct LocalDirectoryStore: Store {
         }
     }
 
+    /// The real thing: `mknodat` in the store directory (devices need CAP_MKNOD, as anywhere).
+    public func makeSpecial(_ path: StorePath, _ special: SpecialFile, mode: UInt32) async throws(StoreError) -> RemoteEntry {
+        let root = self.root
+        return try await Blocking.run { () throws(StoreError) -> RemoteEntry in
+            try Walk.withParent(root: root, path) { (parent, name) throws(StoreError) -> RemoteEntry in
+                guard let name else { throw .alreadyExists(path) }
+                guard mknodat(parent, name, mode_t(special.type.rawValue | (mode & 0o7777)), dev_t(special.rdev)) == 0 else {
+                    throw LocalDirectoryStore.error(errno, path: path, doing: "mknod")
+                }
+                // mknod's mode went through the daemon's umask: set the bits asked for.
+                _ = fchmodat(parent, name, mode & 0o7777, 0)
+                var info = Glibc.stat()
+                guard fstatat(parent, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
+                    throw LocalDirectoryStore.error(errno, path: path, doing: "stat")
+                }
+                return LocalDirectoryStore.entry(path, info, directoryFD: parent, name: name)
+            }
+        }
+    }
+
     /// Real attributes: the local directory carries mode and times as any file does.
     /// Symlinks keep their own (Linux has no lchmod); their times are set without following.
     public func setAttributes(_ path: StorePath, _ attributes: StoreAttributes) async throws(StoreError) -> Bool {
@@ -370,6 +390,9 @@ public struct LocalDirectoryStore: Store {
             let count = readlinkat(directoryFD, name, &buffer, buffer.count - 1)
             let target = count >= 0 ? String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self) : ""
             return RemoteEntry(path: path, kind: .symlink(target: target), size: Int64(info.st_size), modified: modified, etag: nil, mode: mode)
+        case let type where SpecialFile.FileType(mode: UInt32(type)) != nil:
+            let special = SpecialFile(type: SpecialFile.FileType(mode: UInt32(type))!, rdev: UInt64(info.st_rdev))
+            return RemoteEntry(path: path, kind: .special(special), size: 0, modified: modified, etag: etag(info), mode: mode)
         default:
             return RemoteEntry(path: path, kind: .file, size: Int64(info.st_size), modified: modified, etag: etag(info), mode: mode)
         }

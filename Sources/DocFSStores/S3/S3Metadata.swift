@@ -9,12 +9,19 @@ import NIOHTTP1
 enum S3Metadata {
     static let modeHeader = "x-amz-meta-mode"
     static let mtimeHeader = "x-amz-meta-mtime"
+    /// s3fs's device number of a character or block device (decimal `st_rdev`).
+    static let rdevHeader = "x-amz-meta-rdev"
 
     /// The file type bits of `st_mode` that s3fs writes into `x-amz-meta-mode`.
     enum FileType: UInt32 {
         case regular = 0o100000
         case directory = 0o040000
         case symlink = 0o120000
+        /// Special files (see `SpecialFile`): empty objects, as s3fs writes them.
+        case fifo = 0o010000
+        case characterDevice = 0o020000
+        case blockDevice = 0o060000
+        case socket = 0o140000
 
         static let mask: UInt32 = 0o170000
     }
@@ -44,6 +51,13 @@ enum S3Metadata {
 
     private static func fullMode(in headers: HTTPHeaders) -> UInt32? {
         headers.first(name: modeHeader).flatMap { UInt32($0.trimmingCharacters(in: .whitespaces)) }
+    }
+
+    /// The special file an object's headers describe, if its mode names one.
+    static func special(in headers: HTTPHeaders) -> SpecialFile? {
+        guard let type = fullMode(in: headers).flatMap(SpecialFile.FileType.init(mode:)) else { return nil }
+        let rdev = headers.first(name: rdevHeader).flatMap { UInt64($0.trimmingCharacters(in: .whitespaces)) } ?? 0
+        return SpecialFile(type: type, rdev: rdev)
     }
 
     /// The modification time from `x-amz-meta-mtime`, if any (seconds, maybe with a fraction).

@@ -36,6 +36,9 @@ extension S3Store {
             if configuration.symlinks, S3Metadata.type(in: answer.headers) == .symlink, entry.size <= Self.maximumLinkTargetBytes {
                 return try await linkObject(path)
             }
+            if configuration.symlinks, entry.size == 0, let special = S3Metadata.special(in: answer.headers) {
+                return specialEntry(entry, special)
+            }
             return entry
         case 404:
             return nil
