@@ -1,0 +1,135 @@
+"""Special files (issue 12): FIFOs, sockets, character and block devices made through a docfs
+mount are kept by the store, not only by the catalog. On the local store and on S3 every file
+type survives an unmount, a fresh catalog (a new XDG_STATE_HOME: another machine) and a
+remount with its type, permission bits and device number; on S3, s3fs on the same bucket sees
+what docfs made and docfs sees what s3fs made (an empty object whose x-amz-meta-mode carries the
+type bits, x-amz-meta-rdev the device)."""
+from __future__ import annotations
+
+import os
+import stat
+import time
+
+import pytest
+
+from conformance_probe import describe
+from helpers import wait_until, xattr_state
+from s3_support import s3, s3_mount, s3_server  # noqa: F401 - fixtures
+from test_s3_s3fs_interop import s3fs_mount  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.fuse
+
+# name -> (how to make it, st_mode type bits, permission bits, device)
+ENTRIES = {
+    "pipe": (stat.S_IFIFO, 0o640, 0),
+    "sock": (stat.S_IFSOCK, 0o600, 0),
+    "null": (stat.S_IFCHR, 0o666, os.makedev(1, 3)),
+    "loop": (stat.S_IFBLK, 0o660, os.makedev(7, 200)),
+}
+
+
+def make_every_type(root) -> None:
+    (root / "dir").mkdir(mode=0o750)
+    (root / "dir").chmod(0o750)
+    fd = os.open(root / "file", os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o604)
+    os.write(fd, b"content\n")
+    os.close(fd)
+    os.chmod(root / "file", 0o604)
+    os.symlink("file", root / "link")
+    for name, (kind, mode, device) in ENTRIES.items():
+        os.mknod(root / name, kind | mode, device)
+        os.chmod(root / name, mode)
+
+
+def shown(root) -> dict[str, str]:
+    """Each entry's type, mode and device, as stat shows them (owners are the catalog's)."""
+    return {name: " ".join(w for w in describe(str(root / name)).split() if not w.startswith(("uid=", "gid=")))
+            for name in ["dir", "file", "link", *ENTRIES]}
+
+
+EXPECTED = {
+    "dir": "dir mode=0750",
+    "file": "file mode=0604 size=8",
+    "link": "symlink size=4",
+    "pipe": "fifo mode=0640",
+    "sock": "socket mode=0600",
+    "null": "chr mode=0666 rdev=1,3",
+    "loop": "blk mode=0660 rdev=7,200",
+}
+
+
+def test_every_type_survives_a_remount_with_a_fresh_catalog_on_the_local_store(mount, xdg, tmp_path):
+    store = tmp_path / "store"
+    store.mkdir()
+    m = mount(store)
+    make_every_type(m.path)
+    assert shown(m.path) == EXPECTED
+    wait_until(lambda: xattr_state(m / "file") in ("local", "placeholder"), 30, "the upload")
+    assert m.unmount().returncode == 0
+    # The store has the real thing.
+    assert shown(store) == EXPECTED
+    xdg.another_machine("fresh")
+    again = mount(store)
+    assert shown(again.path) == EXPECTED
+    # A FIFO on the mount is a FIFO: what goes in comes out, through the kernel.
+    reader = os.open(again / "pipe", os.O_RDONLY | os.O_NONBLOCK)
+    writer = os.open(again / "pipe", os.O_WRONLY | os.O_NONBLOCK)
+    os.write(writer, b"piped")
+    assert os.read(reader, 10) == b"piped"
+    os.close(writer)
+    os.close(reader)
+
+
+def test_every_type_survives_a_remount_with_a_fresh_catalog_on_s3(s3, s3_mount, xdg):
+    m = s3_mount()
+    make_every_type(m.path)
+    assert shown(m.path) == EXPECTED
+    wait_until(lambda: xattr_state(m / "file") in ("local", "placeholder"), 30, "the upload")
+    assert m.unmount().returncode == 0
+    # Never content: each special file is an empty object whose mode says what it is.
+    for name, (kind, mode, device) in ENTRIES.items():
+        head = s3.client.head_object(Bucket=s3.name, Key=name)
+        assert head["ContentLength"] == 0, name
+        assert int(head["Metadata"]["mode"]) == kind | mode, (name, head["Metadata"])
+        if device:
+            assert int(head["Metadata"]["rdev"]) == device, (name, head["Metadata"])
+    xdg.another_machine("fresh")
+    again = s3_mount()
+    # A folder on S3 is a key prefix: docfs keeps no mode for it there (a known gap, not this
+    # issue's), so another machine sees the default 0755.
+    assert shown(again.path) == EXPECTED | {"dir": "dir mode=0755"}
+
+
+def test_s3fs_and_docfs_see_each_others_special_files(s3, s3_mount, s3fs_mount, xdg):
+    if s3.kind != "moto":
+        pytest.skip("s3fs is checked against moto")
+    m = s3_mount()
+    (m / "by-docfs").mkdir()
+    make_every_type(m / "by-docfs")
+    wait_until(lambda: xattr_state(m / "by-docfs/file") in ("local", "placeholder"), 30, "the upload")
+    assert m.unmount().returncode == 0
+
+    # Debian's s3fs (1.90) keeps no device numbers (it neither writes nor reads
+    # x-amz-meta-rdev): between it and docfs, type and mode are compared; docfs's own
+    # device numbers are checked above and below.
+    s3fs = s3fs_mount()
+    seen = shown(s3fs / "by-docfs")
+    for name in ENTRIES:
+        assert without_rdev(seen[name]) == without_rdev(EXPECTED[name]), f"s3fs shows docfs's {name} as {seen[name]!r}"
+    (s3fs / "by-s3fs").mkdir()
+    for name, (kind, mode, device) in ENTRIES.items():
+        os.mknod(s3fs / "by-s3fs" / name, kind | mode, device)
+        os.chmod(s3fs / "by-s3fs" / name, mode)
+    time.sleep(1)
+
+    xdg.another_machine("reader")
+    again = s3_mount()
+    seen = shown(again / "by-s3fs")
+    for name in ENTRIES:
+        assert without_rdev(seen[name]) == without_rdev(EXPECTED[name]), f"docfs shows s3fs's {name} as {seen[name]!r}"
+    # What docfs made is still what it was, device numbers included, for docfs on another machine.
+    assert shown(again / "by-docfs") == EXPECTED | {"dir": "dir mode=0755"}
+
+
+def without_rdev(description: str) -> str:
+    return " ".join(w for w in description.split() if not w.startswith("rdev="))
