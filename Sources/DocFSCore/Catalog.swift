@@ -159,6 +159,15 @@ public final class Catalog: Sendable {
     }
 
     /// Items whose state is one of `states`.
+    /// Each child of `parent` in name order, read through a cursor (one row at a time).
+    public func forEachChild(of parent: Inode, _ body: (Item) -> Void) throws(FSError) {
+        try read { db in
+            let rows = try Row.fetchCursor(db.cachedStatement(sql: "SELECT \(Catalog.itemColumns) FROM item WHERE parent = ? ORDER BY name"),
+                                           arguments: [Int64(bitPattern: parent)])
+            while let row = try rows.next() { body(Catalog.item(from: row)) }
+        }
+    }
+
     public func items(in states: [ItemState]) throws(FSError) -> [Item] {
         let list = states.map { "'\($0.rawValue)'" }.joined(separator: ",")
         return try read { db in try Row.fetchAll(db, sql: "SELECT \(Catalog.itemColumns) FROM item WHERE state IN (\(list))") }

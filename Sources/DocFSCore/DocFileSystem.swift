@@ -171,6 +171,14 @@ public final class DocFileSystem: Sendable {
         return try catalog.children(of: inode)
     }
 
+    /// Each child of a directory, in name order, listing it first if it never was. The
+    /// children stream from the catalog: a huge folder is never decoded whole at once.
+    public func forEachChild(of inode: Inode, _ body: (Item) -> Void) async throws(FSError) {
+        let directory = try item(inode)
+        try await enumerator.ensureListed(directory)
+        try catalog.forEachChild(of: inode) { body(shownWithLocalCopy($0)) }
+    }
+
     /// 512-byte blocks the item's local copy uses: 0 for a placeholder, so `du` tells what is local.
     public func localBlocks(of inode: Inode) -> Int64 {
         provider.presentCopies.withLock { $0[inode]?.allocatedBlocks } ?? 0

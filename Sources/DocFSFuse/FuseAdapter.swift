@@ -35,6 +35,9 @@ final class FuseAdapter: Sendable {
     /// The tasks answering requests (see `respond`), settled before the session is destroyed.
     let inFlight = InFlightRequests()
 
+    /// One entry of an open directory's snapshot: its name, inode and the attributes
+    /// readdirplus hands the kernel (nil for `.` and `..`), taken at opendir. Small on
+    /// purpose (no `Item`): a 100,000-entry folder's snapshot is a few tens of MiB, not hundreds.
     struct DirectoryEntry: Sendable {
         var name: String
         var item: Item?
@@ -377,14 +380,17 @@ final class FuseAdapter: Sendable {
         do {
             let directory = try fs.item(inode)
             guard directory.isDirectory else { throw FSError.notADirectory }
-            let children = try await shielded { [fs] () throws(FSError) in try await fs.children(of: inode) }
-            var entries = [
-                DirectoryEntry(name: ".", item: nil, inode: inode, isDirectory: true),
-                DirectoryEntry(name: "..", item: nil, inode: directory.parent ?? inode, isDirectory: true),
-            ]
-            entries.reserveCapacity(children.count + 2)
-            for child in children {
-                entries.append(DirectoryEntry(name: child.name, item: child, inode: child.inode, isDirectory: child.isDirectory))
+            let parent = directory.parent ?? inode
+            // The children stream from the catalog into the snapshot, never all decoded at once.
+            let entries = try await shielded { [fs, self] () throws(FSError) -> [DirectoryEntry] in
+                var entries = [
+                    DirectoryEntry(name: ".", inode: inode, attributes: nil),
+                    DirectoryEntry(name: "..", inode: parent, attributes: nil),
+                ]
+                try await fs.forEachChild(of: inode) { child in
+                    entries.append(DirectoryEntry(name: child.name, inode: child.inode, attributes: self.attributes(of: child)))
+                }
+                return entries
             }
             let handle = directories.withLock { table in
                 let handle = table.next
@@ -413,15 +419,15 @@ final class FuseAdapter: Sendable {
             let remaining = size - used
             let needed: Int
             if plus {
-                if let item = entry.item {
+                if let attributes = entry.attributes {
                     // Count the lookup only if the entry fits (else the kernel never sees it).
                     var param = fuse_entry_param()
-                    param.ino = item.inode
-                    param.attr = attributes(of: item)
+                    param.ino = entry.inode
+                    param.attr = attributes
                     param.attr_timeout = attributeTimeout
                     param.entry_timeout = entryTimeout
                     needed = fuse_add_direntry_plus(raw, buffer + used, remaining, entry.name, &param, off_t(index + 1))
-                    if needed <= remaining { lookups.withLock { $0[item.inode, default: 0] += 1 } }
+                    if needed <= remaining { lookups.withLock { $0[entry.inode, default: 0] += 1 } }
                 } else {
                     var param = fuse_entry_param()
                     param.attr.st_ino = ino_t(entry.inode)
@@ -431,7 +437,7 @@ final class FuseAdapter: Sendable {
             } else {
                 var st = stat()
                 st.st_ino = ino_t(entry.inode)
-                st.st_mode = entry.isDirectory ? S_IFDIR : (entry.item.map(FileAttributes.typeBits(of:)) ?? S_IFREG)
+                st.st_mode = entry.attributes.map { $0.st_mode & S_IFMT } ?? S_IFDIR
                 needed = fuse_add_direntry(raw, buffer + used, remaining, entry.name, &st, off_t(index + 1))
             }
             if needed > remaining { break }
