@@ -50,7 +50,7 @@ extension WebDAVStore {
         let session: PropfindListing
         if let page {
             let token = PropfindListing.Token(page.value)
-            if let kept = propfindListings.take(token.listing), kept.directory == directory {
+            if let kept = propfindListings.take(token.listing), kept.directory == directory, kept.lastName == token.after {
                 session = kept
             } else {
                 guard let after = token.after, StorePath.isValidName(after) else {
@@ -60,6 +60,7 @@ extension WebDAVStore {
                 session.resumeAfter = after
             }
         } else {
+            _ = propfindListings.take(nil)  // drops listings left idle
             session = try await startPropfind(directory)
         }
         let what = "PROPFIND \(directory): no page of the listing within \(Int(Self.metadataSeconds)) s"
@@ -256,10 +257,11 @@ final class PropfindListing: @unchecked Sendable {
 
 /// The PROPFIND answers kept between pages. Dropping one closes its connection.
 final class PropfindListings: Sendable {
-    /// Listings kept at once; the oldest is dropped beyond it.
-    static let capacity = 16
+    /// Listings kept at once; the oldest is dropped beyond it. Each holds a connection and a
+    /// server-side request, so few are kept: a caller that gave up on a listing leaves little.
+    static let capacity = 4
     /// A listing no page asked for in this long is dropped.
-    static let idleSeconds: Double = 120
+    static let idleSeconds: Double = 30
 
     private struct Kept {
         var listing: PropfindListing
@@ -280,10 +282,7 @@ final class PropfindListings: Sendable {
             let now = ContinuousClock.now
             let id = state.next
             state.next += 1
-            for (key, kept) in state.kept where now - kept.since > .seconds(Self.idleSeconds) {
-                dropped.append(kept.listing)
-                state.kept[key] = nil
-            }
+            dropped = Self.dropIdle(&state, now: now)
             state.kept[id] = Kept(listing: listing, since: now)
             while state.kept.count > Self.capacity, let oldest = state.kept.min(by: { $0.value.since < $1.value.since })?.key {
                 dropped.append(state.kept.removeValue(forKey: oldest)!.listing)
@@ -295,8 +294,24 @@ final class PropfindListings: Sendable {
     }
 
     func take(_ id: UInt64?) -> PropfindListing? {
-        guard let id else { return nil }
-        return state.withLock { $0.kept.removeValue(forKey: id)?.listing }
+        var dropped: [PropfindListing] = []
+        let taken: PropfindListing? = state.withLock { state in
+            dropped = Self.dropIdle(&state, now: .now)
+            guard let id else { return nil }
+            return state.kept.removeValue(forKey: id)?.listing
+        }
+        dropped.removeAll()
+        return taken
+    }
+
+    /// Takes out the listings idle too long (the caller releases them outside the lock).
+    private static func dropIdle(_ state: inout State, now: ContinuousClock.Instant) -> [PropfindListing] {
+        var dropped: [PropfindListing] = []
+        for (key, kept) in state.kept where now - kept.since > .seconds(idleSeconds) {
+            dropped.append(kept.listing)
+            state.kept[key] = nil
+        }
+        return dropped
     }
 
     /// Drops every kept listing (the store shuts down).
