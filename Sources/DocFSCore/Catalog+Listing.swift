@@ -103,6 +103,7 @@ extension Catalog {
                 // A kind the store could not confirm keeps what the catalog knows.
                 continue
             }
+            if let row, keepsSpecialKind(row, entry) { continue }
             if let row, (row["kind"] as Int) == kind.rawValue {
                 try update(row, to: entry, in: db)
                 continue
@@ -126,6 +127,15 @@ extension Catalog {
                                  kind == .directory ? ItemState.directory.rawValue : ItemState.placeholder.rawValue,
                                  unknown.contains(key) ? nil : entry.etag?.value, rdev(of: entry)])
         }
+    }
+
+    /// Whether `row`, a special file made here on a store that cannot mark one (a WebDAV server
+    /// without dead properties: see WebDAVStore+SpecialFiles.swift), is still the empty
+    /// version docfs made: the store lists it as an empty file, the catalog knows better.
+    private static func keepsSpecialKind(_ row: Row, _ entry: RemoteEntry) -> Bool {
+        guard case .file = entry.kind, entry.size == 0, let etag = entry.etag?.value,
+              let kind = Item.Kind(rawValue: row["kind"]), kind.specialType != nil else { return false }
+        return (row["kindKnownFor"] as String?) == etag
     }
 
     /// `entries` with one entry per name: the folder where a name is both, else the first.

@@ -9,6 +9,8 @@
 // - `mtime`: the modification time, seconds since 1970 with a fraction; and `mtime-of`: the ETag
 //   of the content it was set for. Dead properties outlive a PUT by another client, whose new
 //   content has a new time of its own: `mtime` is believed only while the ETag is the same.
+// - `special`: a FIFO, socket or device node (see WebDAVStore+SpecialFiles.swift): its type bits
+//   in octal and its device number, `10000 0` or `20000 259`; believed only of an empty resource.
 
 import AsyncHTTPClient
 import DocFSStore
@@ -19,11 +21,12 @@ import NIOCore
 struct PosixProperties: Sendable, Equatable {
     static let namespace = "urn:x-docfs:posix"
     /// The `<D:prop>` children that ask for them in a PROPFIND (with `xmlns:P` declared).
-    static let propfindNames = "<P:mode/><P:mtime/><P:mtime-of/>"
+    static let propfindNames = "<P:mode/><P:mtime/><P:mtime-of/><P:special/>"
 
     var mode: UInt32?
     var modified: Double?
     var modifiedOf: String?
+    var special: SpecialFile?
 
     /// Takes one property's text; values that do not parse are ignored.
     mutating func set(_ name: String, to value: String) {
@@ -31,6 +34,7 @@ struct PosixProperties: Sendable, Equatable {
         case "mode": mode = UInt32(value, radix: 8).map { $0 & 0o7777 }
         case "mtime": modified = Timestamp.representableSeconds(value)  // saturated; NaN is no time
         case "mtime-of": modifiedOf = value.isEmpty ? nil : value
+        case "special": special = Self.special(from: value)
         default: break
         }
     }
@@ -39,6 +43,25 @@ struct PosixProperties: Sendable, Equatable {
         mode = other.mode ?? mode
         modified = other.modified ?? modified
         modifiedOf = other.modifiedOf ?? modifiedOf
+        special = other.special ?? special
+    }
+
+    /// `"<type bits in octal> <rdev>"`, as `proppatchBody(special:mode:)` writes it.
+    static func special(from value: String) -> SpecialFile? {
+        let parts = value.split(separator: " ")
+        guard parts.count == 2, let bits = UInt32(parts[0], radix: 8), let type = SpecialFile.FileType(mode: bits),
+              let rdev = UInt64(parts[1]) else { return nil }
+        return SpecialFile(type: type, rdev: rdev)
+    }
+
+    /// A PROPPATCH body that marks a resource as the special file `special` with `mode`.
+    static func proppatchBody(special: SpecialFile, mode: UInt32) -> String {
+        let props = "<P:special>" + String(special.type.rawValue, radix: 8) + " " + String(special.rdev) + "</P:special>"
+            + "<P:mode>" + String(mode & 0o7777, radix: 8) + "</P:mode>"
+        return """
+            <?xml version="1.0" encoding="utf-8"?>
+            <D:propertyupdate xmlns:D="DAV:" xmlns:P="\(namespace)"><D:set><D:prop>\(props)</D:prop></D:set></D:propertyupdate>
+            """
     }
 
     /// The modification time set through docfs, if it was set for content version `etag`.
@@ -121,7 +144,11 @@ extension WebDAVStore {
 
     /// One PROPPATCH. True when the server kept every property; false when it refused them.
     private func proppatch(_ path: StorePath, _ attributes: StoreAttributes, version: ETag?, collection: Bool) async throws(StoreError) -> Bool {
-        let body = PosixProperties.proppatchBody(attributes, version: version)
+        try await proppatch(path, body: PosixProperties.proppatchBody(attributes, version: version), collection: collection)
+    }
+
+    /// One PROPPATCH of `body`. True when the server kept every property; false when it refused them.
+    func proppatch(_ path: StorePath, body: String, collection: Bool) async throws(StoreError) -> Bool {
         let answer = try await transport.metadata(.PROPPATCH, url: url(path, collection: collection), path: path,
                                                   headers: ["Content-Type": "application/xml; charset=utf-8"],
                                                   body: .bytes(ByteBuffer(string: body)), timeout: Self.metadataTimeout)

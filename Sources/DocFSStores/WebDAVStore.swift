@@ -91,8 +91,11 @@ public final class WebDAVStore: Store {
 
     func entry(_ path: StorePath, _ response: WebDAVResponse) -> RemoteEntry {
         let etag = response.etag.map(Self.normalizedETag)
+        let size = response.isCollection ? 0 : max(0, response.contentLength ?? 0)
+        // A special file is an empty resource marked so (WebDAVStore+SpecialFiles.swift).
+        let special = size == 0 && !response.isCollection ? response.posix.special : nil
         return RemoteEntry(path: path,
-                           kind: response.isCollection ? .directory : .file,
+                           kind: response.isCollection ? .directory : special.map { .special($0) } ?? .file,
                            size: response.isCollection ? 0 : max(0, response.contentLength ?? 0),
                            modified: response.posix.modified(forVersion: etag) ?? response.lastModified.flatMap(HTTPDate.parse) ?? 0,
                            etag: etag, mode: response.posix.mode)

@@ -133,3 +133,50 @@ def test_s3fs_and_docfs_see_each_others_special_files(s3, s3_mount, s3fs_mount, 
 
 def without_rdev(description: str) -> str:
     return " ".join(w for w in description.split() if not w.startswith("rdev="))
+
+
+def test_webdav_keeps_special_files_as_dead_properties_where_the_server_keeps_them(wsgidav_serve, mount, xdg, tmp_path):
+    store = tmp_path / "store"
+    store.mkdir()
+    server = wsgidav_serve(store)
+    m = mount(server.url)
+    for name, (kind, mode, device) in ENTRIES.items():
+        os.mknod(m / name, kind | mode, device)
+        os.chmod(m / name, mode)
+    assert {name: shown_one(m / name) for name in ENTRIES} == {name: EXPECTED[name] for name in ENTRIES}
+    assert m.unmount().returncode == 0
+    # The server has empty resources; the type is in their dead properties.
+    assert all((store / name).stat().st_size == 0 for name in ENTRIES)
+    xdg.another_machine("fresh")
+    again = mount(server.url)
+    assert {name: shown_one(again / name) for name in ENTRIES} == {name: EXPECTED[name] for name in ENTRIES}
+
+
+def test_webdav_without_dead_properties_keeps_special_files_in_the_catalog(docfs_serve, mount, xdg, tmp_path):
+    store = tmp_path / "store"
+    store.mkdir()
+    m = mount(docfs_serve(store).url, "--dir-cache-ttl", "0")
+    for name, (kind, mode, device) in ENTRIES.items():
+        os.mknod(m / name, kind | mode, device)
+        os.chmod(m / name, mode)
+    (m / "sub").mkdir()
+    os.rename(m / "pipe", m / "sub" / "pipe")
+    # Relisted (TTL 0): the server lists empty files, the catalog knows they are what docfs made.
+    for _ in range(2):
+        assert sorted(os.listdir(m.path)) == sorted(["sub", *[n for n in ENTRIES if n != "pipe"]])
+        assert os.listdir(m / "sub") == ["pipe"]
+        time.sleep(0.1)
+    assert shown_one(m / "sub" / "pipe") == EXPECTED["pipe"]
+    for name in ENTRIES:
+        if name != "pipe":
+            assert shown_one(m / name) == EXPECTED[name]
+    assert m.unmount().returncode == 0
+    # Another machine sees what the server has: empty files.
+    xdg.another_machine("fresh")
+    again = mount(m.store)
+    assert shown_one(again / "null").startswith("file "), shown_one(again / "null")
+    assert (again / "null").read_bytes() == b""
+
+
+def shown_one(path) -> str:
+    return " ".join(w for w in describe(str(path)).split() if not w.startswith(("uid=", "gid=")))
