@@ -32,7 +32,7 @@ DATA = pseudo_random_bytes(SIZE, seed=10)
 SHA = hashlib.sha256(DATA).hexdigest()
 # A short transfer deadline for these mounts: a stalled body fails after about this long.
 TRANSFER_TIMEOUT = 3
-# RetryPolicy.interactive keeps retrying transient failures for this long.
+# Store calls a reader waits for are retried within the mount's --io-timeout (set here).
 RETRY_DEADLINE = 20
 
 
@@ -65,7 +65,7 @@ def faulty(tmp_path, docfs_serve, mount, xdg):
     proxy = FaultProxy(server.port, log_path=tmp_path / "proxy.log").start()
     xdg.env["DOCFS_TRANSFER_TIMEOUT"] = str(TRANSFER_TIMEOUT)
     try:
-        m = mount(proxy.url)
+        m = mount(proxy.url, "--io-timeout", str(RETRY_DEADLINE))
         assert "data.bin" in os.listdir(m.path)
         yield m, proxy, root
     finally:
