@@ -42,7 +42,8 @@ final class FuseAdapter: Sendable {
         var name: String
         var item: Item?
         var inode: Inode
-        var isDirectory: Bool
+        var attributes: stat?
+        var isDirectory: Bool { attributes.map { $0.st_mode & S_IFMT == S_IFDIR } ?? true }
     }
 
     struct DirectoryHandles {
