@@ -129,6 +129,9 @@ def root_phase(base: str) -> dict[str, str]:
             r[f"{kind}: ctime on rename"] = "advanced" if os.lstat(moved).st_ctime_ns > before else "unchanged"
         except OSError as e:
             r[f"{kind}: ctime on rename"] = errno.errorcode[e.errno]
+        if kind == "chr":
+            # /dev/null's number: opened, it is this machine's /dev/null.
+            r[f"{kind}: open the device"] = attempt(lambda: os.close(os.open(moved, os.O_WRONLY)))
         if kind != "dir":
             r[f"{kind}: hard link"] = attempt(lambda: os.link(moved, f"{base}/{kind}-link", follow_symlinks=False))
         r[f"{kind}: unlink"] = attempt(lambda: (os.rmdir if kind == "dir" else os.unlink)(moved))

@@ -32,6 +32,8 @@ SPECIAL = ("fifo", "socket", "chr", "blk")
 EXPECTED: list[tuple[str, callable, str]] = [
     ("*", lambda key: key.endswith(": hard link"),
      "hard links are refused with EPERM: no store docfs speaks can represent them (POSIX allows it)"),
+    ("*", lambda key: key.endswith(": open the device"),
+     "docfs mounts nodev, the FUSE default: a device node opens with EACCES (mount with -o dev to open devices)"),
     ("docfs-serve", lambda key: "symlink" in words(key),
      "WebDAV has no symbolic links: symlink() answers EPERM there (see the README)"),
 ]
