@@ -105,6 +105,18 @@ public final class Catalog: Sendable {
             // and sockets, see SpecialFile).
             try db.execute(sql: "ALTER TABLE item ADD COLUMN rdev INTEGER NOT NULL DEFAULT 0")
         }
+        migrator.registerMigration("v9-pinned") { db in
+            // Items the user asked to keep local (`docfs pin`, see Catalog+Pinning.swift). A
+            // pinned copy outlives its release and the mount. An item added to a pinned folder
+            // (a create here, or a listing) is pinned too: the trigger fires only in pinned
+            // folders, so a listing elsewhere writes no extra row.
+            try db.execute(sql: """
+                ALTER TABLE item ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0;
+                CREATE TRIGGER item_inherits_pin AFTER INSERT ON item
+                WHEN NEW.parent IS NOT NULL AND (SELECT pinned FROM item WHERE inode = NEW.parent) = 1
+                BEGIN UPDATE item SET pinned = 1 WHERE inode = NEW.inode; END;
+                """)
+        }
         return migrator
     }
 
@@ -380,12 +392,13 @@ public final class Catalog: Sendable {
     }
 
     /// After a restart no local copy is open: a clean copy's item is a placeholder again (its
-    /// content is on the store), and an upload cut short is simply pending again.
+    /// content is on the store) unless it is pinned (its copy is kept, see `CrashRecovery`),
+    /// and an upload cut short is simply pending again.
     public func resetTransientStates() throws(FSError) {
         try write { db in
             try db.execute(sql: """
                 UPDATE item SET state = 'placeholder', baseEtag = NULL, baseIsNothing = 0, committedSeq = 0, uploadedSeq = 0
-                WHERE state IN ('downloading', 'local') AND uncommitted = 0
+                WHERE state IN ('downloading', 'local') AND uncommitted = 0 AND NOT (state = 'local' AND pinned = 1)
                 """)
             try db.execute(sql: "UPDATE item SET state = 'modified' WHERE state = 'uploading'")
         }

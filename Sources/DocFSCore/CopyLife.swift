@@ -18,6 +18,8 @@ import DocFSStore
 ///   the last commit (`uncommitted`) survive a crash as an unsaved copy, never over the store's
 ///   version;
 /// - a copy is never evicted while open, dirty or uploading;
+/// - a pinned copy ("keep downloaded") is never evicted by its last release: only an explicit
+///   eviction (`docfs evict`) or an unpin lets it go;
 /// - an upload confirms the commit it sent (`n`), not whatever the copy holds by then.
 public struct CopyLife: Sendable, Equatable {
     /// Whether the content is all there.
@@ -50,6 +52,8 @@ public struct CopyLife: Sendable, Equatable {
     public var uploading: UInt64?
     /// The item was unlinked while open: nothing to upload, evict on the last release.
     public var removed = false
+    /// The user asked to keep the copy (`docfs pin`, `user.docfs.pinned`): a release keeps it.
+    public var pinned = false
 
     public init(content: Content, base: ETag?, startedFromNothing: Bool = false) {
         self.content = content
@@ -140,11 +144,27 @@ public struct CopyLife: Sendable, Equatable {
         return settle()
     }
 
+    /// The copy was pinned or unpinned. Unpinned and unused, it goes as on a last release.
+    public mutating func pinChanged(_ pinned: Bool) -> Action {
+        self.pinned = pinned
+        return settle()
+    }
+
+    /// Whether an eviction asked for now (`docfs evict`) may go ahead; if not, why.
+    public var evictionRefusal: String? {
+        if removed { return nil }
+        if isDirty || uploading != nil { return "it has changes the store does not have yet" }
+        if openCount > 0 { return "it is open" }
+        if content == .fetching { return "it is being downloaded" }
+        return nil
+    }
+
     /// After any event: what a copy with nobody using it needs.
     private func settle() -> Action {
         guard openCount == 0, uploading == nil, content == .present || removed else { return .none }
         if removed { return .evict }
         if uncommitted { return .none }  // a failed commit: kept, the next mount saves it
-        return isDirty ? .upload : .evict
+        if isDirty { return .upload }
+        return pinned ? .none : .evict
     }
 }

@@ -4,7 +4,8 @@ import Logging
 
 /// What a mount does first with what an earlier one left behind (a clean unmount, a crash, a
 /// `kill -9`): no handle survives a restart, so
-/// - a clean copy goes (the store has its content) and its item is a placeholder again;
+/// - a clean copy goes (the store has its content) and its item is a placeholder again,
+///   unless it is pinned: a pinned copy is kept for the next open (`Catalog+Pinning.swift`);
 /// - committed changes the store does not have stay in the cache: the uploader sends them;
 /// - writes no close or fsync handed over (a file open when the daemon died: an `O_TRUNC`
 ///   that was never refilled, a copy half overwritten) may never replace the store's version.
@@ -41,7 +42,16 @@ struct CrashRecovery {
             }
         }
         try catalog.resetTransientStates()
-        let keep = Set(try catalog.itemsPendingUpload().map(\.id))
+        // Pinned copies stay (`docfs pin`); one whose file is gone is a placeholder again.
+        var pinned = Set<String>()
+        for (inode, id) in try catalog.pinnedLocalItems() {
+            if access(cacheDirectory + "/" + id, F_OK) == 0 {
+                pinned.insert(id)
+            } else {
+                try catalog.recordEvicted(inode)
+            }
+        }
+        let keep = Set(try catalog.itemsPendingUpload().map(\.id)).union(pinned)
         MountLayout.clear(directory: cacheDirectory, keeping: keep)
         return reverted
     }

@@ -71,7 +71,7 @@ public final class DocFileSystem: Sendable {
 
     public init(store: any Store, catalog: Catalog, cacheDirectory: String, directoryTTL: Double, readOnly: Bool,
                 uploadBackoff: Duration = .seconds(15), streaming: StreamingPolicy = .default, ioTimeout: Duration? = nil,
-                retry: RetryPolicy? = nil, logger: Logger) {
+                retry: RetryPolicy? = nil, retention: RetentionPolicy = .onLastRelease, logger: Logger) {
         // Store calls a caller waits for are retried within the caller's patience.
         let retry = retry ?? ioTimeout.map { RetryPolicy.interactive.within($0) } ?? .interactive
         self.store = store
@@ -82,7 +82,7 @@ public final class DocFileSystem: Sendable {
         self.ioTimeout = ioTimeout
         self.retry = retry
         self.provider = Provider(store: store, catalog: catalog, cacheDirectory: cacheDirectory, retry: retry, streaming: streaming,
-                                 ioTimeout: ioTimeout, logger: logger)
+                                 ioTimeout: ioTimeout, retention: retention, logger: logger)
         self.enumerator = DirectoryEnumerator(store: store, catalog: catalog, ttl: directoryTTL, retry: retry, logger: logger)
         self.uploader = Uploader(store: store, catalog: catalog, provider: provider, maximumBackoff: uploadBackoff, logger: logger)
     }
@@ -636,10 +636,18 @@ public final class DocFileSystem: Sendable {
     public static let etagAttribute = "user.docfs.etag"
     public static let errorAttribute = "user.docfs.error"
     public static let conflictAttribute = "user.docfs.conflict"
+    /// `DONE/TOTAL` bytes of the download or upload under way (absent otherwise).
+    public static let progressAttribute = "user.docfs.progress"
+    /// `1` on a pinned item; set to `1`/`0` (or removed) to pin or unpin.
+    public static let pinnedAttribute = "user.docfs.pinned"
+    /// Set (any value) to make the item, or every file below a folder, a placeholder now.
+    public static let evictAttribute = "user.docfs.evict"
 
     public func extendedAttributeNames(of inode: Inode) throws(FSError) -> [String] {
         let item = try item(inode)
         var names = [Self.stateAttribute, Self.identifierAttribute]
+        if transferProgress(of: item) != nil { names.append(Self.progressAttribute) }
+        if try catalog.isPinned(inode) { names.append(Self.pinnedAttribute) }
         if item.etag != nil { names.append(Self.etagAttribute) }
         if item.uploadError != nil { names.append(Self.errorAttribute) }
         if item.conflictCopy != nil { names.append(Self.conflictAttribute) }
@@ -652,7 +660,9 @@ public final class DocFileSystem: Sendable {
         let item = try item(inode)
         let value: String?
         switch name {
-        case Self.stateAttribute: value = item.state.rawValue
+        case Self.stateAttribute: value = try shownState(of: item)
+        case Self.progressAttribute: value = transferProgress(of: item).map { "\($0.done)/\($0.total)" }
+        case Self.pinnedAttribute: value = try catalog.isPinned(inode) ? "1" : nil
         case Self.identifierAttribute: value = item.id
         case Self.etagAttribute: value = item.etag?.value
         case Self.errorAttribute: value = item.uploadError
@@ -661,5 +671,123 @@ public final class DocFileSystem: Sendable {
         }
         guard let value else { throw .noAttribute }
         return Array(value.utf8)
+    }
+
+    /// What `user.docfs.state` shows: a file's state (`pinned` for a pinned complete copy); for
+    /// a folder, `pinned` if it is, and how many of its files are in each state, from one query
+    /// (`local=3 modified=1`; `empty`, or `unlisted` before its first listing).
+    private func shownState(of item: Item) throws(FSError) -> String {
+        let pinned = try catalog.isPinned(item.inode)
+        guard item.isDirectory else {
+            return item.state == .local && pinned ? "pinned" : item.state.rawValue
+        }
+        let counts = try catalog.childStateCounts(of: item.inode).map { "\($0.state)=\($0.count)" }
+        let summary = counts.isEmpty ? (item.listedAt == nil ? "unlisted" : "empty") : counts.joined(separator: " ")
+        return pinned ? "pinned " + summary : summary
+    }
+
+    /// Bytes done and total of the transfer under way for `item`: its download (the whole file
+    /// at open, or ranges a reader is waiting for) or its upload.
+    public func transferProgress(of item: Item) -> (done: Int64, total: Int64)? {
+        guard item.kind == .file else { return nil }
+        if let download = provider.downloadProgress(of: item.inode) {
+            return (download.done, max(download.total, item.size))
+        }
+        if item.state == .uploading, let upload = UploadMeter.progress(provider.snapshotPath(for: item)) {
+            return (upload.sent, upload.total)
+        }
+        return nil
+    }
+
+    /// Sets one of docfs's own attributes: the way `docfs pin`, `unpin` and `evict` (and any
+    /// tool, `setfattr -n user.docfs.pinned -v 1 FILE`) steer what is local.
+    public func setExtendedAttribute(_ name: String, value: [UInt8], of inode: Inode) async throws(FSError) {
+        let text = String(decoding: value, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines.union(CharacterSet(charactersIn: "\0")))
+        switch name {
+        case Self.pinnedAttribute:
+            switch text.lowercased() {
+            case "1", "true", "yes", "on": try await pin(inode)
+            case "0", "false", "no", "off", "": try await unpin(inode)
+            default: throw .invalidArgument
+            }
+        case Self.evictAttribute:
+            try await evict(inode)
+        default:
+            throw name.hasPrefix("user.docfs.") ? .notPermitted : .notSupported
+        }
+    }
+
+    /// Removes one of docfs's own attributes: `user.docfs.pinned` unpins.
+    public func removeExtendedAttribute(_ name: String, of inode: Inode) async throws(FSError) {
+        guard name == Self.pinnedAttribute else { throw name.hasPrefix("user.docfs.") ? .notPermitted : .notSupported }
+        try await unpin(inode)
+    }
+
+    /// Pins `inode` ("keep downloaded") and downloads it now; a folder with everything below
+    /// it (listing what was never listed). What is added to a pinned folder later is pinned too.
+    /// The first failure is thrown once every other file was tried.
+    public func pin(_ inode: Inode) async throws(FSError) {
+        let item = try item(inode)
+        try catalog.setPinned(item, true)
+        await provider.pinsChanged(item.isDirectory ? nil : [inode])
+        var failure: FSError?
+        try await download(item, failure: &failure)
+        if let failure { throw failure }
+    }
+
+    private func download(_ item: Item, failure: inout FSError?) async throws(FSError) {
+        switch item.kind {
+        case .file:
+            do {
+                _ = try await provider.open(item, intent: .content)
+                _ = await provider.release(item.inode)
+            } catch {
+                logger.warning("cannot download a pinned file", metadata: ["path": "\(item.path)", "error": "\(error)"])
+                if failure == nil { failure = error }
+            }
+        case .directory:
+            for child in try await children(of: item.inode) {
+                try await download(child, failure: &failure)
+            }
+        default:
+            return
+        }
+    }
+
+    /// Returns `inode` (and everything below a folder) to the default policy: copies nobody
+    /// uses go now, as on their last release.
+    public func unpin(_ inode: Inode) async throws(FSError) {
+        let item = try item(inode)
+        try catalog.setPinned(item, false)
+        await provider.pinsChanged(item.isDirectory ? nil : [inode])
+        for file in try catalog.filesWithCopies(under: item) {
+            guard let held = try catalog.item(file), held.state == .local else { continue }
+            // A pinned copy kept from an earlier mount and not opened since.
+            if provider.downloadProgress(of: file) == nil, provider.presentCopies.withLock({ $0[file] == nil }) {
+                try await provider.evictNow(held)
+            }
+        }
+    }
+
+    /// Makes `inode` (every file below a folder) a placeholder now, and unpins it. Refuses
+    /// (`.busy`, naming each) files that are open or hold changes the store does not have;
+    /// the others are evicted all the same.
+    public func evict(_ inode: Inode) async throws(FSError) {
+        let item = try item(inode)
+        var refused: [String] = []
+        for file in try catalog.filesWithCopies(under: item) {
+            guard let held = try catalog.item(file) else { continue }
+            do { try await provider.evictNow(held) } catch {
+                if case .busy(let why) = error { refused.append(why) } else { throw error }
+            }
+        }
+        if refused.isEmpty || item.isDirectory {
+            try catalog.setPinned(item, false)
+            await provider.pinsChanged(item.isDirectory ? nil : [inode])
+        }
+        guard refused.isEmpty else {
+            logger.notice("eviction refused", metadata: ["refused": "\(refused.joined(separator: "; "))"])
+            throw .busy(refused.joined(separator: "; "))
+        }
     }
 }

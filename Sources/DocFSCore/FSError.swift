@@ -21,6 +21,9 @@ public enum FSError: Error, Sendable, Equatable, CustomStringConvertible {
     case noAttribute
     /// The caller's buffer is too small (xattr).
     case rangeTooSmall
+    /// The item is in use or holds changes the store does not have (an eviction asked for
+    /// now): the message says which.
+    case busy(String)
     /// The store could not be reached.
     case storeUnreachable(String)
     /// The store did not answer in time.
@@ -46,6 +49,7 @@ public enum FSError: Error, Sendable, Equatable, CustomStringConvertible {
         case .stale: return "stale item"
         case .noAttribute: return "no such attribute"
         case .rangeTooSmall: return "buffer too small"
+        case .busy(let m): return "busy: \(m)"
         case .storeUnreachable(let m): return "store unreachable: \(m)"
         case .timedOut(let m): return "store timed out: \(m)"
         case .local(let e, let m): return "local I/O error \(e): \(m)"

@@ -501,6 +501,14 @@ public final class LocalCopy: ContentSink, Sendable {
 
     /// Whether bytes are still to be fetched on demand.
     public var isSparse: Bool { state.withLock { $0.fetcher != nil } }
+
+    /// Bytes held and the file's length while a download fills the copy (the whole file at
+    /// open, or ranges a reader asked for); nil when nothing is being fetched.
+    public var downloadProgress: (done: Int64, total: Int64)? {
+        let (fetching, fetcher, done, length) = state.withLock { ($0.life.content == .fetching, $0.fetcher, $0.held.count, $0.length) }
+        guard fetching || fetcher?.isFetching == true else { return nil }
+        return (done, length)
+    }
 }
 
 /// A local copy's descriptor, lent for one read: the copy cannot close it until the loan ends

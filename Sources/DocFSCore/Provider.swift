@@ -26,6 +26,11 @@ public actor Provider {
     private let logger: Logger
     private var providing: [Inode: Providing] = [:]
     private var isShutDown = false
+    /// How long released clean copies stay (`--evict-delay`, `--cache-max`).
+    private let retention: RetentionPolicy
+    /// Clean copies nobody uses that the retention policy keeps, with when each was released
+    /// (the least recently released go first when `cacheMax` needs room).
+    private var idle: [Inode: ContinuousClock.Instant] = [:]
 
     /// Copies by inode, readable without hopping onto the actor (for `st_blocks`, `stat` sizes).
     public nonisolated let presentCopies = Mutex<[Inode: LocalCopy]>([:])
@@ -58,8 +63,10 @@ public actor Provider {
     }
 
     public init(store: any Store, catalog: Catalog, cacheDirectory: String, retry: RetryPolicy = .interactive,
-                streaming: StreamingPolicy = .default, ioTimeout: Duration? = nil, logger: Logger) {
+                streaming: StreamingPolicy = .default, ioTimeout: Duration? = nil, retention: RetentionPolicy = .onLastRelease,
+                logger: Logger) {
         self.store = store
+        self.retention = retention
         self.ioTimeout = ioTimeout
         self.catalog = catalog
         self.cacheDirectory = cacheDirectory
@@ -86,7 +93,8 @@ public actor Provider {
         guard item.kind == .file else { throw item.isDirectory ? .isADirectory : .invalidArgument }
         guard !isShutDown else { throw .io("the mount is going away") }
         let entry: Providing
-        if let existing = providing[item.inode] {
+        if let existing = providing[item.inode], reusable(existing.copy, for: item) {
+            idle[item.inode] = nil
             entry = existing
         } else {
             entry = try startProviding(item, intent: intent)
@@ -219,8 +227,8 @@ public actor Provider {
     public func uploadNotNeeded(_ copy: LocalCopy) {
         guard let entry = providing[copy.inode], entry.copy === copy else { return }
         let life = copy.life
-        if life.openCount == 0, life.uploading == nil, !life.isDirty, life.content == .present {
-            evict(copy)
+        if life.openCount == 0, life.uploading == nil, !life.isDirty, life.content == .present, !life.pinned {
+            _ = perform(.evict, on: copy)
         }
     }
 
@@ -240,14 +248,57 @@ public actor Provider {
         isShutDown = true
         for (_, entry) in providing {
             entry.fetch.cancel()
-            if entry.copy.life.isDirty {
+            let life = entry.copy.life
+            // A pinned complete copy stays for the next mount (the catalog keeps it `local`).
+            if life.isDirty || (life.pinned && life.content == .present && !entry.copy.isSparse && !life.removed) {
                 entry.copy.close()
             } else {
                 evict(entry.copy)
             }
         }
         providing.removeAll()
+        idle.removeAll()
         presentCopies.withLock { $0.removeAll() }
+    }
+
+    // MARK: Pinning and eviction asked for now
+
+    /// The copies' lives follow the catalog's pins (after `Catalog.setPinned` on `inodes`, or
+    /// on everything held when nil): a pinned copy is kept; an unpinned one nobody uses goes
+    /// as on its last release.
+    public func pinsChanged(_ inodes: Set<Inode>? = nil) {
+        for (inode, entry) in providing where inodes?.contains(inode) ?? true {
+            guard let pinned = try? catalog.isPinned(inode), pinned != entry.copy.life.pinned else { continue }
+            do {
+                let action = try entry.copy.update { $0.pinChanged(pinned) }
+                _ = perform(action, on: entry.copy)
+            } catch {
+                logger.warning("cannot record a pin", metadata: ["inode": "\(inode)", "error": "\(error)"])
+            }
+        }
+    }
+
+    /// Makes `item` a placeholder now (`docfs evict`), unpinned. Refuses (`.busy`, saying
+    /// why) a copy that is open, being fetched, or holds changes the store does not have.
+    public func evictNow(_ item: Item) throws(FSError) {
+        if let entry = providing[item.inode] {
+            if let refusal = entry.copy.life.evictionRefusal { throw .busy("\(item.path): \(refusal)") }
+            try entry.copy.update { $0.pinned = false }
+            idle[item.inode] = nil
+            evict(entry.copy)
+            return
+        }
+        if item.hasUnsyncedChanges { throw .busy("\(item.path): it has changes the store does not have yet") }
+        // A pinned copy kept from an earlier mount, never opened since.
+        if item.state == .local {
+            unlink(copyPath(for: item))
+            try catalog.recordEvicted(item.inode)
+        }
+    }
+
+    /// Bytes done and total of the download filling `inode`'s copy, if one runs.
+    public nonisolated func downloadProgress(of inode: Inode) -> (done: Int64, total: Int64)? {
+        presentCopies.withLock { $0[inode] }?.downloadProgress
     }
 
     // MARK: Private
@@ -255,6 +306,10 @@ public actor Provider {
     private func perform(_ action: CopyLife.Action, on copy: LocalCopy) -> ReleaseOutcome {
         switch action {
         case .evict:
+            if retention.keepsReleasedCopies, !copy.life.removed, providing[copy.inode]?.copy === copy {
+                keepIdle(copy)
+                return .kept
+            }
             evict(copy)
             return .evicted
         case .upload:
@@ -262,7 +317,62 @@ public actor Provider {
         case .none:
             let life = copy.life
             if life.openCount > 0 { return .stillOpen }
+            if life.pinned, !life.isDirty, life.uploading == nil { return .kept }
             return life.uploading != nil ? .uploadInFlight : .stillOpen
+        }
+    }
+
+    /// Whether an existing copy can serve a new open of `item`: one in use always does (opens
+    /// share a copy); one kept after its release only while it is still the store's version
+    /// (else it goes, and the open fetches the new one).
+    private func reusable(_ copy: LocalCopy, for item: Item) -> Bool {
+        let life = copy.life
+        guard life.openCount == 0, !life.isDirty, life.uploading == nil, !life.removed, life.content == .present else { return true }
+        if let base = life.base, base == item.etag { return true }
+        logger.debug("a kept copy is not the store's version any more", metadata: ["path": "\(item.path)"])
+        idle[item.inode] = nil
+        evict(copy)
+        return false
+    }
+
+    /// A released clean copy stays for the retention policy: until `evictDelay` has passed
+    /// without a new open, or until `cacheMax` needs its space.
+    private func keepIdle(_ copy: LocalCopy) {
+        let released = ContinuousClock.now
+        idle[copy.inode] = released
+        if let delay = retention.evictDelay, delay > .zero {
+            Task { [weak self] in
+                try? await Task.sleep(for: delay)
+                await self?.expire(copy, releasedAt: released)
+            }
+        }
+        makeRoom(for: 0)
+    }
+
+    /// The delay of a kept copy ran out: it goes unless it was opened (or released) since.
+    private func expire(_ copy: LocalCopy, releasedAt released: ContinuousClock.Instant) {
+        guard idle[copy.inode] == released, providing[copy.inode]?.copy === copy else { return }
+        let life = copy.life
+        guard life.openCount == 0, !life.isDirty, life.uploading == nil, !life.pinned else { return }
+        idle[copy.inode] = nil
+        evict(copy)
+    }
+
+    /// Evicts kept copies, least recently released first, until unpinned copies and `incoming`
+    /// more bytes fit in `cacheMax`.
+    private func makeRoom(for incoming: Int64) {
+        guard let limit = retention.cacheMax else { return }
+        var used = providing.values.reduce(Int64(0)) { sum, entry in
+            entry.copy.life.pinned ? sum : sum + entry.copy.allocatedBlocks * 512
+        }
+        for (inode, _) in idle.sorted(by: { $0.value < $1.value }) {
+            guard used + incoming > limit else { return }
+            guard let copy = providing[inode]?.copy else { idle[inode] = nil; continue }
+            let life = copy.life
+            guard life.openCount == 0, !life.isDirty, life.uploading == nil, !life.pinned else { idle[inode] = nil; continue }
+            used -= copy.allocatedBlocks * 512
+            idle[inode] = nil
+            evict(copy)
         }
     }
 
@@ -284,11 +394,21 @@ public actor Provider {
             let copy = try LocalCopy(adopting: path, inode: item.inode, catalog: catalog, life: life)
             return register(Providing(copy: copy, fetch: Task {}))
         }
+        let pinned = try catalog.isPinned(item.inode)
+        // A pinned copy kept from before (a remount), still the store's version: no download.
+        if pinned, item.state == .local, intent != .empty, let base = item.baseEtag, base == item.etag,
+           FileManager.default.fileExists(atPath: path), var life = try catalog.recordedLife(of: item.inode) {
+            life.pinned = true
+            let copy = try LocalCopy(adopting: path, inode: item.inode, catalog: catalog, life: life)
+            return register(Providing(copy: copy, fetch: Task {}))
+        }
         let fetchNeeded = intent != .empty && item.onStore
+        if fetchNeeded { makeRoom(for: item.size) }
         // The version an empty copy replaces is the one the catalog knows; an upload of it
         // meets any newer one as a conflict.
-        let life = CopyLife(content: fetchNeeded ? .fetching : .present, base: item.onStore ? item.etag : nil,
+        var life = CopyLife(content: fetchNeeded ? .fetching : .present, base: item.onStore ? item.etag : nil,
                             startedFromNothing: !item.onStore)
+        life.pinned = pinned
         let copy = try LocalCopy(path: path, inode: item.inode, catalog: catalog, life: life)
         do { try catalog.beginCopy(item.inode, life) } catch {
             copy.discard()
@@ -411,6 +531,8 @@ public enum ReleaseOutcome: Sendable, Equatable {
     case needsUpload
     /// An upload of the copy is under way; it is evicted when that ends.
     case uploadInFlight
+    /// Nobody uses the copy and it stays: pinned, or kept by the retention policy.
+    case kept
     /// There was no copy.
     case notPresent
 }

@@ -95,6 +95,11 @@ public final class RangeFetcher: Sendable {
     /// Failed requests kept for the reader that has yet to wait for them; beyond, the oldest go.
     private static let maximumUnreported = 16
 
+    /// Whether ranges are on the wire or queued: a transfer `user.docfs.progress` shows.
+    public var isFetching: Bool {
+        state.withLock { !$0.inFlight.isEmpty || !$0.queued.isEmpty }
+    }
+
     /// One reader's sequential stream: where it started, how far it read, how far ahead it was
     /// requested, and its read-ahead window.
     private struct ReadStream {

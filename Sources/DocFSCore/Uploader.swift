@@ -219,7 +219,10 @@ public actor Uploader {
             return .done
         }
         let snapshot = provider.snapshotPath(for: item)
-        defer { unlink(snapshot) }
+        defer {
+            UploadMeter.unwatch(snapshot)
+            unlink(snapshot)
+        }
         let commit: UInt64
         do {
             let committingPending = forced.contains(inode)
@@ -231,6 +234,8 @@ public actor Uploader {
                 return .done
             }
             commit = started
+            // `user.docfs.progress` follows the bytes the store reads from the snapshot.
+            UploadMeter.watch(snapshot, total: copy.length)
         } catch {
             return await failed(item, copy, error)
         }

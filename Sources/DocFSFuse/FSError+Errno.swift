@@ -19,6 +19,7 @@ extension FSError {
         case .stale: return ESTALE
         case .noAttribute: return ENODATA
         case .rangeTooSmall: return ERANGE
+        case .busy: return EBUSY
         case .storeUnreachable: return EHOSTDOWN
         case .timedOut: return ETIMEDOUT
         case .local(let code, _): return code

@@ -73,6 +73,18 @@ enum FuseOperations {
             guard let name = decodedName(name) else { return fuseRequest(req).reply(errno: EILSEQ) }
             fuseAdapter(req).getxattr(fuseRequest(req), inode: inode, name: name, size: size)
         }
+        ops.setxattr = { req, inode, name, value, size, _ in
+            guard let name = decodedName(name) else { return fuseRequest(req).reply(errno: EILSEQ) }
+            // Copied now: `value` is valid only until this callback returns.
+            let bytes = value.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) } ?? []
+            let adapter = fuseAdapter(req)
+            adapter.respond(req!) { request in await adapter.setxattr(request, inode: inode, name: name, value: bytes) }
+        }
+        ops.removexattr = { req, inode, name in
+            guard let name = decodedName(name) else { return fuseRequest(req).reply(errno: EILSEQ) }
+            let adapter = fuseAdapter(req)
+            adapter.respond(req!) { request in await adapter.removexattr(request, inode: inode, name: name) }
+        }
         ops.listxattr = { req, inode, size in
             fuseAdapter(req).listxattr(fuseRequest(req), inode: inode, size: size)
         }

@@ -252,6 +252,7 @@ struct LocalFileChunks: AsyncSequence, Sendable {
             throw .localIO(errno: code, message: "open \(path): \(String(cString: strerror(code)))")
         }
         let file = OpenFile(fd: fd, path: path)
+        UploadMeter.restart(path)  // a new attempt: `user.docfs.progress` counts from 0 again
         var info = stat()
         guard fstat(fd, &info) == 0 else {
             let code = errno
@@ -302,6 +303,7 @@ struct LocalFileChunks: AsyncSequence, Sendable {
                 }
             }
             offset += Int64(want)
+            UploadMeter.record(file.path, want)
             return buffer
         }
     }

@@ -74,6 +74,14 @@ struct MountCommand: AsyncParsableCommand {
                                valueName: "seconds"))
     var ioTimeout: Double = 30
 
+    @Option(help: ArgumentHelp("Seconds a released, unchanged local copy is kept, so that a close then reopen downloads once (default 0: evict on the last close). A reopen reuses it while the store's version is unchanged.",
+                               valueName: "seconds"))
+    var evictDelay: Double = 0
+
+    @Option(help: ArgumentHelp("Disk space released, unpinned local copies may take (e.g. 500M, 2G); the least recently used go first. Released copies are kept until space is needed (with --evict-delay: at most that long).",
+                               valueName: "size"))
+    var cacheMax: String?
+
     @Option(name: .customShort("o"), help: "FUSE mount options, comma-separated (e.g. allow_other).")
     var options: [String] = []
 
@@ -95,6 +103,10 @@ struct MountCommand: AsyncParsableCommand {
         guard entryTimeout >= 0, entryTimeout.isFinite else { throw ValidationError("--entry-timeout must be 0 or more seconds") }
         guard attrTimeout >= 0, attrTimeout.isFinite else { throw ValidationError("--attr-timeout must be 0 or more seconds") }
         guard ioTimeout > 0, ioTimeout <= 86_400 else { throw ValidationError("--io-timeout must be more than 0 and at most 86400 seconds") }
+        guard evictDelay >= 0, evictDelay <= 31_536_000 else { throw ValidationError("--evict-delay must be 0 or more seconds (at most a year)") }
+        if let cacheMax, RetentionPolicy.parseSize(cacheMax) == nil {
+            throw ValidationError("--cache-max must be a size such as 500M or 2G (got '\(cacheMax)')")
+        }
     }
 
     /// A mount point that cannot be used is a one-line reason, not a usage message.
@@ -169,7 +181,10 @@ struct MountCommand: AsyncParsableCommand {
         let filesystem = DocFileSystem(store: store, catalog: catalog, cacheDirectory: layout.cacheDirectory,
                                        directoryTTL: dirCacheTtl, readOnly: readOnly,
                                        streaming: StreamingPolicy(wholeFileLimit: wholeFileLimit),
-                                       ioTimeout: .milliseconds(Int64(ioTimeout * 1000)), logger: logger)
+                                       ioTimeout: .milliseconds(Int64(ioTimeout * 1000)),
+                                       retention: RetentionPolicy(evictDelay: .milliseconds(Int64(evictDelay * 1000)),
+                                                                  cacheMax: cacheMax.flatMap(RetentionPolicy.parseSize)),
+                                       logger: logger)
         var mountOptions = ["fsname=docfs", "subtype=docfs", "default_permissions"]
         if readOnly { mountOptions.append("ro") }
         mountOptions += options.flatMap { $0.split(separator: ",").map(String.init) }
@@ -224,7 +239,9 @@ struct MountCommand: AsyncParsableCommand {
         await filesystem.shutdown()
         recoveryCleanup.cancel()
         let unsynced = (try? catalog.items(in: [.modified, .uploading])) ?? []
-        layout.clearCache(keeping: Set(unsynced.map(\.id)))
+        // Pinned copies stay for the next mount ("keep downloaded"); every other copy goes.
+        let pinned = (try? catalog.pinnedLocalItems().map(\.id)) ?? []
+        layout.clearCache(keeping: Set(unsynced.map(\.id)).union(pinned))
         if !unsynced.isEmpty {
             let folder = try? RecoveryFolder.keep(unsynced, cacheDirectory: layout.cacheDirectory, stateDirectory: layout.stateDirectory)
             logger.warning("unsynced changes kept for the next mount",

@@ -170,10 +170,13 @@ struct UnmountCommand: AsyncParsableCommand {
     /// is told of.
     private func cleanUp(_ record: MountRecord, environment: [String: String]) {
         var pending: [Item] = []
+        var pinned: [String] = []
         if let catalog = try? Catalog(path: record.stateDirectory + "/catalog.sqlite") {
             pending = (try? catalog.items(in: [.modified, .uploading])) ?? []
+            pinned = (try? catalog.pinnedLocalItems().map(\.id)) ?? []
         }
-        let keep = Set(pending.map(\.id))
+        // Pinned complete copies stay for the next mount, like unsynced ones.
+        let keep = Set(pending.map(\.id)).union(pinned)
         if let names = try? FileManager.default.contentsOfDirectory(atPath: record.cacheDirectory) {
             for name in names where !keep.contains(name) { unlink(record.cacheDirectory + "/" + name) }
         }

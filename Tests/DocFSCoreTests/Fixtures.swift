@@ -17,7 +17,7 @@ struct CoreFixture {
 
     /// `proxy`: the way the core reaches `store` (a `CrashableStore`), if not directly.
     init(store: InMemoryStore = InMemoryStore(), through proxy: (any Store)? = nil, ttl: Double = 30, readOnly: Bool = true,
-         streaming: StreamingPolicy = .default, reuse directory: String? = nil) throws {
+         streaming: StreamingPolicy = .default, retention: RetentionPolicy = .onLastRelease, reuse directory: String? = nil) throws {
         let directory = directory ?? FileManager.default.temporaryDirectory.appendingPathComponent("docfs-core-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: directory + "/cache", withIntermediateDirectories: true)
         self.directory = directory
@@ -28,7 +28,7 @@ struct CoreFixture {
         logger.logLevel = .critical
         fs = DocFileSystem(store: proxy ?? store, catalog: catalog, cacheDirectory: directory + "/cache", directoryTTL: ttl,
                            readOnly: readOnly, uploadBackoff: .milliseconds(200), streaming: streaming,
-                           retry: Self.quickRetry, logger: logger)
+                           retry: Self.quickRetry, retention: retention, logger: logger)
     }
 
     /// A few quick tries: the tests' outages are switched on and off by the test itself, and

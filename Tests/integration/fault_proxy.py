@@ -11,6 +11,7 @@ slow, stalled, cut off, rude or broken on demand.
     proxy.cut(after=100_000, method="GET")                     # close after 100,000 body bytes
     proxy.reset(method="PROPFIND", count=2)                    # RST the next 2 PROPFINDs
     proxy.latency(1.5, method="GET")                           # wait 1.5 s, then forward
+    proxy.throttle(200_000, method="GET")                      # the body at 200,000 bytes/s
     proxy.extend(b"junk", method="GET")                        # longer body, Content-Length to match
     proxy.unframed(method="GET", extra=b"junk")                # no Content-Length: body until close
     proxy.unframed(method="GET", keep=1000)                    # ... and only its first 1000 bytes
@@ -33,6 +34,8 @@ Actions:
   first, so the connection stays usable); e.g. 500, 503 + Retry-After, 413, 403.
 - reset(): reads the request, then closes the client connection with RST.
 - latency(delay): waits `delay` seconds, then relays.
+- throttle(rate): relays the head, then the whole body at about `rate` bytes per second (a slow
+  but steady network: a transfer that takes a while and then completes).
 - stall(every, after=0): relays the head and `after` body bytes, then one byte every `every`
   seconds, until the body ends or the client goes away.
 - cut(after, rst=False): relays the head and `after` body bytes, then closes (FIN, or RST): a
@@ -90,6 +93,7 @@ class Fault:
     rst: bool = False                   # cut: close with RST rather than FIN
     value: str = ""                     # etag: the new ETag
     keep: int | None = None             # unframed: send only this many body bytes
+    rate: int = 0                       # throttle: body bytes per second
     hits: int = 0
 
     def active(self, now: float) -> bool:
@@ -290,6 +294,9 @@ class FaultProxy:
     def latency(self, delay: float, **select) -> Fault:
         return self.add("latency", delay=delay, **select)
 
+    def throttle(self, rate: int, **select) -> Fault:
+        return self.add("throttle", rate=rate, **select)
+
     def stall(self, every: float, after: int = 0, **select) -> Fault:
         return self.add("stall", delay=every, after=after, **select)
 
@@ -474,6 +481,22 @@ class FaultProxy:
             client.sendall(_build_head(status_line, rheaders) + data)
             self._record(method, target, f"{status} unframed", at)
             raise _Close()
+        if action == "throttle" and has_body and not chunked and length is not None:
+            client.sendall(rhead)
+            remaining, tick = int(length), 0.05
+            step = max(1, int(fault.rate * tick))
+            while remaining > 0 and not self._stopped.is_set():
+                part = uin.take(min(step, remaining))
+                if not part:
+                    break
+                client.sendall(part)
+                remaining -= len(part)
+                if remaining > 0 and self._stopped.wait(tick):
+                    break
+            self._record(method, target, f"{status} throttled", at)
+            if remaining > 0:
+                raise _Close()
+            return server_closes
         if action in ("stall", "cut") and has_body:
             client.sendall(rhead)
             sent = 0

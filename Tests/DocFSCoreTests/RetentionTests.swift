@@ -1,0 +1,106 @@
+import DocFSCore
+import DocFSStore
+import DocFSTesting
+import Foundation
+import Testing
+
+@Suite("What stays local: pins, --evict-delay, --cache-max")
+struct RetentionTests {
+    @Test func aPinnedLifeKeepsItsCopyUntilUnpinned() {
+        var life = CopyLife(content: .present, base: ETag("v1"))
+        life.opened()
+        _ = life.pinChanged(true)
+        #expect(life.evictionRefusal == "it is open")
+        #expect(life.released() == .none)
+        #expect(life.evictionRefusal == nil)
+        #expect(life.pinChanged(false) == .evict)
+        var dirty = CopyLife(content: .present, base: ETag("v1"))
+        dirty.changed()
+        #expect(dirty.evictionRefusal == "it has changes the store does not have yet")
+    }
+
+    @Test func pinDownloadsAndKeepsAcrossReleaseAndRestart() async throws {
+        let fixture = try CoreFixture()
+        let content = randomBytes(50_000)
+        fixture.store.addFile("keep.bin", content)
+        let item = try await fixture.lookup("keep.bin")
+        try await fixture.fs.pin(item.inode)
+        #expect(fixture.store.readCount("keep.bin") == 1)
+        #expect(fixture.cachedFiles() == [item.id])
+        let handle = try await fixture.fs.open(item.inode, mode: .read)
+        #expect(try fixture.readAll(handle: handle, size: 50_000) == content)
+        await fixture.fs.release(handle: handle)
+        #expect(fixture.cachedFiles() == [item.id], "a pinned copy outlives its release")
+        #expect(fixture.store.readCount("keep.bin") == 1)
+        await fixture.fs.shutdown()
+
+        let again = try CoreFixture(store: fixture.store, reuse: fixture.directory)
+        try await again.fs.start()
+        #expect(again.cachedFiles() == [item.id], "a pinned copy outlives the mount")
+        #expect(String(decoding: try again.fs.extendedAttribute("user.docfs.state", of: item.inode), as: UTF8.self) == "pinned")
+        let reopened = try await again.fs.open(item.inode, mode: .read)
+        #expect(try again.readAll(handle: reopened, size: 50_000) == content)
+        await again.fs.release(handle: reopened)
+        #expect(again.store.readCount("keep.bin") == 1, "no download after the restart")
+
+        try await again.fs.evict(item.inode)
+        #expect(again.cachedFiles().isEmpty)
+        #expect(try again.fs.item(item.inode).state == .placeholder)
+        #expect(try !again.catalog.isPinned(item.inode))
+    }
+
+    @Test func evictRefusesAModifiedFile() async throws {
+        let fixture = try CoreFixture.writable()
+        fixture.store.addFile("a.txt", Array("abc".utf8))
+        let item = try await fixture.lookup("a.txt")
+        fixture.store.failWrites(with: .serverError(status: 503, message: "down"))
+        let handle = try await fixture.fs.open(item.inode, mode: .init(writable: true, truncate: false))
+        try fixture.write(handle: handle, Array("xyz".utf8))
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+        await #expect(throws: FSError.busy("/a.txt: it has changes the store does not have yet")) {
+            try await fixture.fs.evict(item.inode)
+        }
+        #expect(fixture.cachedFiles().contains(item.id))
+    }
+
+    @Test func aReopenWithinTheDelayReusesTheCopy() async throws {
+        let fixture = try CoreFixture(retention: RetentionPolicy(evictDelay: .milliseconds(400)))
+        let content = randomBytes(20_000)
+        fixture.store.addFile("r.bin", content)
+        let item = try await fixture.lookup("r.bin")
+        for _ in 0..<3 {
+            let handle = try await fixture.fs.open(item.inode, mode: .read)
+            #expect(try fixture.readAll(handle: handle, size: 20_000) == content)
+            await fixture.fs.release(handle: handle)
+        }
+        #expect(fixture.store.readCount("r.bin") == 1)
+        #expect(fixture.cachedFiles() == [item.id])
+        try await Task.sleep(for: .milliseconds(1200))
+        #expect(fixture.cachedFiles().isEmpty, "the kept copy goes once the delay has passed")
+        #expect(try fixture.fs.item(item.inode).state == .placeholder)
+    }
+
+    @Test func cacheMaxEvictsTheLeastRecentlyUsed() async throws {
+        let fixture = try CoreFixture(retention: RetentionPolicy(cacheMax: 250_000))
+        var items: [Item] = []
+        for i in 0..<5 { fixture.store.addFile("f\(i).bin", randomBytes(100_000)) }
+        for i in 0..<5 { items.append(try await fixture.lookup("f\(i).bin")) }
+        for item in items {
+            let handle = try await fixture.fs.open(item.inode, mode: .read)
+            await fixture.fs.release(handle: handle)
+            let used = fixture.cachedFiles().count
+            #expect(used <= 2, "\(used) copies of 100,000 bytes under a 250,000-byte bound")
+        }
+        #expect(Set(fixture.cachedFiles()) == Set([items[3].id, items[4].id]))
+    }
+
+    @Test func sizesParse() {
+        #expect(RetentionPolicy.parseSize("1M") == 1 << 20)
+        #expect(RetentionPolicy.parseSize("2GiB") == 2 << 30)
+        #expect(RetentionPolicy.parseSize("1500") == 1500)
+        #expect(RetentionPolicy.parseSize("0.5K") == 512)
+        #expect(RetentionPolicy.parseSize("lots") == nil)
+        #expect(RetentionPolicy.parseSize("-1M") == nil)
+    }
+}

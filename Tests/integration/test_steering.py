@@ -1,0 +1,281 @@
+"""Seeing and steering what is local (issue 11): `user.docfs.progress` of a transfer, a folder's
+aggregate `user.docfs.state`, `--evict-delay`, `--cache-max`, and pin / unpin / evict
+(`docfs pin`, `setfattr -n user.docfs.pinned`), counted against the server's request log and
+the cache directory."""
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fault_proxy import FaultProxy
+from helpers import pseudo_random_bytes, wait_until, xattr_state
+
+pytestmark = pytest.mark.fuse
+
+
+def xattr(path, name) -> str | None:
+    try:
+        return os.getxattr(path, name).decode()
+    except OSError as e:
+        if e.errno == errno.ENODATA:
+            return None
+        raise
+
+
+def cache_bytes(xdg) -> int:
+    """Disk space the local copies take (what `du` of the cache directory counts)."""
+    total = 0
+    for f in xdg.cache_files():
+        try:
+            total += os.stat(f).st_blocks * 512
+        except FileNotFoundError:
+            pass
+    return total
+
+
+def read_all(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+# --- progress ------------------------------------------------------------------------------
+
+def test_progress_grows_while_a_throttled_download_runs(tmp_path, docfs_serve, mount):
+    size = 1_500_000
+    root = tmp_path / "store"
+    (root / "docs").mkdir(parents=True)
+    data = pseudo_random_bytes(size, seed=11)
+    (root / "docs" / "big.bin").write_bytes(data)
+    (root / "docs" / "small.txt").write_bytes(b"x" * 10)
+    server = docfs_serve(root)
+    proxy = FaultProxy(server.port, log_path=tmp_path / "proxy.log").start()
+    try:
+        # ~300 KB/s: about 5 s for the file. Fetched whole at open (under the whole-file limit).
+        proxy.throttle(300_000, method="GET", path=r"big\.bin")
+        m = mount(proxy.url, "--whole-file-limit", str(10 * size))
+        big = m / "docs" / "big.bin"
+        assert xattr(big, "user.docfs.progress") is None
+        assert xattr_state(m / "docs") == "placeholder=2"
+        reader = subprocess.Popen([sys.executable, "-c", f"open({str(big)!r}, 'rb').read(); import time; time.sleep(1.5)"])
+        seen: list[tuple[int, int]] = []
+        folder_states: set[str] = set()
+        deadline = time.monotonic() + 60
+        while reader.poll() is None and time.monotonic() < deadline:
+            value = xattr(big, "user.docfs.progress")
+            if value is not None:
+                done, total = map(int, value.split("/"))
+                seen.append((done, total))
+                folder_states.add(xattr_state(m / "docs"))
+            time.sleep(0.2)
+        assert reader.wait(timeout=30) == 0
+        print(f"progress samples: {len(seen)}, first {seen[:3]}, last {seen[-3:]}; folder: {folder_states}")
+        dones = [d for d, _ in seen]
+        assert len(set(dones)) >= 4, f"progress did not grow visibly: {seen}"
+        assert dones == sorted(dones), f"progress went backwards: {seen}"
+        assert all(t == size for _, t in seen) and all(0 <= d <= size for d in dones), seen
+        assert dones[0] < size // 2, f"the first sample came late: {seen[:3]}"
+        assert "placeholder=1 downloading=1" in folder_states, folder_states
+        # Done and released: no progress, a placeholder again.
+        assert xattr(big, "user.docfs.progress") is None
+        assert "user.docfs.progress" not in os.listxattr(big)
+        assert xattr_state(big) == "placeholder"
+        assert xattr_state(m / "docs") == "placeholder=2"
+    finally:
+        proxy.clear()
+        proxy.stop()
+
+
+def test_folder_state_counts_children(tmp_path, docfs_serve, mount):
+    root = tmp_path / "store"
+    (root / "d" / "sub").mkdir(parents=True)
+    for i in range(3):
+        (root / "d" / f"f{i}.txt").write_bytes(b"abc" * (i + 1))
+    server = docfs_serve(root)
+    m = mount(server.url)
+    os.listdir(m / "d")
+    assert xattr_state(m / "d") == "placeholder=3"
+    with open(m / "d" / "f0.txt", "rb") as f0, open(m / "d" / "f1.txt", "r+b") as f1:
+        f0.read()
+        f1.write(b"changed")
+        f1.flush()
+        os.fsync(f1.fileno())
+        state = xattr_state(m / "d")
+        assert state in ("placeholder=1 local=2", "placeholder=1 local=1 uploading=1"), state
+        f1.write(b"again")
+        f1.flush()
+        # Written since the last commit: the copy holds a change the store does not have.
+        assert xattr_state(m / "d" / "f1.txt") in ("local", "modified")
+
+
+# --- eviction policy -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("delay", [None, "5"])
+def test_reopen_within_evict_delay_downloads_once(tmp_path, docfs_serve, mount, xdg, delay):
+    root = tmp_path / "store"
+    root.mkdir()
+    data = pseudo_random_bytes(200_000, seed=12)
+    (root / "report.pdf").write_bytes(data)
+    server = docfs_serve(root)
+    m = mount(server.url, *(["--evict-delay", delay] if delay else []))
+    assert read_all(m / "report.pdf") == data
+    time.sleep(0.5)
+    assert read_all(m / "report.pdf") == data
+    gets = server.wait_for_gets("report.pdf", 1)
+    print(f"--evict-delay {delay}: {len(gets)} GET(s) for close then reopen")
+    if delay is None:
+        assert len(gets) == 2, f"default policy (evict on last close): expected 2 GETs, got {len(gets)}"
+        wait_until(lambda: xdg.cache_files() == [], 10, "the copy to go on its release")
+        return
+    assert len(gets) == 1, f"reopen within --evict-delay {delay} downloaded again: {len(gets)} GETs"
+    assert xattr_state(m / "report.pdf") == "local"
+    assert len(xdg.cache_files()) == 1
+    # After the delay the copy goes.
+    wait_until(lambda: xdg.cache_files() == [], 15, "the kept copy to be evicted after the delay")
+    assert xattr_state(m / "report.pdf") == "placeholder"
+
+
+def test_kept_copy_of_a_changed_file_is_not_reused(tmp_path, docfs_serve, mount):
+    root = tmp_path / "store"
+    root.mkdir()
+    (root / "a.txt").write_bytes(b"version one")
+    server = docfs_serve(root)
+    m = mount(server.url, "--evict-delay", "30", "--dir-cache-ttl", "0")
+    assert read_all(m / "a.txt") == b"version one"
+    time.sleep(1.1)
+    (root / "a.txt").write_bytes(b"version two!")
+    os.listdir(m.path)  # the listing learns the new version
+    time.sleep(1)
+    os.listdir(m.path)
+    assert read_all(m / "a.txt") == b"version two!"
+    assert len(server.wait_for_gets("a.txt", 2)) == 2
+
+
+def test_cache_max_bounds_the_cache_while_three_times_as_much_is_read(tmp_path, docfs_serve, mount, xdg):
+    bound = 1 << 20
+    count, size = 12, 256 * 1024      # 3 MiB read through a 1 MiB cache
+    root = tmp_path / "store"
+    root.mkdir()
+    files = {f"f{i:02}.bin": pseudo_random_bytes(size, seed=100 + i) for i in range(count)}
+    for name, data in files.items():
+        (root / name).write_bytes(data)
+    server = docfs_serve(root)
+    m = mount(server.url, "--cache-max", "1M")
+    peak = 0
+    for name, data in files.items():
+        assert read_all(m / name) == data
+        used = cache_bytes(xdg)
+        peak = max(peak, used)
+        assert used <= bound, f"after reading {name} the cache holds {used} bytes, over the 1 MiB bound"
+    print(f"--cache-max 1M: read {count * size} bytes, cache peak {peak} bytes, now {cache_bytes(xdg)}")
+    assert peak >= bound // 2, f"released copies were not kept at all (peak {peak})"
+    # The most recently used file is still local: reading it again costs no GET.
+    before = len(server.gets(f"f{count - 1:02}.bin"))
+    assert read_all(m / f"f{count - 1:02}.bin") == files[f"f{count - 1:02}.bin"]
+    time.sleep(0.5)
+    assert len(server.gets(f"f{count - 1:02}.bin")) == before
+    # ... and the least recently used one is not.
+    assert xattr_state(m / "f00.bin") == "placeholder"
+    result = m.unmount()
+    assert result.returncode == 0, result.stderr
+    assert xdg.cache_files() == [], "unmount left unpinned copies in the cache"
+
+
+# --- pin, unpin, evict ---------------------------------------------------------------------
+
+def test_pinned_survives_release_and_remount_and_evict_frees_it(tmp_path, docfs_serve, mount, xdg):
+    root = tmp_path / "store"
+    (root / "keep").mkdir(parents=True)
+    pinned = {f"keep/p{i}.bin": pseudo_random_bytes(100_000, seed=200 + i) for i in range(3)}
+    for rel, data in pinned.items():
+        (root / rel).write_bytes(data)
+    (root / "other.bin").write_bytes(b"o" * 50_000)
+    server = docfs_serve(root)
+    mp = tmp_path / "mnt"
+    m = mount(server.url, mountpoint=mp)
+
+    result = xdg.docfs("pin", m / "keep")
+    assert result.returncode == 0, result.stderr
+    for rel in pinned:
+        assert xattr_state(m / rel) == "pinned", rel
+        assert xattr(m / rel, "user.docfs.pinned") == "1"
+        assert len(server.gets(rel)) == 1, f"{rel} was not downloaded by pin"
+    assert xattr_state(m / "keep") == "pinned pinned=3"
+    assert len(xdg.cache_files()) == 3
+    # Released after a read: still there, no new download.
+    for rel, data in pinned.items():
+        assert read_all(m / rel) == data
+    assert len(xdg.cache_files()) == 3 and all(len(server.gets(rel)) == 1 for rel in pinned)
+    # Not pinned: evicted on close as always.
+    read_all(m / "other.bin")
+    wait_until(lambda: len(xdg.cache_files()) == 3, 10, "other.bin's copy to go on its release")
+
+    # A file created in a pinned folder is pinned.
+    (m / "keep" / "new.txt").write_bytes(b"new file")
+    wait_until(lambda: (root / "keep" / "new.txt").exists(), 15, "the new file's upload")
+    wait_until(lambda: xattr_state(m / "keep" / "new.txt") == "pinned", 15, "the new file to be pinned and clean")
+
+    result = m.unmount()
+    assert result.returncode == 0, result.stderr
+    assert len(xdg.cache_files()) == 4, f"pinned copies did not survive unmount: {xdg.cache_files()}"
+
+    m = mount(server.url, mountpoint=mp)
+    for rel, data in pinned.items():
+        assert xattr_state(m / rel) == "pinned", rel
+        assert read_all(m / rel) == data
+    time.sleep(0.5)
+    assert all(len(server.gets(rel)) == 1 for rel in pinned), "a pinned file was downloaded again after remount"
+
+    before = cache_bytes(xdg)
+    result = xdg.docfs("evict", m / "keep" / "p0.bin")
+    assert result.returncode == 0, result.stderr
+    assert xattr_state(m / "keep" / "p0.bin") == "placeholder"
+    assert xattr(m / "keep" / "p0.bin", "user.docfs.pinned") is None
+    after = cache_bytes(xdg)
+    print(f"evict of a pinned 100,000-byte file: cache {before} -> {after} bytes")
+    assert after <= before - 90_000, f"evict did not free the space: {before} -> {after}"
+    # Unpin returns the rest to the default policy: the copies go.
+    result = xdg.docfs("unpin", m / "keep")
+    assert result.returncode == 0, result.stderr
+    assert xdg.cache_files() == []
+    assert xattr_state(m / "keep" / "p1.bin") == "placeholder"
+
+
+def test_pin_through_setfattr_and_evict_refuses_open_and_modified(tmp_path, docfs_serve, mount, xdg):
+    root = tmp_path / "store"
+    root.mkdir()
+    (root / "a.txt").write_bytes(b"a" * 1000)
+    (root / "b.txt").write_bytes(b"b" * 1000)
+    server = docfs_serve(root)
+    proxy = FaultProxy(server.port, log_path=tmp_path / "proxy.log").start()
+    try:
+        m = mount(proxy.url)
+        subprocess.run(["setfattr", "-n", "user.docfs.pinned", "-v", "1", str(m / "a.txt")], check=True)
+        assert xattr_state(m / "a.txt") == "pinned"
+        # Open: refused, named.
+        with open(m / "a.txt", "rb"):
+            result = xdg.docfs("evict", m / "a.txt")
+            assert result.returncode == 1
+            assert f"not evicted: {m / 'a.txt'}: it is open" in result.stderr, result.stderr
+        assert xattr_state(m / "a.txt") == "pinned"
+        # Modified (the store refuses uploads for now): refused, named.
+        proxy.respond(503, method="PUT")
+        with open(m / "b.txt", "ab") as f:
+            f.write(b"more")
+        wait_until(lambda: xattr_state(m / "b.txt") == "modified", 15, "b.txt to be modified")
+        result = xdg.docfs("evict", m.path)
+        print(f"docfs evict with a modified file: exit {result.returncode}, {result.stderr.strip()}")
+        assert result.returncode == 1
+        assert f"not evicted: {m / 'b.txt'}: it has changes not on the store yet" in result.stderr, result.stderr
+        assert xattr_state(m / "b.txt") == "modified"
+        assert xattr_state(m / "a.txt") == "placeholder"
+        proxy.clear()
+        wait_until(lambda: (root / "b.txt").read_bytes() == b"b" * 1000 + b"more", 40, "the upload once PUT works")
+    finally:
+        proxy.clear()
+        proxy.stop()
