@@ -60,6 +60,26 @@ def timed_listdir(path: Path, timeout: float):
     return int(result.stdout), None, seconds
 
 
+def isolate_home(xdg, tmp_path) -> Path:
+    """An empty HOME for the daemon: with XDG_STATE_HOME and XDG_CACHE_HOME set, docfs has no
+    reason to write there."""
+    home = tmp_path / "home"
+    home.mkdir()
+    xdg.env["HOME"] = str(home)
+    return home
+
+
+def check_nothing_outside(xdg, tmp_path, home: Path, before: set[str]):
+    """New files only in the state and cache directories, the mountpoints and the logs."""
+    assert not any(home.iterdir()), f"docfs wrote into HOME: {sorted(map(str, home.rglob('*')))[:10]}"
+    created = snapshot(tmp_path.parent) - before
+    allowed = (str(xdg.base), str(home))
+    strays = sorted(p for p in created
+                    if not p.startswith(allowed)
+                    and not (p.startswith(str(tmp_path / "mnt")) or p.startswith(str(tmp_path / "mount"))))
+    assert not strays, f"files written outside docfs's directories: {strays[:10]}"
+
+
 def check_hostile_folder(folder: Path):
     names = sorted(os.listdir(folder))
     assert names == sorted(VALID), f"only the valid names show: {names!r}"
@@ -69,8 +89,8 @@ def check_hostile_folder(folder: Path):
 
 def test_webdav_hostile_server(hostile, mount, xdg, tmp_path):
     xdg.env["DOCFS_MAX_LISTING_ENTRIES"] = str(MAX_ENTRIES)
-    outside = tmp_path.parent
-    before = snapshot(outside)
+    home = isolate_home(xdg, tmp_path)
+    before = snapshot(tmp_path.parent)
     m = mount(f"http://127.0.0.1:{hostile.port}/dav/")
     assert sorted(os.listdir(m.path)) == ["big", "bloat", "endless", "hostile", "long.bin", "short.bin"]
 
@@ -101,16 +121,15 @@ def test_webdav_hostile_server(hostile, mount, xdg, tmp_path):
 
     result = m.unmount()
     assert result.returncode == 0, result.stderr
-    created = snapshot(outside) - before
-    allowed = (str(xdg.base), str(tmp_path))
-    strays = sorted(p for p in created if not p.startswith(allowed))
-    assert not strays, f"files written outside docfs's directories: {strays[:10]}"
+    check_nothing_outside(xdg, tmp_path, home, before)
 
 
 def test_s3_hostile_server(hostile, mount, xdg, tmp_path):
     xdg.env["DOCFS_MAX_LISTING_ENTRIES"] = str(MAX_ENTRIES)
     xdg.env.pop("AWS_ACCESS_KEY_ID", None)
     xdg.env.pop("AWS_SECRET_ACCESS_KEY", None)
+    home = isolate_home(xdg, tmp_path)
+    before = snapshot(tmp_path.parent)
     m = mount("s3://bucket", "--endpoint", f"http://127.0.0.1:{hostile.port}", "--no-sign-request")
     assert sorted(os.listdir(m.path)) == ["endless", "hostile", "repeat"]
     check_hostile_folder(m / "hostile")
@@ -129,3 +148,6 @@ def test_s3_hostile_server(hostile, mount, xdg, tmp_path):
 
     assert m.is_mounted() and m.daemon_pids()
     check_hostile_folder(m / "hostile")
+    result = m.unmount()
+    assert result.returncode == 0, result.stderr
+    check_nothing_outside(xdg, tmp_path, home, before)
