@@ -53,18 +53,40 @@ extension Catalog {
     /// `pinned`, not `local`; an upload that keeps failing counts as `error`; subfolders are
     /// not counted.
     public func childStateCounts(of directory: Inode) throws(FSError) -> [(state: String, count: Int)] {
+        try stateCounts(parent: directory)
+    }
+
+    /// Counts per state (as `childStateCounts`) of the children of `parent`, or of every file
+    /// and special file in the catalog when nil (`docfs status`).
+    public func stateCounts(parent: Inode? = nil) throws(FSError) -> [(state: String, count: Int)] {
         let rows = try read { db in
             try Row.fetchAll(db.cachedStatement(sql: """
                 SELECT CASE WHEN uploadError IS NOT NULL THEN 'error'
                             WHEN state = 'local' AND pinned = 1 THEN 'pinned'
                             ELSE state END, COUNT(*)
-                FROM item WHERE parent = ? AND kind != ? GROUP BY 1
-                """), arguments: [Int64(bitPattern: directory), Item.Kind.directory.rawValue])
+                FROM item WHERE (? IS NULL OR parent = ?) AND kind != ? GROUP BY 1
+                """), arguments: [parent.map { Int64(bitPattern: $0) }, parent.map { Int64(bitPattern: $0) }, Item.Kind.directory.rawValue])
         }
         var counts: [String: Int] = [:]
         for row in rows { counts[row[0]] = row[1] }
         let order = ["placeholder", "downloading", "local", "pinned", "modified", "uploading", "error"]
         return order.compactMap { state in counts[state].map { (state, $0) } }
             + counts.filter { !order.contains($0.key) }.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
+    }
+
+    /// Items whose latest upload failed, with why (`docfs status`).
+    public func uploadErrors(limit: Int = 20) throws(FSError) -> [(path: String, error: String)] {
+        try read { db in
+            try Row.fetchAll(db, sql: "SELECT path, uploadError FROM item WHERE uploadError IS NOT NULL ORDER BY path LIMIT ?",
+                             arguments: [limit]).map { ($0[0], $0[1]) }
+        }
+    }
+
+    /// Paths of files being downloaded or uploaded now (`docfs status`).
+    public func transferringPaths(limit: Int = 50) throws(FSError) -> [(path: String, state: String)] {
+        try read { db in
+            try Row.fetchAll(db, sql: "SELECT path, state FROM item WHERE state IN ('downloading', 'uploading') ORDER BY path LIMIT ?",
+                             arguments: [limit]).map { ($0[0], $0[1]) }
+        }
     }
 }

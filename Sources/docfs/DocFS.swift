@@ -20,6 +20,6 @@ struct DocFS: AsyncParsableCommand {
               docfs unmount ~/docs
             """,
         version: version,
-        subcommands: [MountCommand.self, UnmountCommand.self, ServeCommand.self, PinCommand.self, UnpinCommand.self, EvictCommand.self]
+        subcommands: [MountCommand.self, UnmountCommand.self, ServeCommand.self, PinCommand.self, UnpinCommand.self, EvictCommand.self, StatusCommand.self]
     )
 }

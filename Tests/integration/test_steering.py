@@ -5,6 +5,7 @@ the cache directory."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 import subprocess
 import sys
@@ -46,7 +47,7 @@ def read_all(path: Path) -> bytes:
 
 # --- progress ------------------------------------------------------------------------------
 
-def test_progress_grows_while_a_throttled_download_runs(tmp_path, docfs_serve, mount):
+def test_progress_grows_while_a_throttled_download_runs(tmp_path, docfs_serve, mount, xdg):
     size = 1_500_000
     root = tmp_path / "store"
     (root / "docs").mkdir(parents=True)
@@ -65,6 +66,7 @@ def test_progress_grows_while_a_throttled_download_runs(tmp_path, docfs_serve, m
         reader = subprocess.Popen([sys.executable, "-c", f"open({str(big)!r}, 'rb').read(); import time; time.sleep(1.5)"])
         seen: list[tuple[int, int]] = []
         folder_states: set[str] = set()
+        status = None
         deadline = time.monotonic() + 60
         while reader.poll() is None and time.monotonic() < deadline:
             value = xattr(big, "user.docfs.progress")
@@ -72,6 +74,10 @@ def test_progress_grows_while_a_throttled_download_runs(tmp_path, docfs_serve, m
                 done, total = map(int, value.split("/"))
                 seen.append((done, total))
                 folder_states.add(xattr_state(m / "docs"))
+                if status is None and len(seen) >= 3:
+                    result = xdg.docfs("status", "--json", m.path)
+                    assert result.returncode == 0, result.stderr
+                    status = json.loads(result.stdout)
             time.sleep(0.2)
         assert reader.wait(timeout=30) == 0
         print(f"progress samples: {len(seen)}, first {seen[:3]}, last {seen[-3:]}; folder: {folder_states}")
@@ -81,6 +87,17 @@ def test_progress_grows_while_a_throttled_download_runs(tmp_path, docfs_serve, m
         assert all(t == size for _, t in seen) and all(0 <= d <= size for d in dones), seen
         assert dones[0] < size // 2, f"the first sample came late: {seen[:3]}"
         assert "placeholder=1 downloading=1" in folder_states, folder_states
+        # docfs status --json saw the running transfer, the counts and the cache size.
+        print(f"status during the download: {status}")
+        (mounted,) = status["mounts"]
+        assert mounted["mountpoint"] == str(m.path) and mounted["running"]
+        assert mounted["states"] == {"placeholder": 1, "downloading": 1}, mounted["states"]
+        (transfer,) = mounted["transfers"]
+        assert transfer["path"] == "/docs/big.bin" and transfer["state"] == "downloading"
+        assert 0 < transfer["done"] < size and transfer["total"] == size, transfer
+        assert mounted["cacheFiles"] == 1 and mounted["cacheBytes"] > 0
+        plain = xdg.docfs("status")
+        assert plain.returncode == 0 and str(m.path) in plain.stdout and "files: placeholder=2" in plain.stdout, plain.stdout
         # Done and released: no progress, a placeholder again.
         assert xattr(big, "user.docfs.progress") is None
         assert "user.docfs.progress" not in os.listxattr(big)

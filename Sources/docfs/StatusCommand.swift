@@ -1,0 +1,121 @@
+import ArgumentParser
+import DocFSCore
+import Foundation
+
+/// `docfs status [MOUNTPOINT]`: what every docfs mount of this user is doing, read from the
+/// mount registry (`MountRegistry`, 0700 under the state directory) and each mount's catalog,
+/// with live byte counts of running transfers from `user.docfs.progress` on the mount. It
+/// needs no socket: anything the daemon knows that matters here is in the catalog.
+struct StatusCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "status",
+        abstract: "Show each docfs mount: store, cache size, files per state, pending uploads, transfers, errors.")
+
+    @Argument(help: "Only this mount point (default: every mount of this user).")
+    var mountpoint: String?
+
+    @Flag(help: "Print JSON for scripts.")
+    var json = false
+
+    struct Transfer: Codable {
+        var path: String
+        var state: String
+        var done: Int64?
+        var total: Int64?
+    }
+
+    struct UploadError: Codable {
+        var path: String
+        var error: String
+    }
+
+    struct MountStatus: Codable {
+        var mountpoint: String
+        var store: String
+        var pid: Int32
+        var running: Bool
+        var cacheDirectory: String
+        var cacheBytes: Int64
+        var cacheFiles: Int
+        var states: [String: Int]
+        var pendingUploads: Int
+        var transfers: [Transfer]
+        var errors: [UploadError]
+    }
+
+    struct Report: Codable {
+        var mounts: [MountStatus]
+    }
+
+    func run() async throws {
+        let environment = ProcessInfo.processInfo.environment
+        var records = Self.records(environment: environment)
+        if let mountpoint {
+            let wanted = URL(fileURLWithPath: mountpoint).standardizedFileURL.resolvingSymlinksInPath().path
+            records = records.filter { $0.mountpoint == wanted || $0.mountpoint == mountpoint }
+            if records.isEmpty {
+                printError("docfs: \(mountpoint) is not a docfs mount of this user")
+                throw ExitCode(1)
+            }
+        }
+        let report = Report(mounts: records.map(Self.status(of:)))
+        if json {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            print(String(decoding: try encoder.encode(report), as: UTF8.self))
+        } else if report.mounts.isEmpty {
+            print("no docfs mounts")
+        } else {
+            for mount in report.mounts { Self.printPlain(mount) }
+        }
+    }
+
+    static func records(environment: [String: String]) -> [MountRecord] {
+        let directory = MountRegistry.directory(environment: environment)
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        return names.filter { $0.hasSuffix(".json") }.sorted().compactMap { name in
+            FileManager.default.contents(atPath: directory + "/" + name).flatMap { try? JSONDecoder().decode(MountRecord.self, from: $0) }
+        }
+    }
+
+    static func status(of record: MountRecord) -> MountStatus {
+        let running = kill(record.pid, 0) == 0 || errno == EPERM
+        var (bytes, files) = (Int64(0), 0)
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: record.cacheDirectory)) ?? [] {
+            var info = stat()
+            guard lstat(record.cacheDirectory + "/" + name, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { continue }
+            bytes += Int64(info.st_blocks) * 512
+            files += 1
+        }
+        var status = MountStatus(mountpoint: record.mountpoint, store: record.store, pid: record.pid, running: running,
+                                 cacheDirectory: record.cacheDirectory, cacheBytes: bytes, cacheFiles: files, states: [:],
+                                 pendingUploads: 0, transfers: [], errors: [])
+        guard let catalog = try? Catalog(path: record.stateDirectory + "/catalog.sqlite") else { return status }
+        for (state, count) in (try? catalog.stateCounts()) ?? [] { status.states[state] = count }
+        status.pendingUploads = ((try? catalog.itemsPendingUpload()) ?? []).count
+        status.errors = ((try? catalog.uploadErrors()) ?? []).map { UploadError(path: $0.path, error: $0.error) }
+        status.transfers = ((try? catalog.transferringPaths()) ?? []).map { path, state in
+            var transfer = Transfer(path: path, state: state)
+            if running, let progress = Steering.get("user.docfs.progress", of: record.mountpoint + path) {
+                let parts = progress.split(separator: "/").compactMap { Int64($0) }
+                if parts.count == 2 { (transfer.done, transfer.total) = (parts[0], parts[1]) }
+            }
+            return transfer
+        }
+        return status
+    }
+
+    static func printPlain(_ mount: MountStatus) {
+        print("\(mount.mountpoint)  \(mount.store)  (pid \(mount.pid)\(mount.running ? "" : ", not running"))")
+        print("  cache: \(mount.cacheBytes) bytes in \(mount.cacheFiles) file(s), \(mount.cacheDirectory)")
+        let order = ["placeholder", "downloading", "local", "pinned", "modified", "uploading", "error"]
+        let states = mount.states.sorted { (order.firstIndex(of: $0.key) ?? 99, $0.key) < (order.firstIndex(of: $1.key) ?? 99, $1.key) }
+        print("  files: " + (states.isEmpty ? "none" : states.map { "\($0.key)=\($0.value)" }.joined(separator: " ")))
+        print("  pending uploads: \(mount.pendingUploads)")
+        for transfer in mount.transfers {
+            let bytes = transfer.done.map { done in " \(done)/\(transfer.total ?? 0) bytes" } ?? ""
+            print("  \(transfer.state): \(transfer.path)\(bytes)")
+        }
+        for error in mount.errors { print("  error: \(error.path): \(error.error)") }
+    }
+}
