@@ -94,10 +94,10 @@ let package = Package(
             name: "DocFSCoreTests",
             dependencies: ["DocFSCore", "DocFSStore", "DocFSTesting"]
         ),
-        .testTarget(name: "DocFSServeTests", dependencies: ["DocFSServe", .product(name: "AsyncHTTPClient", package: "async-http-client")]),
+        .testTarget(name: "DocFSServeTests", dependencies: ["DocFSServe", "DocFSTesting", .product(name: "AsyncHTTPClient", package: "async-http-client")]),
         .testTarget(
             name: "DocFSStoresTests",
-            dependencies: ["DocFSStores", "DocFSStore", "DocFSServe"]
+            dependencies: ["DocFSStores", "DocFSStore", "DocFSServe", "DocFSTesting"]
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -16,30 +16,6 @@ final class ListingSnapshots: Sendable {
         var position: Int
     }
 
-    /// `LISTING-ID/LAST-NAME`: a name never holds `/`, an id never does either.
-    struct Token {
-        var listing: UInt64?
-        var after: String?
-
-        init(listing: UInt64, after: String) {
-            self.listing = listing
-            self.after = after
-        }
-
-        init(_ value: String) {
-            guard let slash = value.firstIndex(of: "/") else {
-                // A bare name: a token from before snapshots, or from another version.
-                self.listing = nil
-                self.after = value
-                return
-            }
-            self.listing = UInt64(value[..<slash])
-            self.after = String(value[value.index(after: slash)...])
-        }
-
-        var value: String { "\(listing ?? 0)/\(after ?? "")" }
-    }
-
     /// Listings kept at once; the oldest is dropped beyond it (its next page reads again).
     static let capacity = 4
 

@@ -64,7 +64,7 @@ public struct LocalDirectoryStore: Store {
         return try await Blocking.run { () throws(StoreError) -> ListPage in
             let fd = try Walk.openDirectory(root: root, directory)
             defer { close(fd) }
-            let token = page.map { ListingSnapshots.Token($0.value) }
+            let token = page.map { ListingToken($0.value) }
             var snapshot = token.flatMap { listings.take($0.listing) }
             if snapshot == nil {
                 // A first page, or a later one whose snapshot was dropped: read the directory.
@@ -98,7 +98,7 @@ public struct LocalDirectoryStore: Store {
             guard index < names.count else { return ListPage(entries: entries, next: nil) }
             snapshot.position = index
             let listing = listings.keep(snapshot)
-            return ListPage(entries: entries, next: PageToken(ListingSnapshots.Token(listing: listing, after: names[index - 1]).value))
+            return ListPage(entries: entries, next: PageToken(ListingToken(listing: listing, after: names[index - 1]).value))
         }
     }
 

@@ -49,7 +49,7 @@ extension WebDAVStore {
     func listPage(_ directory: StorePath, page: PageToken?) async throws(StoreError) -> (page: ListPage, skipped: Int) {
         let session: PropfindListing
         if let page {
-            let token = PropfindListing.Token(page.value)
+            let token = ListingToken(page.value)
             if let kept = propfindListings.take(token.listing), kept.directory == directory, kept.lastName == token.after {
                 session = kept
             } else {
@@ -80,7 +80,7 @@ extension WebDAVStore {
             return (result, session.skipped)
         }
         let id = propfindListings.keep(session)
-        return (ListPage(entries: result.entries, next: PageToken(PropfindListing.Token(listing: id, after: session.lastName).value)),
+        return (ListPage(entries: result.entries, next: PageToken(ListingToken(listing: id, after: session.lastName).value)),
                 session.skipped)
     }
 
@@ -233,25 +233,6 @@ final class PropfindListing: @unchecked Sendable {
         self.body = body
         self.stream = MultistatusStream(limits: .init(maximumEntries: limits.maximumEntries,
                                                       maximumEntryBytes: limits.maximumEntryBytes))
-    }
-
-    /// `LISTING-ID/LAST-NAME`: a name never holds `/`.
-    struct Token {
-        var listing: UInt64?
-        var after: String?
-
-        init(listing: UInt64, after: String) {
-            self.listing = listing
-            self.after = after
-        }
-
-        init(_ value: String) {
-            guard let slash = value.firstIndex(of: "/") else { return }
-            self.listing = UInt64(value[..<slash])
-            self.after = String(value[value.index(after: slash)...])
-        }
-
-        var value: String { "\(listing ?? 0)/\(after ?? "")" }
     }
 }
 

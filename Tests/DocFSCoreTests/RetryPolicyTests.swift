@@ -1,6 +1,7 @@
 // RetryPolicy: full-jitter exponential backoff, at least the store's Retry-After, retrying
 // within a deadline; permanent failures are tried once.
 
+import DocFSTesting
 import DocFSCore
 import DocFSStore
 import Synchronization

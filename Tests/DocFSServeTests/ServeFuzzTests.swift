@@ -8,20 +8,10 @@
 
 @testable import DocFSServe
 import DocFSStore
+import DocFSTesting
 import Foundation
 import Testing
 
-/// SplitMix64: the sequence depends on the seed only.
-private struct FuzzGenerator: RandomNumberGenerator {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
 
 private let pathPieces = [
     "/", "//", ".", "..", "%2e", "%2E", "%2e%2e", ".%2e", "%2f", "%2F", "%00", "%", "%z", "%zz", "%C3", "%A9",
@@ -34,13 +24,13 @@ private let headerPieces = [
     "/", "/a", "%2e%2e", "?", "#", "Basic ", "YW5uOnB3", "=", "K", "M", "G", "T", "unlimited", "\u{0}", "ü", "%",
 ]
 
-private func piecesString(_ pieces: [String], count: Int, using random: inout FuzzGenerator) -> String {
+private func piecesString(_ pieces: [String], count: Int, using random: inout SeededGenerator) -> String {
     (0..<count).map { _ in pieces.randomElement(using: &random)! }.joined()
 }
 
 /// Flips, inserts or deletes a few bytes (the result may not be valid UTF-8: it is decoded with
 /// replacement, as a header or path arriving on the wire would be).
-private func mutate(_ text: String, using random: inout FuzzGenerator) -> String {
+private func mutate(_ text: String, using random: inout SeededGenerator) -> String {
     var bytes = Array(text.utf8)
     for _ in 0..<Int.random(in: 1...4, using: &random) {
         switch Int.random(in: 0..<3, using: &random) {
@@ -94,7 +84,7 @@ private func mutate(_ text: String, using random: inout FuzzGenerator) -> String
         let (scratch, root, inside) = try Self.makeTree()
         defer { try? FileManager.default.removeItem(atPath: scratch) }
         let served = try ServedDirectory(path: root)
-        var random = FuzzGenerator(state: Self.seed)
+        var random = SeededGenerator(seed: Self.seed)
         var accepted = 0, opened = 0
         let known = ["/d/e/", "/d/x", "/x", "/link/secret", "/d/up/outside/secret", "/secret", "/d/%2e%2e/x"]
         for index in 0..<Self.count {
@@ -135,7 +125,7 @@ private func mutate(_ text: String, using random: inout FuzzGenerator) -> String
     }
 
     @Test func headersNeverCrashAndStayConsistent() throws {
-        var random = FuzzGenerator(state: Self.seed ^ 0xDAF5)
+        var random = SeededGenerator(seed: Self.seed ^ 0xDAF5)
         let origin = ServedOrigin(scheme: "http", host: "127.0.0.1")
         let auth = BasicAuth(BasicCredentials(user: "ann", password: "pw"))
         let port = 8080

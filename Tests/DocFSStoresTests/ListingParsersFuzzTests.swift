@@ -10,23 +10,10 @@
 
 import DocFSStore
 @testable import DocFSStores
+import DocFSTesting
 import Foundation
 import Testing
 
-/// SplitMix64: small, seedable, the same sequence on every machine.
-struct FuzzRandom: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-    mutating func below(_ n: Int) -> Int { Int(next() % UInt64(max(1, n))) }
-    mutating func chance(_ percent: Int) -> Bool { below(100) < percent }
-}
 
 /// A name the generator may list, as it goes on the wire, and whether docfs must show it.
 struct FuzzName {
@@ -36,7 +23,7 @@ struct FuzzName {
 }
 
 enum FuzzNames {
-    static func pick(_ random: inout FuzzRandom, index: Int) -> FuzzName {
+    static func pick(_ random: inout SeededGenerator, index: Int) -> FuzzName {
         switch random.below(14) {
         case 0: return FuzzName(wire: "../outside\(index)", decoded: nil, safe: false)
         case 1: return FuzzName(wire: ".", decoded: ".", safe: false)
@@ -62,7 +49,7 @@ struct ListingParsersFuzzTests {
     static let base = "/dav/dir"
 
     /// A multistatus document for `/dav/dir/` and the names it lists.
-    static func multistatus(_ random: inout FuzzRandom) -> (xml: [UInt8], names: [FuzzName]) {
+    static func multistatus(_ random: inout SeededGenerator) -> (xml: [UInt8], names: [FuzzName]) {
         let dav = ["D", "d", "lp1", ""][random.below(4)]
         let p = dav.isEmpty ? "" : dav + ":"
         let declaration = dav.isEmpty ? "xmlns=\"DAV:\"" : "xmlns:\(dav)=\"DAV:\""
@@ -100,7 +87,7 @@ struct ListingParsersFuzzTests {
     }
 
     /// A document changed the way a broken or hostile server would change it.
-    static func mutate(_ document: [UInt8], _ random: inout FuzzRandom) -> [UInt8] {
+    static func mutate(_ document: [UInt8], _ random: inout SeededGenerator) -> [UInt8] {
         var bytes = document
         switch random.below(9) {
         case 0:  // cut short
@@ -138,7 +125,7 @@ struct ListingParsersFuzzTests {
     }
 
     /// Feeds `bytes` in random chunks; the responses, or the error.
-    static func parse(_ bytes: [UInt8], _ random: inout FuzzRandom, limits: MultistatusStream.Limits = .unlimited)
+    static func parse(_ bytes: [UInt8], _ random: inout SeededGenerator, limits: MultistatusStream.Limits = .unlimited)
         -> Result<[WebDAVResponse], StoreError> {
         var stream = MultistatusStream(limits: limits)
         var responses: [WebDAVResponse] = []
@@ -174,7 +161,7 @@ struct ListingParsersFuzzTests {
         var parsed = 0, refused = 0
         for seed in UInt64(1)...800 {
             await Task.yield()  // CPU-bound: leave the cooperative pool to the tests running beside it
-            var random = FuzzRandom(seed: seed)
+            var random = SeededGenerator(seed: seed)
             let (document, names) = Self.multistatus(&random)
             // The document as generated: exactly its safe names, in order, however it is chunked.
             let whole = try WebDAVMultistatus.parse(Data(document))
@@ -216,7 +203,7 @@ struct ListingParsersFuzzTests {
     }
 
     /// A ListObjectsV2 page for prefix `dir/` and the names it lists.
-    static func listBucketResult(_ random: inout FuzzRandom) -> (xml: [UInt8], names: [FuzzName], encoded: Bool) {
+    static func listBucketResult(_ random: inout SeededGenerator) -> (xml: [UInt8], names: [FuzzName], encoded: Bool) {
         let encoded = random.chance(70)
         var out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>"
         out += random.chance(50) ? "<ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">" : "<ListBucketResult>"
@@ -264,7 +251,7 @@ struct ListingParsersFuzzTests {
         var parsed = 0, refused = 0
         for seed in UInt64(1)...800 {
             await Task.yield()  // CPU-bound: leave the cooperative pool to the tests running beside it
-            var random = FuzzRandom(seed: seed &* 7919)
+            var random = SeededGenerator(seed: seed &* 7919)
             let (document, names, _) = Self.listBucketResult(&random)
             let result = try S3XML.parseList(Data(document))
             let entries = store.entries(of: result, in: directory)
@@ -290,7 +277,7 @@ struct ListingParsersFuzzTests {
     }
 
     @Test func httpDatesNeverTrapAndRoundTrip() async {
-        var random = FuzzRandom(seed: 2026)
+        var random = SeededGenerator(seed: 2026)
         let samples = ["Sun, 06 Nov 1994 08:49:37 GMT", "Sunday, 06-Nov-94 08:49:37 GMT", "Sun Nov  6 08:49:37 1994",
                        "Fri, 31 Dec 9999 23:59:59 GMT", "Mon, 01 Jan 0001 00:00:00 GMT"]
         let alphabet = Array(" ,-:0123456789GMTNovSunJanDec\t\u{0}é9".unicodeScalars)
