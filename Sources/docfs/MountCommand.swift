@@ -74,6 +74,15 @@ struct MountCommand: AsyncParsableCommand {
                                valueName: "seconds"))
     var ioTimeout: Double = 30
 
+    @Option(help: ArgumentHelp("Seconds to set up a connection to the store (default 10; also DOCFS_CONNECT_TIMEOUT).", valueName: "seconds"))
+    var connectTimeout: Double?
+
+    @Option(help: ArgumentHelp("Seconds a store request may go without a byte before it is given up and tried again (default 30; also DOCFS_IDLE_TIMEOUT).", valueName: "seconds"))
+    var idleTimeout: Double?
+
+    @Option(help: ArgumentHelp("Seconds every transfer may take on top of its size at 16 KiB/s, so a body that trickles fails while a large healthy one is never cut (default 30; also DOCFS_TRANSFER_TIMEOUT).", valueName: "seconds"))
+    var transferTimeout: Double?
+
     @Option(help: ArgumentHelp("Seconds a released, unchanged local copy is kept, so that a close then reopen downloads once (default 0: evict on the last close). A reopen reuses it while the store's version is unchanged.",
                                valueName: "seconds"))
     var evictDelay: Double = 0
@@ -103,6 +112,9 @@ struct MountCommand: AsyncParsableCommand {
         guard entryTimeout >= 0, entryTimeout.isFinite else { throw ValidationError("--entry-timeout must be 0 or more seconds") }
         guard attrTimeout >= 0, attrTimeout.isFinite else { throw ValidationError("--attr-timeout must be 0 or more seconds") }
         guard ioTimeout > 0, ioTimeout <= 86_400 else { throw ValidationError("--io-timeout must be more than 0 and at most 86400 seconds") }
+        for (name, value) in [("--connect-timeout", connectTimeout), ("--idle-timeout", idleTimeout), ("--transfer-timeout", transferTimeout)] {
+            if let value, !(value > 0 && value <= 86_400) { throw ValidationError("\(name) must be more than 0 and at most 86400 seconds") }
+        }
         guard evictDelay >= 0, evictDelay <= 31_536_000 else { throw ValidationError("--evict-delay must be 0 or more seconds (at most a year)") }
         if let cacheMax, RetentionPolicy.parseSize(cacheMax) == nil {
             throw ValidationError("--cache-max must be a size such as 500M or 2G (got '\(cacheMax)')")
@@ -136,7 +148,12 @@ struct MountCommand: AsyncParsableCommand {
         }
         if daemonChild { _ = setsid() }
 
-        let environment = s3.applied(to: ProcessInfo.processInfo.environment.merging(secrets.variables) { $1 })
+        // The store's request timeouts: options win over the DOCFS_*_TIMEOUT variables.
+        var timeouts: [String: String] = [:]
+        timeouts["DOCFS_CONNECT_TIMEOUT"] = connectTimeout.map { "\($0)" }
+        timeouts["DOCFS_IDLE_TIMEOUT"] = idleTimeout.map { "\($0)" }
+        timeouts["DOCFS_TRANSFER_TIMEOUT"] = transferTimeout.map { "\($0)" }
+        let environment = s3.applied(to: ProcessInfo.processInfo.environment.merging(secrets.variables) { $1 }.merging(timeouts) { $1 })
         var logger = Logger(label: "docfs")
         logger.logLevel = verbose ? .debug : (Logger.Level(rawValue: environment["DOCFS_LOG_LEVEL"] ?? "") ?? .info)
 

@@ -63,9 +63,8 @@ def faulty(tmp_path, docfs_serve, mount, xdg):
     (root / "data.bin").write_bytes(DATA)
     server = docfs_serve(root)
     proxy = FaultProxy(server.port, log_path=tmp_path / "proxy.log").start()
-    xdg.env["DOCFS_TRANSFER_TIMEOUT"] = str(TRANSFER_TIMEOUT)
     try:
-        m = mount(proxy.url, "--io-timeout", str(RETRY_DEADLINE))
+        m = mount(proxy.url, "--io-timeout", str(RETRY_DEADLINE), "--transfer-timeout", str(TRANSFER_TIMEOUT))
         assert "data.bin" in os.listdir(m.path)
         yield m, proxy, root
     finally:
