@@ -135,7 +135,7 @@ public final class Catalog: Sendable {
     /// A directory and one of its children, read on one connection in one hop: a lookup needs
     /// both, and each separate read is a queue hop and a connection taken from the pool.
     public func directoryAndChild(_ parent: Inode, named name: String) throws(FSError) -> (directory: Item?, child: Item?) {
-        try read { db in
+        try quickRead { db in
             guard let directory = try Catalog.item(parent, in: db) else { return (nil, nil) }
             return (directory, try Catalog.child(of: parent, named: name, in: db))
         }
@@ -153,10 +153,19 @@ public final class Catalog: Sendable {
 
     /// The children of a directory, ordered by name (a stable order for readdir offsets).
     public func children(of parent: Inode) throws(FSError) -> [Item] {
-        try quickRead { db in
+        try read { db in
             try Row.fetchAll(db.cachedStatement(sql: "SELECT \(Catalog.itemColumns) FROM item WHERE parent = ? ORDER BY name"),
                              arguments: [Int64(bitPattern: parent)])
         }.map(Catalog.item(from:))
+    }
+
+    /// Each child of `parent` in name order, read through a cursor (one row at a time).
+    public func forEachChild(of parent: Inode, _ body: (Item) -> Void) throws(FSError) {
+        try read { db in
+            let rows = try Row.fetchCursor(db.cachedStatement(sql: "SELECT \(Catalog.itemColumns) FROM item WHERE parent = ? ORDER BY name"),
+                                           arguments: [Int64(bitPattern: parent)])
+            while let row = try rows.next() { body(Catalog.item(from: row)) }
+        }
     }
 
     /// Rows inserted, updated or deleted since the catalog was opened (SQLite's
@@ -171,15 +180,6 @@ public final class Catalog: Sendable {
     }
 
     /// Items whose state is one of `states`.
-    /// Each child of `parent` in name order, read through a cursor (one row at a time).
-    public func forEachChild(of parent: Inode, _ body: (Item) -> Void) throws(FSError) {
-        try read { db in
-            let rows = try Row.fetchCursor(db.cachedStatement(sql: "SELECT \(Catalog.itemColumns) FROM item WHERE parent = ? ORDER BY name"),
-                                           arguments: [Int64(bitPattern: parent)])
-            while let row = try rows.next() { body(Catalog.item(from: row)) }
-        }
-    }
-
     public func items(in states: [ItemState]) throws(FSError) -> [Item] {
         let list = states.map { "'\($0.rawValue)'" }.joined(separator: ",")
         return try read { db in try Row.fetchAll(db, sql: "SELECT \(Catalog.itemColumns) FROM item WHERE state IN (\(list))") }
@@ -413,6 +413,14 @@ public final class Catalog: Sendable {
 
     // MARK: Plumbing
 
+    /// A read of one or two rows on a hot path (lookup, getattr): no transaction around it.
+    /// Each statement sees a committed state; BEGIN and COMMIT around a pair of indexed reads
+    /// cost about as much as the reads (a lookup of a name whose row changes meanwhile sees it
+    /// before or after the change, as if it had come a moment earlier or later).
+    func quickRead<T>(_ body: (Database) throws -> T) throws(FSError) -> T {
+        do { return try db.unsafeRead(body) } catch { throw .io("catalog: \(error)") }
+    }
+
     func read<T>(_ body: (Database) throws -> T) throws(FSError) -> T {
         do { return try db.read(body) } catch { throw .io("catalog: \(error)") }
     }
@@ -426,14 +434,6 @@ public final class Catalog: Sendable {
         guard let learned = row["versionAt"] as Double? else { return false }
         return learned >= time
     }
-    /// A read of one or two rows on a hot path (lookup, getattr): no transaction around it.
-    /// Each statement sees a committed state; BEGIN and COMMIT around a pair of indexed reads
-    /// cost about as much as the reads (a lookup of a name whose row changes meanwhile sees it
-    /// before or after the change, as if it had come a moment earlier or later).
-    func quickRead<T>(_ body: (Database) throws -> T) throws(FSError) -> T {
-        do { return try db.unsafeRead(body) } catch { throw .io("catalog: \(error)") }
-    }
-
 
     static func hasLocalChanges(_ row: Row) -> Bool {
         let state: String = row["state"]

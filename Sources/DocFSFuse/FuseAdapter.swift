@@ -40,7 +40,6 @@ final class FuseAdapter: Sendable {
     /// purpose (no `Item`): a 100,000-entry folder's snapshot is a few tens of MiB, not hundreds.
     struct DirectoryEntry: Sendable {
         var name: String
-        var item: Item?
         var inode: Inode
         var attributes: stat?
         var isDirectory: Bool { attributes.map { $0.st_mode & S_IFMT == S_IFDIR } ?? true }
