@@ -94,8 +94,10 @@ extension CoreFixture {
 }
 
 func randomBytes(_ count: Int) -> [UInt8] {
-    // Eight bytes per draw: a byte at a time takes seconds per MiB in a debug build.
-    var generator = SystemRandomNumberGenerator()
+    // Eight bytes per draw from SplitMix64 seeded once: the system generator makes a getrandom
+    // syscall per draw, and tens of MiB of that kept both cooperative threads busy for 20 s,
+    // stalling every other test of the run.
+    var generator = SeededGenerator(seed: UInt64.random(in: 0...UInt64.max))
     var words = [UInt64](repeating: 0, count: (count + 7) / 8)
     for index in words.indices { words[index] = generator.next() }
     return words.withUnsafeBytes { Array($0.prefix(count)) }

@@ -140,7 +140,7 @@ struct S3SigV4Tests {
         let pathStyle = try store(true, endpoint: "http://127.0.0.1:9000", token: nil)
         let virtual = try store(false, endpoint: nil, token: "FQoGZXIvYXdzEJr//////////wEaDM+token=")
         do {
-            try compare(pathStyle, virtual, date: date)
+            try await compare(pathStyle, virtual, date: date)
         } catch {
             for s in stores { await s.shutdown() }
             throw error
@@ -148,7 +148,7 @@ struct S3SigV4Tests {
         for s in stores { await s.shutdown() }
     }
 
-    func compare(_ pathStyle: S3Store, _ virtual: S3Store, date: Date) throws {
+    func compare(_ pathStyle: S3Store, _ virtual: S3Store, date: Date) async throws {
         struct Case { var store: S3Store; var call: S3Store.Call; var body: String }
         var cases: [Case] = []
         for s in [pathStyle, virtual] {
@@ -199,7 +199,7 @@ struct S3SigV4Tests {
                 botocore.auth.S3SigV4Auth(creds, "s3", r["region"]).add_auth(request)
                 print(request.headers["Authorization"])
             """
-        let theirs = try runPython(script, input: input).split(separator: "\n").map(String.init)
+        let theirs = try await runPython(script, input: input).split(separator: "\n").map(String.init)
         #expect(theirs.count == ours.count)
         for (index, pair) in zip(ours, theirs).enumerated() {
             let label = labels[index]

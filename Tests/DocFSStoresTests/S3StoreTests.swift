@@ -16,7 +16,7 @@ struct S3StoreTests {
     @Test("list: nested prefixes with and without markers, hostile keys skipped")
     func listNested() async throws {
         try await withS3Store { store, server in
-            try server.python("""
+            try await server.python("""
                 for key, body in [("a.txt", b"hello"), ("marked/", b""), ("marked/inner.txt", b"in"),
                                   ("implicit/deep/x.txt", b"x"), ("emptydir/", b""), ("with space/\\u00fc.txt", b"u"),
                                   ("weird/../escape.txt", b"e"), ("weird/./dot", b"d"), ("z//double", b"z"),
@@ -53,7 +53,7 @@ struct S3StoreTests {
     @Test("list: a store rooted at a prefix sees only what lies below it")
     func listUnderPrefix() async throws {
         try await withS3Store(prefix: "base/inner") { store, server in
-            try server.python("""
+            try await server.python("""
                 for key in ["outside.txt", "base/inner/f.txt", "base/inner/d/g.txt", "base/innerx/h.txt"]:
                     s3.put_object(Bucket=B, Key=key, Body=b"1")
                 """, bucket: "docfs-test")
@@ -66,7 +66,7 @@ struct S3StoreTests {
     @Test("list: 2,500 keys under one prefix, page by page, complete")
     func paging() async throws {
         try await withS3Store { store, server in
-            try server.python("""
+            try await server.python("""
                 keys = ["many/file-%05d.bin" % i for i in range(2500)] + ["many/sub-%d/x" % i for i in range(5)]
                 with concurrent.futures.ThreadPoolExecutor(32) as pool:
                     list(pool.map(lambda k: s3.put_object(Bucket=B, Key=k, Body=b"12"), keys))
@@ -92,7 +92,7 @@ struct S3StoreTests {
     @Test("stat: a file, a marked and an implicit directory, the root, a missing entry")
     func stat() async throws {
         try await withS3Store { store, server in
-            try server.python("""
+            try await server.python("""
                 s3.put_object(Bucket=B, Key="dir/file.bin", Body=b"x" * 1234)
                 s3.put_object(Bucket=B, Key="marked/", Body=b"")
                 """, bucket: "docfs-test")
@@ -117,7 +117,7 @@ struct S3StoreTests {
         try await withS3Store { store, server in
             let file = try s3LocalFile(content)
             defer { unlink(file) }
-            try server.python("s3.upload_file('\(file)', B, 'big.bin')", bucket: "docfs-test")
+            try await server.python("s3.upload_file('\(file)', B, 'big.bin')", bucket: "docfs-test")
             let sink = CollectingSink()
             let entry = try await store.read(path("big.bin"), range: nil, ifMatch: nil, into: sink)
             #expect(sink.bytes() == content)
@@ -141,7 +141,7 @@ struct S3StoreTests {
             #expect(beyond.writeCount == 0)
             #expect(beyondEntry.size == Int64(content.count))
 
-            try server.python("s3.put_object(Bucket=B, Key='d/empty', Body=b'')", bucket: "docfs-test")
+            try await server.python("s3.put_object(Bucket=B, Key='d/empty', Body=b'')", bucket: "docfs-test")
             let empty = CollectingSink()
             #expect(try await store.read(path("d/empty"), range: nil, ifMatch: nil, into: empty).size == 0)
             #expect(empty.bytes().isEmpty)
@@ -157,12 +157,12 @@ struct S3StoreTests {
     @Test("read: ifMatch with the current and a stale version")
     func readIfMatch() async throws {
         try await withS3Store { store, server in
-            try server.python("s3.put_object(Bucket=B, Key='f.txt', Body=b'version one')", bucket: "docfs-test")
+            try await server.python("s3.put_object(Bucket=B, Key='f.txt', Body=b'version one')", bucket: "docfs-test")
             let etag = try #require(try await store.stat(path("f.txt")).etag)
             let sink = CollectingSink()
             try await store.read(path("f.txt"), range: nil, ifMatch: etag, into: sink)
             #expect(sink.bytes() == Array("version one".utf8))
-            try server.python("s3.put_object(Bucket=B, Key='f.txt', Body=b'version two!')", bucket: "docfs-test")
+            try await server.python("s3.put_object(Bucket=B, Key='f.txt', Body=b'version two!')", bucket: "docfs-test")
             let stale = CollectingSink()
             await expectStoreError(.versionMismatch(path("f.txt"))) { () throws(StoreError) in
                 try await store.read(path("f.txt"), range: nil, ifMatch: etag, into: stale)
@@ -186,7 +186,7 @@ struct S3StoreTests {
             let createdETag = try #require(created.etag)
             #expect(try await store.stat(target).etag == createdETag)
             #expect(try await readAll(store, target) == one)
-            let boto = try server.python("print(s3.head_object(Bucket=B, Key='d/new.bin')['ETag'])", bucket: "docfs-test")
+            let boto = try await server.python("print(s3.head_object(Bucket=B, Key='d/new.bin')['ETag'])", bucket: "docfs-test")
             #expect(boto.trimmingCharacters(in: .whitespacesAndNewlines) == createdETag.value)
 
             await expectStoreError(.alreadyExists(target)) { () throws(StoreError) in
@@ -225,7 +225,7 @@ struct S3StoreTests {
             let etag = try #require(written.etag)
             #expect(etag.value.hasSuffix("-3\""), "a three-part multipart ETag: \(etag)")
             #expect(written.size == Int64(content.count))
-            let remote = try server.python("""
+            let remote = try await server.python("""
                 head = s3.head_object(Bucket=B, Key='big.bin')
                 print(head['ETag'], head['ContentLength'], len(s3.list_multipart_uploads(Bucket=B).get('Uploads', [])))
                 """, bucket: "docfs-test").split(separator: " ").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
@@ -256,7 +256,7 @@ struct S3StoreTests {
             await expectStoreError(.protocolError("injected failure of part 2")) { () throws(StoreError) in
                 try await store.write(path("doomed.bin"), fromLocalFile: file, condition: .always)
             }
-            let remote = try server.python("""
+            let remote = try await server.python("""
                 print(len(s3.list_multipart_uploads(Bucket=B).get('Uploads', [])), s3.list_objects_v2(Bucket=B)['KeyCount'])
                 """, bucket: "docfs-test").trimmingCharacters(in: .whitespacesAndNewlines)
             #expect(remote == "0 0", "no upload in progress, no object")
@@ -271,7 +271,7 @@ struct S3StoreTests {
         try await withS3Store(partSize: 5 * 1024 * 1024, partHook: { part in
             // The HEAD check has passed; another client creates the key before we complete.
             if part == 1, let endpoint = endpointBox.endpoint {
-                try runPython(boto3Prelude + "s3.put_object(Bucket=B, Key='race.bin', Body=b'theirs')",
+                try await runPython(boto3Prelude + "s3.put_object(Bucket=B, Key='race.bin', Body=b'theirs')",
                               environment: ["S3_ENDPOINT": endpoint, "S3_BUCKET": "docfs-test"])
             }
         }) { store, server in
@@ -282,7 +282,7 @@ struct S3StoreTests {
                 try await store.write(path("race.bin"), fromLocalFile: file, condition: .mustNotExist)
             }
             #expect(try await readAll(store, path("race.bin")) == Array("theirs".utf8), "their version stays")
-            let uploads = try server.python("print(len(s3.list_multipart_uploads(Bucket=B).get('Uploads', [])))", bucket: "docfs-test")
+            let uploads = try await server.python("print(len(s3.list_multipart_uploads(Bucket=B).get('Uploads', [])))", bucket: "docfs-test")
             #expect(uploads.trimmingCharacters(in: .whitespacesAndNewlines) == "0")
         }
     }
@@ -292,7 +292,7 @@ struct S3StoreTests {
         try await withS3Store { store, server in
             let made = try await store.makeDirectory(path("new dir"))
             #expect(made.kind == .directory)
-            let keys = try server.python("print(sorted(o['Key'] for o in s3.list_objects_v2(Bucket=B)['Contents']))", bucket: "docfs-test")
+            let keys = try await server.python("print(sorted(o['Key'] for o in s3.list_objects_v2(Bucket=B)['Contents']))", bucket: "docfs-test")
             #expect(keys.contains("'new dir/'"), "a zero-byte marker: \(keys)")
             _ = try await store.makeDirectory(path("new dir/nested"))
             #expect(names(try await listAll(store, path("new dir"))) == ["nested"])
@@ -325,7 +325,7 @@ struct S3StoreTests {
         try await withS3Store { store, server in
             let made = try await store.makeSymlink(path("link"), target: "dir/target file")
             #expect(made.kind == .symlink(target: "dir/target file"))
-            let head = try server.python("""
+            let head = try await server.python("""
                 o = s3.get_object(Bucket=B, Key="link")
                 print(o["Metadata"]["mode"], o["Body"].read().decode())
                 """, bucket: "docfs-test")
@@ -342,7 +342,7 @@ struct S3StoreTests {
             }
 
             // A link s3fs made; an object marked as a link but too large to be one.
-            try server.python("""
+            try await server.python("""
                 s3.put_object(Bucket=B, Key="s3fs-link", Body=b"../up", Metadata={"mode": str(0o120777)})
                 s3.put_object(Bucket=B, Key="not-a-link", Body=b"x" * 5000, Metadata={"mode": str(0o120777)})
                 """, bucket: "docfs-test")
@@ -361,7 +361,7 @@ struct S3StoreTests {
     @Test("move: files with and without replace, directories recursively")
     func move() async throws {
         try await withS3Store { store, server in
-            try server.python("""
+            try await server.python("""
                 for key, body in [("a.txt", b"AAA"), ("b.txt", b"BB"), ("tree/", b""), ("tree/x.txt", b"x"),
                                   ("tree/sub/y z.txt", b"yz"), ("dest/", b"")]:
                     s3.put_object(Bucket=B, Key=key, Body=body)
@@ -385,7 +385,7 @@ struct S3StoreTests {
             #expect(names(try await listAll(store, path("dest/tree2"))) == ["sub", "x.txt"])
             #expect(try await readAll(store, path("dest/tree2/sub/y z.txt")) == Array("yz".utf8))
             await expectStoreError(.notFound(path("tree"))) { () throws(StoreError) in try await store.stat(path("tree")) }
-            let keys = try server.python("print(sorted(o['Key'] for o in s3.list_objects_v2(Bucket=B)['Contents']))", bucket: "docfs-test")
+            let keys = try await server.python("print(sorted(o['Key'] for o in s3.list_objects_v2(Bucket=B)['Contents']))", bucket: "docfs-test")
             #expect(keys.trimmingCharacters(in: .whitespacesAndNewlines)
                 == "['dest/', 'dest/renamed a.txt', 'dest/tree2/', 'dest/tree2/sub/y z.txt', 'dest/tree2/x.txt']")
 

@@ -27,7 +27,18 @@ func findExecutable(_ name: String) -> String? {
 
 /// Runs a python3 script, returns its stdout; throws with its stderr when it fails.
 @discardableResult
-func runPython(_ script: String, environment extra: [String: String] = [:], input: String? = nil) throws -> String {
+/// Runs a Python script and returns what it printed. Async, and the wait happens on a Dispatch
+/// thread: a blocked wait for a process (boto3 takes a second or two to start on a busy
+/// machine) on the cooperative pool's 2 threads stalled every other test of the run.
+func runPython(_ script: String, environment extra: [String: String] = [:], input: String? = nil) async throws -> String {
+    try await withCheckedThrowingContinuation { continuation in
+        DispatchQueue.global().async {
+            continuation.resume(with: Result { try runPythonBlocking(script, environment: extra, input: input) })
+        }
+    }
+}
+
+private func runPythonBlocking(_ script: String, environment extra: [String: String], input: String?) throws -> String {
     guard let python = findExecutable("python3") else {
         throw TestFailure("python3 is not installed (needed for the S3 tests: boto3 and botocore; `make test` installs them)")
     }
@@ -150,8 +161,8 @@ final class MotoServer: Sendable {
 
     /// Runs a boto3 script against this server's `bucket`.
     @discardableResult
-    func python(_ script: String, bucket: String) throws -> String {
-        try runPython(boto3Prelude + script, environment: ["S3_ENDPOINT": endpoint, "S3_BUCKET": bucket])
+    func python(_ script: String, bucket: String) async throws -> String {
+        try await runPython(boto3Prelude + script, environment: ["S3_ENDPOINT": endpoint, "S3_BUCKET": bucket])
     }
 
     /// Kills moto by its PID and reaps it.
@@ -174,7 +185,7 @@ func withS3Store(prefix: String = "", partSize: Int = S3Store.Configuration.defa
                  _ body: (S3Store, MotoServer) async throws -> Void) async throws {
     let server = try await MotoServer.start()
     defer { server.stop() }
-    try server.python("s3.create_bucket(Bucket=B)", bucket: "docfs-test")
+    try await server.python("s3.create_bucket(Bucket=B)", bucket: "docfs-test")
     var configuration = S3Store.Configuration(bucket: "docfs-test", prefix: prefix, region: "us-east-1",
                                               endpoint: server.endpoint, credentials: s3TestCredentials, partSize: partSize)
     configuration.pathStyle = true
