@@ -106,8 +106,8 @@ public final class DocFileSystem: Sendable {
         guard item.kind == .file, item.state != .downloading, item.state != .placeholder,
               let copy = provider.presentCopies.withLock({ $0[item.inode] }) else { return item }
         item.size = copy.length
-        if item.hasUnsyncedChanges || copy.wasWritten {
-            item.modified = copy.modificationTime
+        if item.hasUnsyncedChanges || copy.wasWritten, let time = copy.modificationTime {
+            item.modified = time
         }
         return item
     }

@@ -376,7 +376,10 @@ public final class LocalCopy: ContentSink, Sendable {
 
     /// The local file's modification time (the kernel moves it on every local write), or the
     /// time last set with `setModificationTime` while no write came after it.
-    public var modificationTime: Timestamp { state.withLock { modificationTime($0) } }
+    /// The copy's time, or nil once its file is closed (evicted while a `stat` looked at it:
+    /// an fstat of the closed descriptor read as time 0, or another file's time had the number
+    /// been reused). The catalog's time is the item's then.
+    public var modificationTime: Timestamp? { state.withLock { $0.closed ? nil : modificationTime($0) } }
 
     private func modificationTime(_ state: State) -> Timestamp {
         let onDisk = fileModificationTime()
