@@ -162,6 +162,9 @@ def test_webdav_without_dead_properties_keeps_special_files_in_the_catalog(docfs
     (m / "sub").mkdir()
     os.rename(m / "pipe", m / "sub" / "pipe")
     # Relisted (TTL 0): the server lists empty files, the catalog knows they are what docfs made.
+    # A refresh asked before the rename may still show `pipe` at the top once (a known race: a
+    # listing cannot tell a name renamed away here since it was asked); the next one does not.
+    wait_until(lambda: "pipe" not in os.listdir(m.path), 10, "the refresh after the rename")
     for _ in range(2):
         assert sorted(os.listdir(m.path)) == sorted(["sub", *[n for n in ENTRIES if n != "pipe"]])
         assert os.listdir(m / "sub") == ["pipe"]
