@@ -17,14 +17,7 @@ extension S3Store {
     public func makeSpecial(_ path: StorePath, _ special: SpecialFile, mode: UInt32) async throws(StoreError) -> RemoteEntry {
         guard configuration.symlinks else { throw .notSupported("special files (the store was mounted with --no-symlinks)") }
         guard !path.isRoot else { throw .alreadyExists(path) }
-        // What S3 does not check for us, as for links.
-        async let isDirectory = Self.catching { () throws(StoreError) in try await self.directoryExists(path).exists }
-        async let parentExists = Self.catching { () throws(StoreError) in try await self.directoryExists(path.parent ?? .root).exists }
-        async let existing = Self.catching { () throws(StoreError) in try await self.headObject(path) != nil }
-        let directoryThere = try await isDirectory.get()
-        let objectThere = try await existing.get()
-        if directoryThere || objectThere { throw .alreadyExists(path) }
-        if try await !parentExists.get() { throw .notFound(path.parent ?? .root) }
+        try await checkFreeForNewObject(path)
 
         let modified = Timestamp.now
         var call = Call(method: .PUT, key: key(path), payloadHash: SigV4Signer.unsignedPayload)

@@ -13,6 +13,18 @@ import Foundation
 import NIOCore
 
 extension S3Store {
+    /// What S3 does not check for us before a new link or special file is PUT: a directory at
+    /// the path, a missing parent, an object already there on servers that ignore If-None-Match.
+    func checkFreeForNewObject(_ path: StorePath) async throws(StoreError) {
+        async let isDirectory = Self.catching { () throws(StoreError) in try await self.directoryExists(path).exists }
+        async let parentExists = Self.catching { () throws(StoreError) in try await self.directoryExists(path.parent ?? .root).exists }
+        async let existing = Self.catching { () throws(StoreError) in try await self.headObject(path) != nil }
+        let directoryThere = try await isDirectory.get()
+        let objectThere = try await existing.get()
+        if directoryThere || objectThere { throw .alreadyExists(path) }
+        if try await !parentExists.get() { throw .notFound(path.parent ?? .root) }
+    }
+
     /// The longest target a link can have: PATH_MAX less the terminating NUL.
     static let maximumLinkTargetBytes: Int64 = 4095
 
@@ -23,15 +35,7 @@ extension S3Store {
         guard !bytes.isEmpty, Int64(bytes.count) <= Self.maximumLinkTargetBytes, !bytes.contains(0) else {
             throw .invalidName(target)
         }
-        // What S3 does not check for us: a directory at the path, a missing parent, an object
-        // already there on servers that ignore If-None-Match.
-        async let isDirectory = Self.catching { () throws(StoreError) in try await self.directoryExists(path).exists }
-        async let parentExists = Self.catching { () throws(StoreError) in try await self.directoryExists(path.parent ?? .root).exists }
-        async let existing = Self.catching { () throws(StoreError) in try await self.headObject(path) != nil }
-        let directoryThere = try await isDirectory.get()
-        let objectThere = try await existing.get()
-        if directoryThere || objectThere { throw .alreadyExists(path) }
-        if try await !parentExists.get() { throw .notFound(path.parent ?? .root) }
+        try await checkFreeForNewObject(path)
 
         let modified = Timestamp.now
         var call = Call(method: .PUT, key: key(path), payloadHash: SigV4Signer.unsignedPayload)
