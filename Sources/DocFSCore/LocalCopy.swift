@@ -219,6 +219,10 @@ public final class LocalCopy: ContentSink, Sendable {
     public func startUpload(snapshotTo snapshotPath: String, committingPending: Bool) throws(FSError) -> UInt64? {
         if committingPending && life.uncommitted { try sync() }
         return try state.withLock { (state) throws(FSError) -> UInt64? in
+            // A copy let go (evicted, or the mount shut down while this upload waited) has no
+            // descriptor any more: its number may be another file's now (a catalog's database
+            // once was, and its first bytes went to the store as the file).
+            guard !state.discarded else { throw .stale }
             guard state.writesInFlight == 0 else { return nil }
             var life = state.life
             if life.uncommitted && committingPending { life.committedChanges() }
@@ -249,6 +253,8 @@ public final class LocalCopy: ContentSink, Sendable {
 
     /// Makes the local changes durable on disk.
     public func sync() throws(FSError) {
+        guard acquireDescriptor() else { throw .stale }
+        defer { releaseDescriptor() }
         guard fdatasync(descriptor) == 0 else {
             throw .local(errno: errno, "syncing \(path): \(String(cString: strerror(errno)))")
         }
@@ -396,6 +402,7 @@ public final class LocalCopy: ContentSink, Sendable {
     /// Sets the local file's modification time (utimensat on an item with local changes).
     public func setModificationTime(_ time: Timestamp) {
         state.withLock { state in
+            guard !state.closed else { return }
             var times = [timespec(tv_sec: 0, tv_nsec: (1 << 30) - 2),  // UTIME_OMIT: leave atime
                          timespec(tv_sec: Int(time.parts.seconds), tv_nsec: Int(time.parts.nanoseconds))]
             _ = futimens(descriptor, &times)
@@ -405,6 +412,8 @@ public final class LocalCopy: ContentSink, Sendable {
 
     /// Disk space the copy really uses, in 512-byte blocks (what `st_blocks` reports).
     public var allocatedBlocks: Int64 {
+        guard acquireDescriptor() else { return 0 }
+        defer { releaseDescriptor() }
         var info = stat()
         guard fstat(descriptor, &info) == 0 else { return 0 }
         return Int64(info.st_blocks)

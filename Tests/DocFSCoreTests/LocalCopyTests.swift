@@ -1,0 +1,40 @@
+import DocFSCore
+import DocFSStore
+import Foundation
+import Glibc
+import Testing
+
+/// A local copy that was let go never touches its old descriptor number again: the kernel
+/// gives that number to the next file opened, and in a full `swift test` under load the
+/// next file was a catalog's database, whose first bytes were uploaded as a user's file.
+@Suite("A closed local copy leaves its descriptor number alone")
+struct LocalCopyDescriptorTests {
+    @Test func anUploadOfAClosedCopyTakesNoSnapshotFromAReusedDescriptor() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("docfs-copy-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let catalog = try Catalog(path: directory + "/catalog.sqlite")
+        let item = try catalog.createItem(in: Item.rootInode, name: "mine.txt", kind: .file, modified: 0, mode: 0o644, state: .modified, onStore: false)
+        let copyPath = directory + "/copy"
+        try Data("mine".utf8).write(to: URL(fileURLWithPath: copyPath))
+        var life = CopyLife(content: .present, base: nil, startedFromNothing: true)
+        life.changed()
+        life.committedChanges()
+        let copy = try LocalCopy(adopting: copyPath, inode: item.inode, catalog: catalog, life: life)
+
+        copy.close()  // the mount shuts down while the upload waits
+        let other = directory + "/other"
+        try Data("SQLite format 3".utf8).write(to: URL(fileURLWithPath: other))
+        let reused = open(other, O_RDWR | O_CLOEXEC)  // most likely the copy's old number
+        defer { Glibc.close(reused) }
+
+        let snapshot = directory + "/snapshot"
+        #expect(throws: FSError.stale) { _ = try copy.startUpload(snapshotTo: snapshot, committingPending: true) }
+        #expect(!FileManager.default.fileExists(atPath: snapshot), "no snapshot from another file's bytes")
+        #expect(copy.allocatedBlocks == 0)
+        copy.setModificationTime(Timestamp(seconds: 86_400, nanoseconds: 0))
+        var info = stat()
+        fstat(reused, &info)
+        #expect(info.st_mtim.tv_sec != 86_400, "the other file's time was left alone")
+    }
+}
