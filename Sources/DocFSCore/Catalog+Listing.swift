@@ -50,7 +50,7 @@ extension Catalog {
         let progress = ListingProgress(startedAt: askedAt ?? listedAt)
         try write { db in
             try Catalog.apply(page: entries, kindUnknown: kindUnknown, of: directory, askedAt: progress.startedAt,
-                              progress: progress, in: db)
+                              progress: progress, removedNames: removedNames, in: db)
             try Catalog.finish(listing: progress, of: directory, listedAt: listedAt, in: db)
         }
     }
@@ -60,7 +60,7 @@ extension Catalog {
                                  askedAt: Double, progress: ListingProgress) throws(FSError) {
         try write { db in
             try Catalog.apply(page: entries, kindUnknown: kindUnknown, of: directory, askedAt: askedAt,
-                              progress: progress, in: db)
+                              progress: progress, removedNames: removedNames, in: db)
         }
     }
 
@@ -71,7 +71,7 @@ extension Catalog {
     }
 
     private static func apply(page entries: [RemoteEntry], kindUnknown: Set<FileName>, of directory: Inode,
-                              askedAt: Double, progress: ListingProgress, in db: Database) throws {
+                              askedAt: Double, progress: ListingProgress, removedNames: RemovedNames, in db: Database) throws {
         guard let dirPath = try String.fetchOne(db.cachedStatement(sql: "SELECT path FROM item WHERE inode = ?"),
                                                 arguments: [Int64(bitPattern: directory)]) else { return }
         let unknown = Set(kindUnknown.map { Array($0.string.utf8) })
@@ -95,6 +95,10 @@ extension Catalog {
                                             arguments: arguments) != nil
             let row = exists ? try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM item WHERE parent = ? AND name = ?"),
                                                 arguments: arguments) : nil
+            if row == nil, removedNames.removed(key, from: directory, since: askedAt) {
+                // A local unlink or rename took the name away after the page was asked for.
+                continue
+            }
             if let row, learnedSince(row, askedAt) {
                 // docfs learned this item's version after the page was asked for.
                 continue

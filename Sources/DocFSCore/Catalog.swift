@@ -10,6 +10,8 @@ import GRDB
 /// so an inode the kernel still remembers can never name a different item.
 public final class Catalog: Sendable {
     private let db: DatabasePool
+    /// Names local operations removed lately, which an older listing must not bring back.
+    let removedNames = RemovedNames()
 
     public init(path: String) throws(FSError) {
         do {
@@ -224,18 +226,27 @@ public final class Catalog: Sendable {
 
     /// Removes an item and its subtree.
     public func removeItem(_ inode: Inode) throws(FSError) {
-        try write { db in try db.execute(sql: "DELETE FROM item WHERE inode = ?", arguments: [Int64(bitPattern: inode)]) }
+        let removedNames = self.removedNames
+        try write { db in
+            if let row = try Row.fetchOne(db, sql: "SELECT parent, name FROM item WHERE inode = ?", arguments: [Int64(bitPattern: inode)]),
+               let parent = row["parent"] as Int64? {
+                removedNames.note(row["name"], in: Inode(bitPattern: parent))
+            }
+            try db.execute(sql: "DELETE FROM item WHERE inode = ?", arguments: [Int64(bitPattern: inode)])
+        }
     }
 
     /// Moves an item (and, for a directory, every path below it) to `name` in `parent`,
     /// replacing whatever was there. Inode and identifier stay: a rename keeps identity.
     public func moveItem(_ inode: Inode, to parent: Inode, name: String, changed: Timestamp) throws(FSError) {
+        let removedNames = self.removedNames
         try write { db in
-            guard let row = try Row.fetchOne(db, sql: "SELECT path FROM item WHERE inode = ?", arguments: [Int64(bitPattern: inode)]),
+            guard let row = try Row.fetchOne(db, sql: "SELECT path, parent, name FROM item WHERE inode = ?", arguments: [Int64(bitPattern: inode)]),
                   let parentRow = try Row.fetchOne(db, sql: "SELECT path FROM item WHERE inode = ?", arguments: [Int64(bitPattern: parent)])
             else { throw FSError.notFound }
             let oldPath: String = row["path"]
             let newPath = Catalog.join(parentRow["path"], name)
+            if let oldParent = row["parent"] as Int64? { removedNames.note(row["name"], in: Inode(bitPattern: oldParent)) }
             try db.execute(sql: "DELETE FROM item WHERE parent = ? AND name = ? AND inode != ?",
                            arguments: [Int64(bitPattern: parent), name, Int64(bitPattern: inode)])
             try db.execute(sql: "UPDATE item SET parent = ?, name = ?, path = ?, changedNs = ?, versionAt = ? WHERE inode = ?",
