@@ -11,7 +11,7 @@ mount and unmount (also a median).
 
 Workloads (see workloads.py): ls5k (`ls -l` of a 5,000-file folder), ls5k-warm (the same after a
 remount that keeps the client's state: docfs's catalog), stat5k, find (of a 1,000+ entry tree),
-ttfb (`head -c 1` of a 1 GiB file), seqread (`cat` of it; MiB/s, daemon peak RSS, files left in
+ttfb (open and read of 1 byte of a 1 GiB file, timed in process), seqread (`cat` of it; MiB/s, daemon peak RSS, files left in
 the cache after close), cat200 (`cat` of 200 x 64 KiB files in 40 folders), write (256 MiB: until
 close returns, and until the server has it), huge (`ls -l` of 100,000 entries cold and after a
 remount, daemon peak RSS, and for docfs the catalog rows a refresh of the unchanged folder wrote).

@@ -17,7 +17,7 @@ ROWS = [
     ("ls5k-warm", "s", "`ls -l` of {many:,} files after a remount (state kept)", "s"),
     ("stat5k", "s", "`stat` of the {many:,} names (folder listed)", "s"),
     ("find", "s", "`find` of a tree of {tree_dirs} folders ({find_entries:,} entries)", "s"),
-    ("ttfb", "s", "first byte of the {big_mib} MiB file (`head -c 1`)", "s"),
+    ("ttfb", "s", "first byte of the {big_mib} MiB file (open, read 1 byte, close; in process)", "s"),
     ("seqread", "MiB/s", "sequential read of it (`cat`)", "MiB/s"),
     ("seqread", "rss_mib", "daemon peak RSS after that read", "MiB"),
     ("seqread", "cache_left", "files in the cache once closed", ""),
@@ -59,8 +59,11 @@ def machine():
 def versions(docfs):
     def first_line(text):
         return text.splitlines()[0] if text else "missing"
-    commit = run_text(["git", "-C", ROOT, "log", "-1", "--format=%h %cs"])
-    dirty = " (tree has uncommitted changes)" if run_text(["git", "-C", ROOT, "status", "--porcelain", "--", "Sources"]) else ""
+    # The work tree the binary was built in (a release build in another worktree is common),
+    # not necessarily this script's.
+    tree = run_text(["git", "-C", os.path.dirname(os.path.realpath(docfs)), "rev-parse", "--show-toplevel"]) or ROOT
+    commit = run_text(["git", "-C", tree, "log", "-1", "--format=%h %cs"])
+    dirty = " (tree has uncommitted changes)" if run_text(["git", "-C", tree, "status", "--porcelain", "--", "Sources"]) else ""
     weed = run_text(["weed", "version"])
     return {"docfs": f"{first_line(run_text([docfs, '--version']))}, commit {commit}{dirty}",
             "rclone": first_line(run_text(["rclone", "version"])),
