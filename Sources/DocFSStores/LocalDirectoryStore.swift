@@ -407,6 +407,7 @@ public struct LocalDirectoryStore: Store {
     }
 
     static func copy(from source: Int32, to target: Int32, path: StorePath, localFile: String) throws(StoreError) {
+        UploadMeter.restart(localFile)  // a new attempt counts from 0 again
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: chunkSize, alignment: 16)
         defer { buffer.deallocate() }
         var offset: off_t = 0
@@ -418,6 +419,7 @@ public struct LocalDirectoryStore: Store {
                 throw .localIO(errno: code, message: "read \(localFile): \(describe(code))")
             }
             if got == 0 { return }
+            UploadMeter.record(localFile, got)  // `user.docfs.progress` of the upload, as the HTTP stores count it
             var written = 0
             while written < got {
                 let count = Glibc.write(target, buffer.baseAddress! + written, got - written)
