@@ -6,6 +6,7 @@ import Foundation
 /// mount registry (`MountRegistry`, 0700 under the state directory) and each mount's catalog,
 /// with live byte counts of running transfers from `user.docfs.progress` on the mount. It
 /// needs no socket: anything the daemon knows that matters here is in the catalog.
+/// `--watch` samples the same again and again (`StatusWatch`).
 struct StatusCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "status",
@@ -14,14 +15,31 @@ struct StatusCommand: AsyncParsableCommand {
     @Argument(help: "Only this mount point (default: every mount of this user).")
     var mountpoint: String?
 
-    @Flag(help: "Print JSON for scripts.")
+    @Flag(help: "Print JSON for scripts (with --watch: one report per line).")
     var json = false
+
+    @Flag(help: ArgumentHelp("Keep showing live transfers (progress bar, rate, time left) until the mount goes away or Ctrl-C.",
+                             discussion: "On a terminal the view is redrawn in place; on a pipe it prints timestamped lines."))
+    var watch = false
+
+    @Option(help: ArgumentHelp("Seconds between two samples with --watch.", valueName: "SECONDS"))
+    var interval: Double = 1
+
+    func validate() throws {
+        guard interval.isFinite, interval >= 0.1, interval <= 3600 else {
+            throw ValidationError("--interval must be between 0.1 and 3600 seconds")
+        }
+        if interval != 1, !watch { throw ValidationError("--interval goes with --watch") }
+    }
 
     struct Transfer: Codable {
         var path: String
         var state: String
         var done: Int64?
         var total: Int64?
+        /// Bytes per second and seconds left, smoothed over samples (`--watch` only).
+        var rate: Double?
+        var eta: Double?
     }
 
     struct UploadError: Codable {
@@ -49,14 +67,21 @@ struct StatusCommand: AsyncParsableCommand {
 
     func run() async throws {
         let environment = ProcessInfo.processInfo.environment
-        var records = Self.records(environment: environment)
-        if let mountpoint {
-            let wanted = URL(fileURLWithPath: mountpoint).standardizedFileURL.resolvingSymlinksInPath().path
-            records = records.filter { $0.mountpoint == wanted || $0.mountpoint == mountpoint }
-            if records.isEmpty {
-                printError("docfs: \(mountpoint) is not a docfs mount of this user")
-                throw ExitCode(1)
-            }
+        let wanted = mountpoint.map { URL(fileURLWithPath: $0).standardizedFileURL.resolvingSymlinksInPath().path }
+        let selected = { [mountpoint] in
+            Self.records(environment: environment).filter { wanted == nil || $0.mountpoint == wanted || $0.mountpoint == mountpoint }
+        }
+        let records = selected()
+        if let mountpoint, records.isEmpty {
+            printError("docfs: \(mountpoint) is not a docfs mount of this user")
+            throw ExitCode(1)
+        }
+        if watch {
+            let output: StatusWatch.Output = json ? .json : (Terminal.isTerminal ? .terminal : .plain)
+            let code = await StatusWatch(interval: interval, output: output, environment: environment, mountpoint: mountpoint,
+                                         records: selected).run()
+            if code != 0 { throw ExitCode(code) }
+            return
         }
         let report = Report(mounts: records.map(Self.status(of:)))
         if json {

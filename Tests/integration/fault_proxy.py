@@ -12,6 +12,7 @@ slow, stalled, cut off, rude or broken on demand.
     proxy.reset(method="PROPFIND", count=2)                    # RST the next 2 PROPFINDs
     proxy.latency(1.5, method="GET")                           # wait 1.5 s, then forward
     proxy.throttle(200_000, method="GET")                      # the body at 200,000 bytes/s
+    proxy.throttle_upload(500_000, method="PUT")               # read the request body at 500,000 bytes/s
     proxy.extend(b"junk", method="GET")                        # longer body, Content-Length to match
     proxy.unframed(method="GET", extra=b"junk")                # no Content-Length: body until close
     proxy.unframed(method="GET", keep=1000)                    # ... and only its first 1000 bytes
@@ -36,6 +37,8 @@ Actions:
 - latency(delay): waits `delay` seconds, then relays.
 - throttle(rate): relays the head, then the whole body at about `rate` bytes per second (a slow
   but steady network: a transfer that takes a while and then completes).
+- throttle_upload(rate): reads the request body (Content-Length framed) at about `rate` bytes
+  per second before relaying it and the answer: a slow uplink, so an upload takes a while.
 - stall(every, after=0): relays the head and `after` body bytes, then one byte every `every`
   seconds, until the body ends or the client goes away.
 - cut(after, rst=False): relays the head and `after` body bytes, then closes (FIN, or RST): a
@@ -93,7 +96,7 @@ class Fault:
     rst: bool = False                   # cut: close with RST rather than FIN
     value: str = ""                     # etag: the new ETag
     keep: int | None = None             # unframed: send only this many body bytes
-    rate: int = 0                       # throttle: body bytes per second
+    rate: int = 0                       # throttle, throttle_upload: body bytes per second
     hits: int = 0
 
     def active(self, now: float) -> bool:
@@ -297,6 +300,9 @@ class FaultProxy:
     def throttle(self, rate: int, **select) -> Fault:
         return self.add("throttle", rate=rate, **select)
 
+    def throttle_upload(self, rate: int, **select) -> Fault:
+        return self.add("throttle_upload", rate=rate, **select)
+
     def stall(self, every: float, after: int = 0, **select) -> Fault:
         return self.add("stall", delay=every, after=after, **select)
 
@@ -390,13 +396,15 @@ class FaultProxy:
                     upstream_host = f"127.0.0.1:{self.upstream_port}"
                     head = _build_head(request_line, [(k, upstream_host if k.lower() == "host" else v) for k, v in headers])
                 length = _get(headers, "content-length")
-                if length is not None:
+                fault = self._pick(method, target)
+                if length is not None and fault is not None and fault.action == "throttle_upload":
+                    body = self._read_slowly(cin, int(length), fault.rate)
+                elif length is not None:
                     body = cin.exact(int(length))
                 elif "chunked" in (_get(headers, "transfer-encoding") or "").lower():
                     body = cin.chunked_raw()
                 else:
                     body = b""
-                fault = self._pick(method, target)
                 action = fault.action if fault else "relay"
                 if action == "reset":
                     self._record(method, target, "reset", at)
@@ -431,6 +439,20 @@ class FaultProxy:
                 pass
             if upstream is not None:
                 upstream.close()
+
+    def _read_slowly(self, cin: _Conn, n: int, rate: int) -> bytes:
+        """A request body of `n` bytes, read at about `rate` bytes per second (throttle_upload)."""
+        parts, tick = [], 0.05
+        step = max(1, int(rate * tick))
+        while n > 0:
+            part = cin.take(min(step, n))
+            if not part:
+                raise ConnectionError("end of stream inside a body")
+            parts.append(part)
+            n -= len(part)
+            if n > 0 and self._stopped.wait(tick):
+                raise _Close()
+        return b"".join(parts)
 
     def _relay_answer(self, client: socket.socket, uin: _Conn, method: str, target: str,
                       fault: Fault | None, at: float) -> bool:
