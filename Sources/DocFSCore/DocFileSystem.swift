@@ -32,15 +32,23 @@ public final class DocFileSystem: Sendable {
         /// The item as it was opened: what `fstat` shows once it is unlinked (POSIX keeps an
         /// open file alive without a name).
         public var opened: Item
+        /// False for a caller that gets only what is local (`OpenMode.mayFetch`): its reads
+        /// of bytes a sparse copy lacks fail instead of fetching them.
+        public var mayFetch = true
     }
 
     /// How a file is opened.
     public struct OpenMode: Sendable, Equatable {
         public var writable: Bool
         public var truncate: Bool
-        public init(writable: Bool, truncate: Bool) {
+        /// Whether this open (and reads through its handle) may download content. False for
+        /// processes that should see only what is local (thumbnailers, indexers: the FUSE
+        /// layer's `FetchPolicy` decides): they get `fetchRefused` and cost the store nothing.
+        public var mayFetch: Bool
+        public init(writable: Bool, truncate: Bool, mayFetch: Bool = true) {
             self.writable = writable
             self.truncate = truncate
+            self.mayFetch = mayFetch
         }
         public static let read = OpenMode(writable: false, truncate: false)
     }
@@ -193,14 +201,21 @@ public final class DocFileSystem: Sendable {
         if mode.writable && readOnly { throw .readOnly }
         let item = try item(inode)
         let truncating = mode.truncate && mode.writable
-        let copy = try await provider.open(item, intent: truncating ? .empty : mode.writable ? .content : .streamed)
+        let copy = try await provider.open(item, intent: truncating ? .empty : mode.writable ? .content : .streamed,
+                                           mayFetch: mode.mayFetch)
         if truncating {
             do { try copy.truncate(to: 0) } catch {
                 _ = await provider.release(inode)
                 throw error
             }
         }
-        return register(OpenFile(inode: inode, copy: copy, writable: mode.writable, opened: item))
+        return register(OpenFile(inode: inode, copy: copy, writable: mode.writable, opened: item, mayFetch: mode.mayFetch))
+    }
+
+    /// Whether `inode` has a complete local copy: an open of it downloads nothing, whoever asks.
+    public func hasCompleteLocalCopy(_ inode: Inode) -> Bool {
+        guard let copy = provider.presentCopies.withLock({ $0[inode] }) else { return false }
+        return copy.life.content == .present && !copy.isSparse && copy.isComplete
     }
 
     /// Creates a new file in `parent` and opens it. No download, nothing on the store until
@@ -235,6 +250,7 @@ public final class DocFileSystem: Sendable {
     /// local (`prepareRead`, `waitForContent`).
     public func read(handle: UInt64, offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws(FSError) -> Int {
         guard let file = handles.withLock({ $0.open[handle] }) else { throw .invalidArgument }
+        try requireHeld(file, offset: offset, count: buffer.count)
         return try file.copy.read(into: buffer, at: offset)
     }
 
@@ -250,7 +266,21 @@ public final class DocFileSystem: Sendable {
     /// `lendLocalBytes`. One handle lookup, and for a complete copy one lock, per read.
     public func lendForRead(handle: UInt64, offset: Int64, count: Int) throws(FSError) -> DescriptorLoan? {
         guard let file = handles.withLock({ $0.open[handle] }) else { throw .invalidArgument }
+        guard file.mayFetch else {
+            try requireHeld(file, offset: offset, count: count)
+            return try file.copy.lend(at: offset, count: count)
+        }
         return try file.copy.lendForRead(at: offset, count: count, stream: handle)
+    }
+
+    /// A read through a handle that may not fetch gets the bytes a sparse copy holds already,
+    /// or `fetchRefused` (nothing is asked of the store).
+    private func requireHeld(_ file: OpenFile, offset: Int64, count: Int) throws(FSError) {
+        guard !file.mayFetch else { return }
+        let end = min(offset + Int64(count), file.copy.length)
+        if end > offset, !file.copy.held.contains(offset..<end) {
+            throw .fetchRefused("bytes \(offset)..<\(end) of \(file.opened.path)")
+        }
     }
 
     /// The store version an open handle's copy holds, unchanged: nil when the copy has local
@@ -265,7 +295,7 @@ public final class DocFileSystem: Sendable {
     /// Starts fetching what a sparse copy lacks, and reading ahead for a sequential reader;
     /// never waits. (An unknown handle answers true: the read itself reports it.)
     public func prepareRead(handle: UInt64, offset: Int64, count: Int) -> Bool {
-        guard let file = handles.withLock({ $0.open[handle] }) else { return true }
+        guard let file = handles.withLock({ $0.open[handle] }), file.mayFetch else { return true }
         return file.copy.prepareRead(at: offset, count: count, stream: handle)
     }
 

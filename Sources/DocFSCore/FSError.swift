@@ -17,6 +17,9 @@ public enum FSError: Error, Sendable, Equatable, CustomStringConvertible {
     case notSupported
     /// An item's identity is no longer valid (removed from the store while in use).
     case stale
+    /// The content is not local and the caller may not have it fetched (a thumbnailer or
+    /// indexer under `--no-fetch-for`): nothing was downloaded. The message names the item.
+    case fetchRefused(String)
     /// The extended attribute does not exist.
     case noAttribute
     /// The caller's buffer is too small (xattr).
@@ -47,6 +50,7 @@ public enum FSError: Error, Sendable, Equatable, CustomStringConvertible {
         case .nameTooLong: return "name too long"
         case .notSupported: return "not supported"
         case .stale: return "stale item"
+        case .fetchRefused(let m): return "not local, and this process may not fetch it: \(m)"
         case .noAttribute: return "no such attribute"
         case .rangeTooSmall: return "buffer too small"
         case .busy(let m): return "busy: \(m)"

@@ -89,15 +89,20 @@ public actor Provider {
     /// more user of the copy. The opener waits at most `ioTimeout` (`ETIMEDOUT`), and only
     /// while its task is not cancelled (a FUSE interrupt: `EINTR`); when it gives up and no
     /// other opener holds the copy, the copy goes and its download is cancelled.
-    public func open(_ item: Item, intent: OpenIntent = .content) async throws(FSError) -> LocalCopy {
+    /// `mayFetch` false (a caller under `--no-fetch-for`): only a copy that needs no download
+    /// opens (one in use or kept, an adopted one, an empty one); else `fetchRefused`, and
+    /// nothing is fetched. Decided here, on the actor, so no other open can slip in between.
+    public func open(_ item: Item, intent: OpenIntent = .content, mayFetch: Bool = true) async throws(FSError) -> LocalCopy {
         guard item.kind == .file else { throw item.isDirectory ? .isADirectory : .invalidArgument }
         guard !isShutDown else { throw .io("the mount is going away") }
         let entry: Providing
         if let existing = providing[item.inode], reusable(existing.copy, for: item) {
+            // A writer needs every byte: a sparse copy would fetch the rest.
+            if !mayFetch, intent == .content, existing.copy.isSparse { throw .fetchRefused(item.path.description) }
             idle[item.inode] = nil
             entry = existing
         } else {
-            entry = try startProviding(item, intent: intent)
+            entry = try startProviding(item, intent: intent, mayFetch: mayFetch)
         }
         try entry.copy.update { $0.opened() }
         do {
@@ -383,7 +388,7 @@ public actor Provider {
         }
     }
 
-    private func startProviding(_ opened: Item, intent: OpenIntent) throws(FSError) -> Providing {
+    private func startProviding(_ opened: Item, intent: OpenIntent, mayFetch: Bool = true) throws(FSError) -> Providing {
         // The row as it is now, not as the caller read it before hopping here: an upload that
         // finished and evicted meanwhile moved its version, which a new copy must start from.
         guard let item = try catalog.item(opened.inode) else { throw .notFound }
@@ -403,6 +408,7 @@ public actor Provider {
             return register(Providing(copy: copy, fetch: Task {}))
         }
         let fetchNeeded = intent != .empty && item.onStore
+        if fetchNeeded, !mayFetch { throw .fetchRefused(item.path.description) }
         if fetchNeeded { makeRoom(for: item.size) }
         // The version an empty copy replaces is the one the catalog knows; an upload of it
         // meets any newer one as a conflict.

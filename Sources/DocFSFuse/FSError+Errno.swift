@@ -17,6 +17,10 @@ extension FSError {
         case .nameTooLong: return ENAMETOOLONG
         case .notSupported: return EOPNOTSUPP
         case .stale: return ESTALE
+        // What Windows' cloud files API answers a process blocked from hydrating (access
+        // denied): open(2) documents EACCES, so every caller treats it as "cannot read this
+        // file" and moves on; EAGAIN or EINTR would invite retries, EIO looks like a bad disk.
+        case .fetchRefused: return EACCES
         case .noAttribute: return ENODATA
         case .rangeTooSmall: return ERANGE
         case .busy: return EBUSY

@@ -19,6 +19,8 @@ final class FuseAdapter: Sendable {
     /// How long the kernel may trust an entry (or its absence) or attributes before asking again.
     private let entryTimeout: Double
     private let attributeTimeout: Double
+    /// Which processes get content only when it is local already (`--no-fetch-for`).
+    private let fetchPolicy: FetchPolicy
 
     /// Kernel references per inode (lookup count): incremented by every entry we hand out,
     /// decremented by forget. Inodes are stable catalog row ids, so this is bookkeeping only.
@@ -51,8 +53,9 @@ final class FuseAdapter: Sendable {
     }
 
     init(fs: DocFileSystem, cacheDirectory: String, entryTimeout: Double, attributeTimeout: Double,
-         access: LocalAccess = LocalAccess(), logger: Logger) {
+         access: LocalAccess = LocalAccess(), fetchPolicy: FetchPolicy = .default, logger: Logger) {
         self.fs = fs
+        self.fetchPolicy = fetchPolicy
         self.entryTimeout = entryTimeout
         self.attributeTimeout = attributeTimeout
         self.logger = logger
@@ -170,7 +173,11 @@ final class FuseAdapter: Sendable {
     func open(_ request: consuming FuseRequest, inode: Inode, flags: Int32) async {
         do {
             let before = try? fs.item(inode)
-            let handle = try await fs.open(inode, mode: Self.openMode(flags))
+            var mode = Self.openMode(flags)
+            // Who asks matters only when the open would fetch: a complete local copy is served
+            // to anyone, without reading /proc.
+            mode.mayFetch = fs.hasCompleteLocalCopy(inode) || fetchPolicy.mayFetch(pid: request.callerPID)
+            let handle = try await fs.open(inode, mode: mode)
             let after = try? fs.item(inode)
             // The fetch found the content changed on the store: the kernel's cached size and
             // times are stale, and reads would stop at the old size. Drop them before open returns.
@@ -179,6 +186,10 @@ final class FuseAdapter: Sendable {
                 invalidateAttributes(of: inode)
             }
             request.replyOpen(handle: handle, keepCache: keepsPageCache(inode, version: fs.cleanVersion(handle: handle)))
+        } catch .fetchRefused(let what) {
+            // Expected, and frequent (a thumbnailer walking a folder): not worth an info line each.
+            logger.debug("open refused to a process under --no-fetch-for", metadata: ["item": "\(what)"])
+            request.fail(.fetchRefused(what))
         } catch {
             logger.info("open failed", metadata: ["inode": "\(inode)", "error": "\(error)"])
             request.fail(error)

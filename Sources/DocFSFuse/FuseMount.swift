@@ -33,12 +33,13 @@ public final class FuseMount: @unchecked Sendable {
 
     /// `entryTimeout` and `attributeTimeout`: seconds the kernel may trust a name (also one
     /// that was not found) and an item's attributes before it asks docfs again. `access`: the
-    /// owner, group and mode bits entries show (`--uid`, `--gid`, `--umask`).
+    /// owner, group and mode bits entries show (`--uid`, `--gid`, `--umask`). `fetchPolicy`:
+    /// the processes that get content only when it is local (`--no-fetch-for`).
     public init(filesystem: DocFileSystem, mountpoint: String, options: [String], cacheDirectory: String,
                 entryTimeout: Double = 1, attributeTimeout: Double = 1, access: LocalAccess = LocalAccess(),
-                logger: Logger) {
+                fetchPolicy: FetchPolicy = .default, logger: Logger) {
         self.adapter = FuseAdapter(fs: filesystem, cacheDirectory: cacheDirectory, entryTimeout: entryTimeout,
-                                   attributeTimeout: attributeTimeout, access: access, logger: logger)
+                                   attributeTimeout: attributeTimeout, access: access, fetchPolicy: fetchPolicy, logger: logger)
         self.retained = Unmanaged.passRetained(adapter)
         self.mountpoint = mountpoint
         self.options = options

@@ -26,6 +26,12 @@ struct FuseRequest: ~Copyable {
         send { fuse_reply_err($0, EIO) }
     }
 
+    /// The thread that made the request, as the kernel names it (0 when the kernel itself
+    /// asks, or the caller lives in a pid namespace the daemon cannot see). Valid until replied.
+    var callerPID: pid_t {
+        fuse_req_ctx(raw)?.pointee.pid ?? 0
+    }
+
     /// Runs one `fuse_reply_*` call, unless the session is gone.
     private func send(_ reply: (fuse_req_t) -> Int32) {
         gate.pass { _ = reply(raw) }

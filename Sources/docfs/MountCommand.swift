@@ -91,6 +91,10 @@ struct MountCommand: AsyncParsableCommand {
                                valueName: "size"))
     var cacheMax: String?
 
+    @Option(help: ArgumentHelp("Processes (comma-separated names, as in /proc/PID/comm) that get content only for files already local: opening a placeholder fails with EACCES and downloads nothing. '' blocks none. Default: thumbnailers and indexers (\(FetchPolicy.defaultNames.joined(separator: ", "))).",
+                               valueName: "names"))
+    var noFetchFor: String?
+
     @Option(name: .customShort("o"), help: "FUSE mount options, comma-separated (e.g. allow_other).")
     var options: [String] = []
 
@@ -208,7 +212,8 @@ struct MountCommand: AsyncParsableCommand {
         mountOptions = access.mountOptions(adding: mountOptions)
         let mount = FuseMount(filesystem: filesystem, mountpoint: path, options: mountOptions,
                               cacheDirectory: layout.cacheDirectory, entryTimeout: entryTimeout, attributeTimeout: attrTimeout,
-                              access: access.localAccess(mountOptions: mountOptions), logger: logger)
+                              access: access.localAccess(mountOptions: mountOptions),
+                              fetchPolicy: noFetchFor.map { FetchPolicy(list: $0) } ?? .default, logger: logger)
         // What an earlier mount left (pending uploads, writes never closed) is settled before
         // the first request.
         do {
