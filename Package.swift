@@ -99,6 +99,8 @@ let package = Package(
             name: "DocFSStoresTests",
             dependencies: ["DocFSStores", "DocFSStore", "DocFSServe", "DocFSTesting"]
         ),
+        // The CLI's own logic (docfs status --watch: rates, layout), without a terminal.
+        .testTarget(name: "DocFSCLITests", dependencies: ["docfs"]),
     ],
     swiftLanguageModes: [.v6]
 )
