@@ -7,11 +7,14 @@
 #               rclone mount, davfs2, s3fs, curl and local disk on docfs serve, rclone serve webdav and
 #               SeaweedFS; cold medians and ratios written to Tests/bench/RESULTS.md and results.json.
 #               BENCH_QUICK=1 checks the script in a minute or two; BENCH_ONLY=ls5k,ttfb picks workloads
+#   make install   build release, install docfs, the mount.docfs helper and the docfs(1) man page;
+#               PREFIX (default /usr/local), DESTDIR (staging), BIN (the binary to install, e.g.
+#               BIN=.build/debug/docfs: no release build). `make uninstall` takes the same variables
 
 SWIFT  ?= swift
 PYTHON ?= python3
 
-.PHONY: all setup build release run test unit-test integration-test fsx bench clean
+.PHONY: all setup build release run test unit-test integration-test fsx bench clean install uninstall
 
 all: build
 
@@ -51,3 +54,32 @@ bench: setup release
 clean:
 	$(SWIFT) package clean
 	rm -rf demo-store
+
+# --- install -------------------------------------------------------------------------------
+# `mount -t fuse.docfs` and fstab lines of type fuse.docfs need only BINDIR/docfs: mount(8)
+# runs /sbin/mount.fuse (fuse3's mount.fuse3), which runs `docfs STORE MOUNTPOINT -o OPTIONS`
+# through /bin/sh with the shell's default PATH (mount(8) clears PATH), so BINDIR must be one of
+# /usr/local/bin, /usr/bin, /bin. No mount.fuse.docfs is installed: it would take fuse.docfs away
+# from mount.fuse3 and with it fstab's setuid=USER. `mount -t docfs` (type docfs in fstab)
+# runs mount.docfs, a symlink to the binary; mount(8) looks for helpers only in /sbin,
+# /sbin/fs.d and /sbin/fs, whatever PREFIX is: hence MOUNTHELPERDIR. The man page is made from
+# the binary's own --help by swift-argument-parser's generate-manual (built from the package's
+# checkout), so it says what the installed binary does.
+PREFIX         ?= /usr/local
+BINDIR         ?= $(PREFIX)/bin
+MANDIR         ?= $(PREFIX)/share/man
+MOUNTHELPERDIR ?= /sbin
+BIN            ?= .build/release/docfs
+# Built first only when BIN is the default.
+INSTALL_BUILD  := $(if $(filter command line environment,$(origin BIN)),,release)
+
+install: $(INSTALL_BUILD)
+	test -x .build/debug/generate-manual || $(SWIFT) build --target generate-manual
+	install -d "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(MANDIR)/man1" "$(DESTDIR)$(MOUNTHELPERDIR)"
+	install -m 755 "$(BIN)" "$(DESTDIR)$(BINDIR)/docfs"
+	ln -sfn "$(BINDIR)/docfs" "$(DESTDIR)$(MOUNTHELPERDIR)/mount.docfs"
+	manual="$$(mktemp -d)" && .build/debug/generate-manual "$(BIN)" --output-directory "$$manual" \
+		&& install -m 644 "$$manual/docfs.1" "$(DESTDIR)$(MANDIR)/man1/docfs.1"; status=$$?; rm -rf "$$manual"; exit $$status
+
+uninstall:
+	rm -f "$(DESTDIR)$(BINDIR)/docfs" "$(DESTDIR)$(MOUNTHELPERDIR)/mount.docfs" "$(DESTDIR)$(MANDIR)/man1/docfs.1"

@@ -22,4 +22,32 @@ struct DocFS: AsyncParsableCommand {
         version: version,
         subcommands: [MountCommand.self, UnmountCommand.self, ServeCommand.self, PinCommand.self, UnpinCommand.self, EvictCommand.self, StatusCommand.self]
     )
+
+    /// `docfs STORE MOUNTPOINT -o OPTIONS`, the way mount.fuse3 and the mount.docfs helper run
+    /// docfs for `mount -t fuse.docfs` and /etc/fstab, is `docfs mount` with its options
+    /// taken out of `-o` (see `MountOptions`); every other command line is parsed as given.
+    static func main() async {
+        let arguments = CommandLine.arguments
+        let subcommands = Set(configuration.subcommands.compactMap { $0.configuration.commandName } + ["help"])
+        let invocation: MountInvocation
+        do {
+            invocation = try MountOptions.invocation(Array(arguments.dropFirst()), program: arguments.first ?? "docfs",
+                                                     subcommands: subcommands)
+        } catch {
+            fail("\(error)")
+        }
+        if !invocation.ignored.isEmpty && !arguments.contains("--daemon-child") {
+            printError("docfs: warning: ignored mount options (-s): \(invocation.ignored.joined(separator: ", "))")
+        }
+        if invocation.fake {
+            // mount(8) -f: everything but the mount itself.
+            do {
+                _ = try parseAsRoot(invocation.arguments)
+            } catch {
+                exit(withError: error)
+            }
+            return
+        }
+        await main(invocation.arguments)
+    }
 }

@@ -31,6 +31,13 @@ struct MountCommand: AsyncParsableCommand {
               docfs mount s3://bucket/ ~/minio --endpoint http://127.0.0.1:9000
               docfs mount /srv/archive ~/archive --read-only
               docfs mount http://127.0.0.1:8080/ Mount --foreground --dir-cache-ttl 5
+
+            The form mount(8) uses works too: 'docfs STORE MOUNTPOINT -o OPTIONS', so that \
+            'mount -t fuse.docfs STORE MOUNTPOINT -o ...' and an /etc/fstab line of type fuse.docfs \
+            mount with docfs on the PATH. In -o, every long option here is a mount option \
+            (cache_dir=DIR,read_only,evict_delay=5,allow_other; underscore or dash), next to ro/rw, \
+            the FUSE options (allow_root, nosuid, noatime, fsname=...) and the fstab ones \
+            (noauto, _netdev, nofail, user, x-systemd.*), which are ignored.
             """
     )
 
@@ -107,6 +114,10 @@ struct MountCommand: AsyncParsableCommand {
     @Flag(name: .shortAndLong, help: "Log more (debug level).")
     var verbose = false
 
+    @Option(help: ArgumentHelp("How much to log: trace, debug, info, notice, warning, error or critical (default: info, or DOCFS_LOG_LEVEL; -v is debug). With --foreground the log goes to stderr.",
+                               valueName: "level"))
+    var logLevel: Logger.Level?
+
     @Flag(help: .hidden)
     var daemonChild = false
 
@@ -159,7 +170,7 @@ struct MountCommand: AsyncParsableCommand {
         timeouts["DOCFS_TRANSFER_TIMEOUT"] = transferTimeout.map { "\($0)" }
         let environment = s3.applied(to: ProcessInfo.processInfo.environment.merging(secrets.variables) { $1 }.merging(timeouts) { $1 })
         var logger = Logger(label: "docfs")
-        logger.logLevel = verbose ? .debug : (Logger.Level(rawValue: environment["DOCFS_LOG_LEVEL"] ?? "") ?? .info)
+        logger.logLevel = logLevel ?? (verbose ? .debug : (Logger.Level(rawValue: environment["DOCFS_LOG_LEVEL"] ?? "") ?? .info))
 
         let store: any Store
         do {
@@ -206,7 +217,9 @@ struct MountCommand: AsyncParsableCommand {
                                        retention: RetentionPolicy(evictDelay: .milliseconds(Int64(evictDelay * 1000)),
                                                                   cacheMax: cacheMax.flatMap(RetentionPolicy.parseSize)),
                                        logger: logger)
-        var mountOptions = ["fsname=docfs", "subtype=docfs", "default_permissions"]
+        // The source the mount table shows is the store as given (without credentials): what
+        // an fstab line names, so `mount -a` sees the line is mounted already, and what df shows.
+        var mountOptions = ["fsname=" + Self.escapedMountOption(StoreLocator.redacted(self.store)), "subtype=docfs", "default_permissions"]
         if readOnly { mountOptions.append("ro") }
         mountOptions += options.flatMap { $0.split(separator: ",").map(String.init) }
         mountOptions = access.mountOptions(adding: mountOptions)
@@ -277,6 +290,11 @@ struct MountCommand: AsyncParsableCommand {
 }
 
 extension MountCommand {
+    /// A value inside a FUSE `-o` list: libfuse splits at commas and takes a backslash as an escape.
+    static func escapedMountOption(_ value: String) -> String {
+        value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: ",", with: "\\,")
+    }
+
     /// An earlier mount's recovery folders hold copies of changes the journal uploads now: once
     /// nothing is pending, every one of them is on the store, and the folders go.
     static func removeRecoveryFoldersOnceSynced(stateDirectory: String, filesystem: DocFileSystem, catalog: Catalog, logger: Logger) async {
