@@ -2,7 +2,8 @@
 whose percent grows while a throttled download runs, follows a narrower window, and ends with a
 message when the mount goes away; Ctrl-C ends it with the cursor shown again; on a pipe it prints
 plain timestamped lines without escape codes. And an upload's progress (user.docfs.progress,
-`status --json`, the watch) grows while a large file goes up to WebDAV through a throttled uplink."""
+`status --json`, the watch) grows while a large file goes up to WebDAV through a throttled uplink,
+and while a large file is copied into a local directory store."""
 from __future__ import annotations
 
 import fcntl
@@ -266,3 +267,38 @@ def test_upload_progress_grows_and_a_piped_watch_prints_plain_lines(tmp_path, do
     assert len(set(ups)) >= 3 and ups == sorted(ups), ups
     assert any("pending uploads" in line for line in lines)
     assert f"{m.path} is no longer mounted" in err.decode(errors="replace") + text, (text[-300:], err)
+
+
+def test_upload_to_a_local_store_shows_its_progress(tmp_path, mount):
+    """The local directory store counts what it copies too (it showed 0/TOTAL until the end):
+    a large file's upload is sampled as fast as getxattr goes while it is `uploading`."""
+    size = 96 * 1024 * 1024
+    root = tmp_path / "store"
+    root.mkdir()
+    m = mount(root)
+    target = m / "big.bin"
+    data = pseudo_random_bytes(size, seed=23)
+    with open(target, "wb") as f:
+        f.write(data)
+    samples: list[tuple[int, int]] = []
+    deadline = time.monotonic() + 30
+    uploading = 0
+    while time.monotonic() < deadline:
+        state = os.getxattr(target, "user.docfs.state").decode().strip("\0 ")
+        if state != "uploading":
+            if uploading or (root / "big.bin").exists() and (root / "big.bin").stat().st_size == size:
+                break
+            continue
+        uploading += 1
+        try:
+            samples.append(tuple(map(int, os.getxattr(target, "user.docfs.progress").decode().split("/"))))
+        except OSError:
+            pass
+    print(f"{uploading} samples while uploading, {len(samples)} with progress: {sorted(set(samples))[:5]} ... {sorted(set(samples))[-3:]}")
+    assert (root / "big.bin").read_bytes() == data
+    assert samples, "no progress was readable while the file was uploading"
+    assert all(t == size and 0 <= d <= size for d, t in samples), samples
+    dones = [d for d, _ in samples]
+    assert any(d > 0 for d in dones), f"the local store's upload stayed at 0: {sorted(set(samples))}"
+    assert dones == sorted(dones), "the count went back"
+    assert len({d for d in dones if 0 < d < size}) >= 3, f"no growing count: {sorted(set(dones))}"
