@@ -6,7 +6,7 @@ request log says how many bytes each GET sent:
 
 - GIO (what Nautilus, Thunar, Nemo and `gio` use): `gio list -a '*'` of every folder and
   `gio info` of every file download nothing for a file whose name tells its type. GIO sniffs
-  the others (no extension, `.dat`, `.json`): it reads their first 16 KiB, which costs the
+  the others (no extension, `.dat`, `.json`): it reads their first 4 KiB (GLib 2.74), which costs the
   file if it is small (under --whole-file-limit) or a 128 KiB head if it is large, never a
   large file whole.
 - Thumbnailers and indexers (`--no-fetch-for`, a default list) get content only for files
