@@ -14,7 +14,7 @@
 SWIFT  ?= swift
 PYTHON ?= python3
 
-.PHONY: all setup build release run test unit-test integration-test fsx bench clean install uninstall
+.PHONY: all setup build release run test unit-test integration-test fsx bench clean install uninstall manual-tool
 
 all: build
 
@@ -73,8 +73,12 @@ BIN            ?= .build/release/docfs
 # Built first only when BIN is the default.
 INSTALL_BUILD  := $(if $(filter command line environment,$(origin BIN)),,release)
 
-install: $(INSTALL_BUILD)
+# The man page's tool, from swift-argument-parser's checkout (build it as yourself: sudo's PATH
+# may have no swift).
+manual-tool:
 	test -x .build/debug/generate-manual || $(SWIFT) build --target generate-manual
+
+install: $(INSTALL_BUILD) manual-tool
 	install -d "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(MANDIR)/man1" "$(DESTDIR)$(MOUNTHELPERDIR)"
 	install -m 755 "$(BIN)" "$(DESTDIR)$(BINDIR)/docfs"
 	ln -sfn "$(BINDIR)/docfs" "$(DESTDIR)$(MOUNTHELPERDIR)/mount.docfs"

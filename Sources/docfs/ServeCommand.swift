@@ -45,6 +45,10 @@ struct ServeCommand: AsyncParsableCommand {
     @Flag(name: .customLong("no-auth"), help: "Serve without authentication on a non-loopback address (everyone who can reach it can read and change DIR).")
     var noAuth = false
 
+    @Option(help: ArgumentHelp("How much to log on stderr: trace, debug (every request), info, notice, warning, error or critical (default: info).",
+                               valueName: "level"))
+    var logLevel: Logger.Level = .info
+
     @Option(name: .customLong("tls-cert"), help: ArgumentHelp("Serve HTTPS with this PEM certificate (chain); needs --tls-key.", valueName: "FILE"))
     var tlsCert: String?
 
@@ -96,7 +100,8 @@ struct ServeCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let logger = Logger(label: "docfs.serve")
+        var logger = Logger(label: "docfs.serve")
+        logger.logLevel = logLevel
         let basic = try credentials.map { path in
             let (user, password) = try StoreLocator.credentialsFile(path)
             return BasicCredentials(user: user, password: password)

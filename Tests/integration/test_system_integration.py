@@ -15,13 +15,13 @@ import json
 import os
 import signal
 import subprocess
-import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from conftest import run
-from helpers import docfs_bin, pids_for, process_alive, wait_until
+from helpers import docfs_bin, free_port, pids_for, port_open, process_alive, wait_until
 
 pytestmark = pytest.mark.fuse
 
@@ -270,3 +270,21 @@ def test_log_level_in_the_foreground_goes_to_stderr(store, tmp_path, xdg, level)
         assert any("provid" in line for line in debug_lines), f"no debug lines on stderr:\n{text}"
     else:
         assert not debug_lines, f"debug lines at --log-level info:\n{text}"
+
+
+@pytest.mark.parametrize("level", ["debug", "info"])
+def test_serve_log_level(tmp_path, level):
+    (tmp_path / "dir").mkdir()
+    port = free_port()
+    stderr_path = tmp_path / "stderr"
+    with open(stderr_path, "wb") as stderr:
+        process = subprocess.Popen([docfs_bin(), "serve", str(tmp_path / "dir"), "--port", str(port), "--log-level", level],
+                                   stdout=subprocess.DEVNULL, stderr=stderr, stdin=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: port_open(port), 20, "docfs serve to listen")
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10).read()
+    finally:
+        process.terminate()
+        process.wait(20)
+    requests = [line for line in stderr_path.read_text(errors="replace").splitlines() if "GET / -> 200" in line]
+    assert bool(requests) == (level == "debug"), stderr_path.read_text(errors="replace")
