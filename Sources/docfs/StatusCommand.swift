@@ -77,7 +77,8 @@ struct StatusCommand: AsyncParsableCommand {
             throw ExitCode(1)
         }
         if watch {
-            let output: StatusWatch.Output = json ? .json : (Terminal.isTerminal ? .terminal : .plain)
+            let drawable = Terminal.isTerminal && environment["TERM"] != "dumb"
+            let output: StatusWatch.Output = json ? .json : (drawable ? .terminal : .plain)
             let code = await StatusWatch(interval: interval, output: output, environment: environment, mountpoint: mountpoint,
                                          records: selected).run()
             if code != 0 { throw ExitCode(code) }

@@ -192,6 +192,29 @@ def test_ctrl_c_ends_the_watch_and_shows_the_cursor(tmp_path, docfs_serve, mount
     finally:
         watch.close()
     print(f"ended {took:.2f} s after Ctrl-C")
+    # On a terminal that cannot move its cursor: plain lines.
+    dumb = Watch([str(m.path)], dict(xdg.env, TERM="dumb"))
+    try:
+        dumb.pump(1.5)
+        os.kill(dumb.pid, signal.SIGTERM)
+        assert dumb.wait(5) == 0
+    finally:
+        dumb.close()
+    assert "\x1b" not in dumb.text() and STAMP.match(dumb.text()), repr(dumb.text()[:200])
+    # --json: one report per line; SIGTERM ends it as Ctrl-C does.
+    reports = subprocess.Popen([docfs_bin(), "status", "--watch", "--json", "--interval", "0.2", str(m.path)],
+                               env=xdg.env, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    try:
+        lines = [reports.stdout.readline() for _ in range(2)]
+        reports.terminate()
+        assert reports.wait(timeout=5) == 0
+    finally:
+        if reports.poll() is None:
+            reports.kill()
+            reports.wait()
+    for line in lines:
+        (mounted,) = json.loads(line)["mounts"]
+        assert mounted["mountpoint"] == str(m.path) and mounted["transfers"] == [], line
     # Argument errors, before anything is watched.
     for args, message in [(["--interval", "2"], "--interval goes with --watch"),
                           (["--watch", "--interval", "0"], "--interval must be between")]:
