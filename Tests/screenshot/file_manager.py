@@ -180,9 +180,13 @@ def main() -> int:
                     os.killpg(process.pid, signal.SIGKILL)
                     process.wait()
         if mounted:
-            result = subprocess.run([args.docfs, "unmount", str(mountpoint)], env=env, capture_output=True, text=True, timeout=120)
-            if result.returncode != 0:
-                print(f"docfs unmount: {result.stderr.strip()}; lazy unmount", file=sys.stderr)
+            try:
+                result = subprocess.run([args.docfs, "unmount", str(mountpoint)], env=env, capture_output=True, text=True, timeout=120)
+                failure = result.stderr.strip() if result.returncode != 0 else None
+            except (OSError, subprocess.TimeoutExpired) as error:  # e.g. the binary replaced by a rebuild
+                failure = str(error)
+            if failure is not None:
+                print(f"docfs unmount: {failure}; lazy unmount", file=sys.stderr)
                 subprocess.run(["fusermount3", "-uz", str(mountpoint)])
         if started and started[0].poll() is None:
             started[0].terminate()
