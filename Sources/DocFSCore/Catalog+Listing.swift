@@ -103,8 +103,10 @@ extension Catalog {
                 // docfs learned this item's version after the page was asked for.
                 continue
             }
-            if row != nil, unknown.contains(key) {
-                // A kind the store could not confirm keeps what the catalog knows.
+            if let row, unknown.contains(key) {
+                // A kind not confirmed for this version keeps what the catalog knows; the rest
+                // of the row follows the store, and the kind is confirmed at the next lookup.
+                try updateKeepingKind(row, to: entry, in: db)
                 continue
             }
             if let row, keepsSpecialKind(row, entry) { continue }
@@ -157,6 +159,20 @@ extension Catalog {
             }
         }
         return unique
+    }
+
+    /// Brings a placeholder whose kind is still to be confirmed (see `SymlinkProbe`) up to the
+    /// store's size, time and version, keeping its kind and the version that kind was confirmed
+    /// for: a changed version is then one to confirm. A row with a local copy is left alone.
+    private static func updateKeepingKind(_ row: Row, to entry: RemoteEntry, in db: Database) throws {
+        guard !hasLocalCopy(row), (row["kind"] as Int) != Item.Kind.directory.rawValue else { return }
+        let etag = entry.etag?.value
+        if (row["etag"] as String?) == etag, (row["size"] as Int64) == entry.size, (row["onStore"] as Int64) == 1 { return }
+        try db.cachedExecute(sql: """
+            UPDATE item SET size = ?, modifiedNs = CASE WHEN etag IS NOT NULL AND etag = ? THEN modifiedNs ELSE ? END,
+                etag = ?, onStore = 1
+            WHERE inode = ?
+            """, arguments: [entry.size, etag, Timestamp(seconds: entry.modified).nanoseconds, etag, row["inode"] as Int64])
     }
 
     /// Brings a row of the same kind up to what the store says of it.

@@ -23,6 +23,10 @@ public actor DirectoryEnumerator {
     /// Directories whose background refresh was asked for from outside the actor and has not
     /// ended: one request each, however many lookups find them stale meanwhile.
     private nonisolated let refreshRequested = Mutex<Set<Inode>>([])
+    /// Kinds of small objects to be confirmed at their first lookup (see `SymlinkProbe`).
+    private nonisolated let confirmations: KindConfirmations
+    /// Objects above this size are never links (nil: the store's listings show every kind).
+    private nonisolated let maximumLinkSize: Int64?
 
     public init(store: any Store, catalog: Catalog, ttl: Double, retry: RetryPolicy = .interactive, logger: Logger) {
         self.store = store
@@ -30,6 +34,27 @@ public actor DirectoryEnumerator {
         self.ttl = ttl
         self.retry = retry
         self.logger = logger
+        self.confirmations = KindConfirmations(store: store, catalog: catalog, retry: retry, logger: logger)
+        self.maximumLinkSize = SymlinkProbe.maximumSize(of: store)
+    }
+
+    /// `item`, when its kind is still to be confirmed before a lookup answers with it (see
+    /// `SymlinkProbe`); nil on stores whose listings show every kind, and for most items.
+    public nonisolated func kindToConfirm(_ item: Item) -> Catalog.KindToConfirm? {
+        guard let maximumLinkSize else { return nil }
+        return try? catalog.kindToConfirm(item, maximumSize: maximumLinkSize)
+    }
+
+    /// Confirms the kind of `item` with the store (one HEAD, shared with any other lookup of
+    /// it), and starts confirming the rest of its folder in the background.
+    public nonisolated func confirmKind(_ item: Catalog.KindToConfirm) async {
+        await confirmations.confirm(item)
+    }
+
+    /// The children of `directory` whose kind is still to be confirmed.
+    public nonisolated func inodesToConfirm(in directory: Inode) -> Set<Inode> {
+        guard let maximumLinkSize else { return [] }
+        return (try? catalog.inodesToConfirm(in: directory, maximumSize: maximumLinkSize)) ?? []
     }
 
     /// Makes sure the catalog can answer for `directory`'s children.
@@ -105,7 +130,7 @@ public actor DirectoryEnumerator {
     private nonisolated static func list(_ directory: Item, store: any Store, catalog: Catalog, retry: RetryPolicy,
                                          logger: Logger) async throws {
             do {
-                let probe = SymlinkProbe(store: store, catalog: catalog, retry: retry, logger: logger)
+                let probe = SymlinkProbe(store: store, catalog: catalog, logger: logger)
                 let progress = ListingProgress(startedAt: Date().timeIntervalSince1970)
                 var page: PageToken? = nil
                 repeat {
@@ -116,7 +141,7 @@ public actor DirectoryEnumerator {
                     let result = try await retry.run { () async throws(StoreError) -> ListPage in
                         try await store.list(directory.path, page: token)
                     }
-                    let resolved = try await probe.resolve(result.entries, in: directory)
+                    let resolved = try probe.resolve(result.entries, in: directory)
                     try await Blocking.run { () throws(FSError) in
                         try catalog.applyListingPage(resolved.entries, kindUnknown: resolved.unknown, of: directory.inode,
                                                      askedAt: askedAt, progress: progress)

@@ -128,7 +128,13 @@ public final class DocFileSystem: Sendable {
             return try await lookUpByStat(name, in: directory)
         }
         try await enumerator.ensureListed(directory)
-        guard let child = try catalog.child(of: parent, named: name) else { throw .notFound }
+        guard var child = try catalog.child(of: parent, named: name) else { throw .notFound }
+        if let unconfirmed = enumerator.kindToConfirm(child) {
+            // A small object the listing could not tell from a link (see SymlinkProbe).
+            await enumerator.confirmKind(unconfirmed)
+            guard let confirmed = try catalog.child(of: parent, named: name) else { throw .notFound }
+            child = confirmed
+        }
         return try item(child.inode)
     }
 
@@ -169,7 +175,14 @@ public final class DocFileSystem: Sendable {
         guard directory.isDirectory else { throw .notADirectory }
         guard enumerator.canAnswerNow(for: directory) else { return nil }
         guard let child else { throw .notFound }
+        if enumerator.kindToConfirm(child) != nil { return nil }  // `lookup` asks the store first
         return shownWithLocalCopy(child)
+    }
+
+    /// The children of `directory` whose kind is still to be confirmed (see `SymlinkProbe`):
+    /// readdir gives the kernel no attributes for them, so `stat` looks them up.
+    public func childrenToConfirm(of directory: Inode) -> Set<Inode> {
+        enumerator.inodesToConfirm(in: directory)
     }
 
     /// The children of a directory, listing it first if it never was.

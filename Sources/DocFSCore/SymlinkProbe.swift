@@ -1,77 +1,141 @@
 import DocFSStore
+import Foundation
 import Logging
 
-/// Gives every entry of a listing its true kind, on stores whose listings cannot show links.
+/// Gives the entries of a listing their true kind, on stores whose listings cannot show links,
+/// without holding up the listing.
 ///
 /// An S3 listing carries no metadata, so a link object (a small object whose `x-amz-meta-mode`
-/// says S_IFLNK, as s3fs writes it) looks like a file of a few bytes. Applied as it is, a
-/// listing would turn every link into a file. So before a listing reaches the catalog, each
-/// file small enough to be a link is looked at once with `stat`, and what that says is kept
-/// in the catalog for the entry's version (`kindKnownFor`): the next listing of the same
-/// version asks nothing. Links docfs made itself, and files it uploaded, are known from the
-/// start. Files larger than any link target are never asked about. Empty objects are asked
-/// about too: on S3 a FIFO, socket or device node is an empty object whose mode says so (see
-/// S3Store+SpecialFiles.swift).
+/// says S_IFLNK, as s3fs writes it) looks like a file of a few bytes, and a FIFO, socket or
+/// device node (see S3Store+SpecialFiles.swift) like an empty file. Asking `stat` (a HEAD) about
+/// every small object before a listing is answered made a cold `ls` of 5,000 small objects cost
+/// 5,000 HEADs. So a listing takes only what the catalog already knows (`kindKnownFor`: the
+/// version a kind was confirmed for; links docfs made and files it uploaded are known from the
+/// start) and leaves the other small objects *to be confirmed*. A plain `ls`, `find -name` or a
+/// file manager's listing then asks the store nothing more.
+///
+/// The kind of an entry to be confirmed is learnt when someone looks at the entry itself: a
+/// lookup (`stat`, `ls -l`, `open`) waits for that one name's HEAD (`KindConfirmations`), and
+/// starts confirming the rest of the folder in the background, `concurrency` at a time, in name
+/// order, since `ls -l` stats them next. readdir hands the kernel no attributes for such an
+/// entry (DT_UNKNOWN), so `ls -l` stats it, and the first `stat` shows a link as a link.
 struct SymlinkProbe {
     let store: any Store
     let catalog: Catalog
-    let retry: RetryPolicy
     let logger: Logger
-    /// Stats in flight at once for one listing.
-    var concurrency = 16
 
-    /// `entries` of `directory` with each small file's true kind, and the names whose kind could
-    /// not be learnt (the catalog keeps what it has for those).
-    func resolve(_ entries: [RemoteEntry], in directory: Item) async throws(FSError) -> (entries: [RemoteEntry], unknown: Set<FileName>) {
-        guard case .byStat(let maximumTargetBytes) = store.capabilities.symlinkDiscovery else { return (entries, []) }
-        let candidates = entries.filter { $0.kind == .file && $0.size >= 0 && $0.size <= maximumTargetBytes && $0.etag != nil }
-        let known = try catalog.knownKinds(in: directory.inode, named: candidates.map(\.name))
+    /// The size above which no object is a link or a special file on this store; nil when
+    /// listings show every kind (no entry is ever to be confirmed).
+    static func maximumSize(of store: any Store) -> Int64? {
+        guard case .byStat(let maximumTargetBytes) = store.capabilities.symlinkDiscovery else { return nil }
+        return maximumTargetBytes
+    }
+
+    /// `entries` of `directory` with the kinds the catalog confirmed for their versions, and the
+    /// names whose kind is still to be confirmed (see `Catalog.applyListingPage`). Asks the store
+    /// nothing.
+    func resolve(_ entries: [RemoteEntry], in directory: Item) throws(FSError) -> (entries: [RemoteEntry], unknown: Set<FileName>) {
+        guard let maximumTargetBytes = Self.maximumSize(of: store) else { return (entries, []) }
+        func candidate(_ entry: RemoteEntry) -> Bool {
+            entry.kind == .file && entry.size >= 0 && entry.size <= maximumTargetBytes
+        }
+        let candidates = entries.filter { candidate($0) && $0.etag != nil }
+        let known = candidates.isEmpty ? [:] : try catalog.knownKinds(in: directory.inode, named: candidates.map(\.name))
         var resolved = entries
-        var unknown: [Int] = []
-        for (index, entry) in entries.enumerated() {
-            guard entry.kind == .file, entry.size >= 0, entry.size <= maximumTargetBytes else { continue }
+        var unknown = Set<FileName>()
+        for (index, entry) in entries.enumerated() where candidate(entry) {
             if let etag = entry.etag, let kind = known[entry.name.fileName], kind.version == etag {
                 resolved[index].kind = kind.kind
             } else {
-                unknown.append(index)
+                unknown.insert(entry.name.fileName)
             }
         }
-        guard !unknown.isEmpty else { return (resolved, []) }
-        logger.debug("asking the store which small files are links or special files", metadata: ["path": "\(directory.path)", "count": "\(unknown.count)"])
-        var unresolved = Set(unknown.map { entries[$0].name.fileName })
-        for (index, stated) in await stat(unknown.map { ($0, entries[$0]) }) {
-            // The stat's answer is as new as the listing's or newer: take all of it.
-            resolved[index] = stated
-            unresolved.remove(stated.name.fileName)
-        }
-        return (resolved, unresolved)
+        return (resolved, unknown)
+    }
+}
+
+/// The confirmations of kinds under way (see `SymlinkProbe`): one HEAD per entry however many
+/// lookups wait for it, and one background sweep per folder at a time.
+actor KindConfirmations {
+    private let store: any Store
+    private let catalog: Catalog
+    private let retry: RetryPolicy
+    private let logger: Logger
+    /// HEADs in flight at once for one folder's sweep.
+    private let concurrency: Int
+    private var pending: [Inode: Task<Void, Never>] = [:]
+    private var sweeping: Set<Inode> = []
+
+    init(store: any Store, catalog: Catalog, retry: RetryPolicy, logger: Logger, concurrency: Int = 16) {
+        self.store = store
+        self.catalog = catalog
+        self.retry = retry
+        self.logger = logger
+        self.concurrency = concurrency
     }
 
-    /// What `stat` says of each entry, `concurrency` at a time. An entry that cannot be asked
-    /// about (gone since the listing, a failing store) is left out: the caller keeps the
-    /// catalog's kind for it, and it is asked about again with the next listing.
-    private func stat(_ entries: [(index: Int, entry: RemoteEntry)]) async -> [(Int, RemoteEntry)] {
-        await withTaskGroup(of: (Int, RemoteEntry)?.self) { group in
-            var results: [(Int, RemoteEntry)] = []
-            var pending = entries.makeIterator()
-            func startNext() {
-                guard let (index, entry) = pending.next() else { return }
-                group.addTask { [store, retry, logger] in
-                    do {
-                        let stated = try await retry.run { () async throws(StoreError) -> RemoteEntry in try await store.stat(entry.path) }
-                        return stated.path == entry.path ? (index, stated) : nil
-                    } catch {
-                        logger.debug("could not tell whether an entry is a link", metadata: ["path": "\(entry.path)", "error": "\(error)"])
-                        return nil
-                    }
-                }
+    /// Confirms `item`'s kind (joining a confirmation under way) and starts confirming the
+    /// rest of its folder in the background. When the store cannot be asked, the catalog's
+    /// kind stands, and the next lookup asks again.
+    func confirm(_ item: Catalog.KindToConfirm) async {
+        if !sweeping.contains(item.parent) {
+            sweeping.insert(item.parent)
+            Task { await self.sweep(item.parent) }
+        }
+        if let task = pending[item.inode] ?? (stillToConfirm(item) ? start(item) : nil) {
+            await task.value
+        }
+    }
+
+    /// Whether `item`'s kind is still to be confirmed: another confirmation may have ended
+    /// since the caller read the catalog.
+    private func stillToConfirm(_ item: Catalog.KindToConfirm) -> Bool {
+        guard let maximumSize = SymlinkProbe.maximumSize(of: store),
+              let current = try? catalog.item(item.inode) else { return false }
+        return (try? catalog.kindToConfirm(current, maximumSize: maximumSize)) != nil
+    }
+
+    private func start(_ item: Catalog.KindToConfirm) -> Task<Void, Never> {
+        let task = Task { [store, catalog, retry, logger] in
+            await Self.probe(item, store: store, catalog: catalog, retry: retry, logger: logger)
+            self.finished(item.inode)
+        }
+        pending[item.inode] = task
+        return task
+    }
+
+    private func finished(_ inode: Inode) {
+        pending[inode] = nil
+    }
+
+    /// Confirms every entry of `directory` still to be confirmed, `concurrency` at a time, in
+    /// name order (the order `ls -l` stats them in).
+    private func sweep(_ directory: Inode) async {
+        defer { sweeping.remove(directory) }
+        guard let maximumSize = SymlinkProbe.maximumSize(of: store),
+              let candidates = try? catalog.kindsToConfirm(in: directory, maximumSize: maximumSize) else { return }
+        var running: [Task<Void, Never>] = []
+        for item in candidates {
+            if pending[item.inode] != nil || !stillToConfirm(item) { continue }  // a lookup asked first
+            running.append(start(item))
+            if running.count >= concurrency { await running.removeFirst().value }
+        }
+        for task in running { await task.value }
+    }
+
+    /// One HEAD, and what it says applied to the catalog as the newest word on the entry.
+    private static func probe(_ item: Catalog.KindToConfirm, store: any Store, catalog: Catalog, retry: RetryPolicy,
+                              logger: Logger) async {
+        let askedAt = Date().timeIntervalSince1970
+        do {
+            let stated = try await retry.run { () async throws(StoreError) -> RemoteEntry in try await store.stat(item.path) }
+            guard stated.path == item.path else { return }
+            try await Blocking.run { () throws(FSError) in
+                try catalog.applyListingPage([stated], of: item.parent, askedAt: askedAt, progress: ListingProgress(startedAt: askedAt))
             }
-            for _ in 0..<concurrency { startNext() }
-            while let result = await group.next() {
-                if let result { results.append(result) }
-                startNext()
-            }
-            return results
+        } catch {
+            // Gone since the listing, or a failing store: the listing's kind stands for now.
+            logger.debug("could not tell whether an entry is a link", metadata: ["path": "\(item.path)", "error": "\(error)"])
         }
     }
 }

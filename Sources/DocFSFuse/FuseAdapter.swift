@@ -37,19 +37,9 @@ final class FuseAdapter: Sendable {
     /// The tasks answering requests (see `respond`), settled before the session is destroyed.
     let inFlight = InFlightRequests()
 
-    /// One entry of an open directory's snapshot: its name, inode and the attributes
-    /// readdirplus hands the kernel (nil for `.` and `..`), taken at opendir. Small on
-    /// purpose (no `Item`): a 100,000-entry folder's snapshot is a few tens of MiB, not hundreds.
-    struct DirectoryEntry: Sendable {
-        var name: String
-        var inode: Inode
-        var attributes: stat?
-        var isDirectory: Bool { attributes.map { $0.st_mode & S_IFMT == S_IFDIR } ?? true }
-    }
-
     struct DirectoryHandles {
         var next: UInt64 = 1
-        var open: [UInt64: [DirectoryEntry]] = [:]
+        var open: [UInt64: DirectorySnapshot] = [:]
     }
 
     init(fs: DocFileSystem, cacheDirectory: String, entryTimeout: Double, attributeTimeout: Double,
@@ -393,20 +383,21 @@ final class FuseAdapter: Sendable {
             guard directory.isDirectory else { throw FSError.notADirectory }
             let parent = directory.parent ?? inode
             // The children stream from the catalog into the snapshot, never all decoded at once.
-            let entries = try await shielded { [fs, self] () throws(FSError) -> [DirectoryEntry] in
-                var entries = [
-                    DirectoryEntry(name: ".", inode: inode, attributes: nil),
-                    DirectoryEntry(name: "..", inode: parent, attributes: nil),
-                ]
+            let snapshot = try await shielded { [fs] () throws(FSError) -> DirectorySnapshot in
+                var snapshot = DirectorySnapshot()
+                snapshot.append(name: ".", inode: inode, type: .directoryLink, format: S_IFDIR)
+                snapshot.append(name: "..", inode: parent, type: .directoryLink, format: S_IFDIR)
                 try await fs.forEachChild(of: inode) { child in
-                    entries.append(DirectoryEntry(name: child.name, inode: child.inode, attributes: self.attributes(of: child)))
+                    snapshot.append(name: child.name, inode: child.inode, type: .child, format: Self.format(of: child.kind))
                 }
-                return entries
+                // Asked once the folder is listed (the listing is what leaves kinds open).
+                snapshot.markUnconfirmed(fs.childrenToConfirm(of: inode))
+                return snapshot
             }
             let handle = directories.withLock { table in
                 let handle = table.next
                 table.next += 1
-                table.open[handle] = entries
+                table.open[handle] = snapshot
                 return handle
             }
             request.replyOpen(handle: handle)
@@ -415,9 +406,24 @@ final class FuseAdapter: Sendable {
         }
     }
 
+    /// The `S_IFMT` bits of an item of `kind`.
+    static func format(of kind: Item.Kind) -> mode_t {
+        switch kind {
+        case .file: return S_IFREG
+        case .directory: return S_IFDIR
+        case .symlink: return S_IFLNK
+        case .fifo: return S_IFIFO
+        case .characterDevice: return S_IFCHR
+        case .blockDevice: return S_IFBLK
+        case .socket: return S_IFSOCK
+        }
+    }
+
     /// Fills one readdir(plus) reply from the handle's snapshot, starting after `offset`.
+    /// readdirplus reads each child's attributes as it hands the child out; a child gone since
+    /// opendir, or one whose kind is still to be confirmed, goes without (the kernel looks it up).
     func readdir(_ request: consuming FuseRequest, raw: fuse_req_t, handle: UInt64, offset: Int64, size: Int, plus: Bool) {
-        guard let entries = directories.withLock({ $0.open[handle] }) else {
+        guard let snapshot = directories.withLock({ $0.open[handle] }) else {
             request.fail(.invalidArgument)
             return
         }
@@ -425,31 +431,34 @@ final class FuseAdapter: Sendable {
         defer { buffer.deallocate() }
         var used = 0
         var index = Int(max(offset, 0))
-        while index < entries.count {
-            let entry = entries[index]
+        while index < snapshot.count {
+            let inode = snapshot.inode(at: index)
             let remaining = size - used
             let needed: Int
             if plus {
-                if let attributes = entry.attributes {
-                    // Count the lookup only if the entry fits (else the kernel never sees it).
-                    var param = fuse_entry_param()
-                    param.ino = entry.inode
-                    param.attr = attributes
+                var param = fuse_entry_param()
+                param.attr.st_ino = ino_t(inode)
+                param.attr.st_mode = snapshot.format(at: index)
+                var counted = false
+                if snapshot.type(at: index) == .child, let item = try? fs.item(inode) {
+                    param.ino = inode
+                    param.attr = attributes(of: item)
                     param.attr_timeout = attributeTimeout
                     param.entry_timeout = entryTimeout
-                    needed = fuse_add_direntry_plus(raw, buffer + used, remaining, entry.name, &param, off_t(index + 1))
-                    if needed <= remaining { lookups.withLock { $0[entry.inode, default: 0] += 1 } }
-                } else {
-                    var param = fuse_entry_param()
-                    param.attr.st_ino = ino_t(entry.inode)
-                    param.attr.st_mode = S_IFDIR
-                    needed = fuse_add_direntry_plus(raw, buffer + used, remaining, entry.name, &param, off_t(index + 1))
+                    counted = true
                 }
+                needed = snapshot.withName(at: index) { name in
+                    fuse_add_direntry_plus(raw, buffer + used, remaining, name, &param, off_t(index + 1))
+                }
+                // Count the lookup only if the entry fits (else the kernel never sees it).
+                if counted, needed <= remaining { lookups.withLock { $0[inode, default: 0] += 1 } }
             } else {
                 var st = stat()
-                st.st_ino = ino_t(entry.inode)
-                st.st_mode = entry.attributes.map { $0.st_mode & S_IFMT } ?? S_IFDIR
-                needed = fuse_add_direntry(raw, buffer + used, remaining, entry.name, &st, off_t(index + 1))
+                st.st_ino = ino_t(inode)
+                st.st_mode = snapshot.format(at: index)
+                needed = snapshot.withName(at: index) { name in
+                    fuse_add_direntry(raw, buffer + used, remaining, name, &st, off_t(index + 1))
+                }
             }
             if needed > remaining { break }
             used += needed

@@ -5,8 +5,8 @@ import Foundation
 import Testing
 
 /// On a store whose listings show links as small files (S3), the catalog still shows links as
-/// links: it asks `stat` about small files once per version, and never relisting turns a
-/// link into a file.
+/// links: a listing asks nothing per entry, a lookup asks `stat` about a small file once per
+/// version, and never relisting turns a link into a file.
 @Suite("Links on stores whose listings cannot show them")
 struct SymlinkDiscoveryTests {
     static func linkHidingStore() -> InMemoryStore {
@@ -21,16 +21,24 @@ struct SymlinkDiscoveryTests {
         fixture.store.addFile("large", [UInt8](repeating: 7, count: 4096))
         fixture.store.addDirectory("docs")
 
+        // The listing asks nothing per entry: what may be a link is confirmed at its lookup.
         let children = try await fixture.fs.children(of: Item.rootInode)
-        let link = try #require(children.first { $0.name == "link" })
+        #expect(children.count == 5)
+        #expect(fixture.store.statCount == 0)
+        #expect(fixture.fs.childrenToConfirm(of: Item.rootInode).count == 3)
+
+        let link = try await fixture.lookup("link")
         #expect(link.kind == .symlink)
         #expect(link.symlinkTarget == "docs/a.txt")
-        #expect(children.first { $0.name == "small" }?.kind == .file)
+        #expect(try await fixture.lookup("small").kind == .file)
+        #expect(try await fixture.lookup("large").kind == .file)
+        #expect(try await fixture.lookup("docs").kind == .directory)
         // Only the files that could be links or special files (an empty object may be a FIFO,
-        // socket or device, as s3fs writes them) were asked about: not the one larger than any
-        // target, not the directory.
-        #expect(children.first { $0.name == "empty" }?.kind == .file)
+        // socket or device, as s3fs writes them) were asked about, once each: not the one
+        // larger than any target, not the directory.
+        #expect(try await fixture.lookup("empty").kind == .file)
         #expect(fixture.store.statCount == 3)
+        #expect(fixture.fs.childrenToConfirm(of: Item.rootInode).isEmpty)
     }
 
     @Test func anUnchangedVersionIsNotAskedAboutAgain() async throws {
@@ -40,6 +48,9 @@ struct SymlinkDiscoveryTests {
         let fixture = try CoreFixture(store: store)
         let root = try fixture.fs.item(Item.rootInode)
         try await fixture.fs.refresh(directory: root.inode)
+        #expect(store.statCount == 0)
+        #expect(try await fixture.lookup("link").kind == .symlink)
+        #expect(try await fixture.lookup("small").kind == .file)
         #expect(store.statCount == 2)
 
         try await fixture.fs.refresh(directory: root.inode)

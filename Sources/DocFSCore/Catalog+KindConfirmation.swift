@@ -1,0 +1,60 @@
+import DocFSStore
+import GRDB
+
+/// Entries whose kind is still to be confirmed (see `SymlinkProbe`): placeholders on the store,
+/// small enough to be a link or a special file, whose kind the catalog knows for no version or
+/// for an older one than the store's (`kindKnownFor` is not `etag`).
+extension Catalog {
+    /// What confirming one entry's kind needs: where it is, and where its row lives.
+    public struct KindToConfirm: Sendable {
+        public var inode: Inode
+        public var parent: Inode
+        public var path: StorePath
+    }
+
+    private static let toConfirm = """
+        kind != \(Item.Kind.directory.rawValue) AND state = '\(ItemState.placeholder.rawValue)' AND onStore = 1
+        AND etag IS NOT NULL AND size <= ? AND (kindKnownFor IS NULL OR kindKnownFor != etag)
+        """
+
+    /// `item`, when its kind is still to be confirmed on a store whose objects up to
+    /// `maximumSize` bytes may be links; nil otherwise (most items: decided without a query).
+    public func kindToConfirm(_ item: Item, maximumSize: Int64) throws(FSError) -> KindToConfirm? {
+        guard item.kind != .directory, item.state == .placeholder, item.onStore, item.etag != nil,
+              item.size <= maximumSize, let parent = item.parent else { return nil }
+        let unconfirmed = try quickRead { db in
+            try Bool.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM item WHERE inode = ? AND \(Catalog.toConfirm)"),
+                              arguments: [Int64(bitPattern: item.inode), maximumSize]) ?? false
+        }
+        return unconfirmed ? KindToConfirm(inode: item.inode, parent: parent, path: item.path) : nil
+    }
+
+    /// The children of `directory` whose kind is still to be confirmed, in name order.
+    public func kindsToConfirm(in directory: Inode, maximumSize: Int64) throws(FSError) -> [KindToConfirm] {
+        try read { db in
+            let rows = try Row.fetchCursor(db.cachedStatement(sql: """
+                SELECT inode, path FROM item WHERE parent = ? AND \(Catalog.toConfirm) ORDER BY name
+                """), arguments: [Int64(bitPattern: directory), maximumSize])
+            var found: [KindToConfirm] = []
+            while let row = try rows.next() {
+                let path: String = row[1]
+                let components = path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
+                found.append(KindToConfirm(inode: Inode(bitPattern: row[0]), parent: directory,
+                                           path: StorePath(validated: components)))
+            }
+            return found
+        }
+    }
+
+    /// The inodes among `directory`'s children whose kind is still to be confirmed: readdir
+    /// hands the kernel no attributes for them, so that a `stat` asks (and confirms) first.
+    public func inodesToConfirm(in directory: Inode, maximumSize: Int64) throws(FSError) -> Set<Inode> {
+        try quickRead { db in
+            let inodes = try Int64.fetchCursor(db.cachedStatement(sql: "SELECT inode FROM item WHERE parent = ? AND \(Catalog.toConfirm)"),
+                                               arguments: [Int64(bitPattern: directory), maximumSize])
+            var found = Set<Inode>()
+            while let inode = try inodes.next() { found.insert(Inode(bitPattern: inode)) }
+            return found
+        }
+    }
+}

@@ -1,0 +1,88 @@
+"""A cold listing of many small S3 objects asks nothing per object (issue 9).
+
+An S3 listing cannot tell an s3fs-style link or special file (a small or empty object whose
+x-amz-meta-mode says so) from a file. docfs used to HEAD every small object before a listing
+was answered: a cold `ls` of 5,000 small objects cost 5,000 HEADs. Now a plain listing (getdents
+only: `ls`, a file manager) sends no HEAD; a small object's kind is confirmed at
+its first lookup, so `ls -l` and `stat` still show links and special files as such the first
+time, and each object is asked about once."""
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import time
+
+import pytest
+
+from s3_support import s3, s3_mount, s3_server  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.fuse
+
+SMALL = 120
+LINKS = {"link-a": "small000.txt", "link-b": "../elsewhere/target"}
+
+
+def heads(s3):
+    """HEADs of the objects in dir/ (the lookup of dir/ itself asks about that one name)."""
+    return [r for r in s3.requests() if r.method == "HEAD" and r.path.startswith(f"/{s3.name}/dir/")]
+
+
+def test_a_cold_plain_listing_sends_no_head_and_ls_l_still_shows_links(s3, s3_mount):
+    s3.put_many({f"dir/small{i:03}.txt": b"x" * (i % 7) for i in range(SMALL)})
+    for name, target in LINKS.items():
+        s3.client.put_object(Bucket=s3.name, Key=f"dir/{name}", Body=target.encode(),
+                             Metadata={"mode": str(stat.S_IFLNK | 0o777)})
+    s3.client.put_object(Bucket=s3.name, Key="dir/fifo", Body=b"", Metadata={"mode": str(stat.S_IFIFO | 0o644)})
+    m = s3_mount()
+
+    names = os.listdir(m / "dir")
+    assert len(names) == SMALL + len(LINKS) + 1, sorted(names)[:10]
+    plain = subprocess.run(["ls", str(m / "dir")], capture_output=True, text=True, timeout=60)
+    assert plain.returncode == 0 and sorted(plain.stdout.split()) == sorted(names), plain.stdout[:200]
+    time.sleep(0.5)
+    asked = heads(s3)
+    assert not asked, f"a plain listing of {len(names)} small objects sent {len(asked)} HEADs: " \
+                      f"{[str(r) for r in asked[:5]]}"
+
+    # `ls -l` stats every name: links and the FIFO show as such the first time.
+    ls = subprocess.run(["ls", "-l", str(m / "dir")], capture_output=True, text=True, timeout=60)
+    assert ls.returncode == 0, ls.stderr
+    lines = {line.split()[-1] if " -> " not in line else line.split(" -> ")[0].split()[-1]: line
+             for line in ls.stdout.splitlines()[1:]}
+    for name, target in LINKS.items():
+        assert lines[name].startswith("l") and lines[name].endswith(f"{name} -> {target}"), lines[name]
+    assert lines["fifo"].startswith("p"), lines["fifo"]
+    assert lines["small003.txt"].startswith("-"), lines["small003.txt"]
+    assert stat.S_ISLNK(os.lstat(m / "dir/link-a").st_mode)
+    assert os.readlink(m / "dir/link-b") == "../elsewhere/target"
+    assert stat.S_ISFIFO(os.lstat(m / "dir/fifo").st_mode)
+    assert stat.S_ISREG(os.lstat(m / "dir/small005.txt").st_mode)
+
+    # Each small object was asked about at most once, and a second `ls -l` asks nothing.
+    time.sleep(0.5)
+    per_key = {}
+    for r in heads(s3):
+        per_key[r.path] = per_key.get(r.path, 0) + 1
+    assert max(per_key.values()) == 1, {k: v for k, v in per_key.items() if v > 1}
+    assert len(per_key) <= SMALL + len(LINKS) + 1
+    before = len(heads(s3))
+    again = subprocess.run(["ls", "-l", str(m / "dir")], capture_output=True, text=True, timeout=60)
+    assert again.stdout == ls.stdout
+    time.sleep(0.5)
+    assert len(heads(s3)) == before, [str(r) for r in heads(s3)[before:before + 5]]
+
+
+def test_a_link_replaced_by_a_file_is_a_file_after_the_next_listing(s3, s3_mount):
+    s3.client.put_object(Bucket=s3.name, Key="made-elsewhere", Body=b"target.txt",
+                         Metadata={"mode": str(stat.S_IFLNK | 0o777)})
+    m = s3_mount("--dir-cache-ttl", "1", "--entry-timeout", "0.5", "--attr-timeout", "0.5")
+    assert os.listdir(m.path) == ["made-elsewhere"]
+    assert os.readlink(m / "made-elsewhere") == "target.txt"
+    s3.put("made-elsewhere", b"now a file")
+    deadline = time.monotonic() + 20
+    while stat.S_ISLNK(os.lstat(m / "made-elsewhere").st_mode) and time.monotonic() < deadline:
+        os.listdir(m.path)  # past the TTL a listing revalidates the folder
+        time.sleep(0.3)
+    assert stat.S_ISREG(os.lstat(m / "made-elsewhere").st_mode)
+    assert (m / "made-elsewhere").read_bytes() == b"now a file"
