@@ -1,6 +1,7 @@
 import DocFSStore
 import Foundation
 import GRDB
+import Synchronization
 
 /// The local database of items: every placeholder's metadata and every item's state,
 /// persisted in SQLite so that placeholders (and, later, unsynced changes) survive an
@@ -10,6 +11,11 @@ import GRDB
 /// so an inode the kernel still remembers can never name a different item.
 public final class Catalog: Sendable {
     private let db: DatabasePool
+    /// Rows read recently, for lookups and getattr without a database round trip (see
+    /// `CatalogCache`; every write below invalidates what it touched).
+    private let cache = CatalogCache()
+    private let writeTransactions = Atomic<Int>(0)
+    private let databaseLookups = Atomic<Int>(0)
     /// Names local operations removed lately, which an older listing must not bring back.
     let removedNames = RemovedNames()
 
@@ -125,22 +131,34 @@ public final class Catalog: Sendable {
     // MARK: Reading
 
     public func item(_ inode: Inode) throws(FSError) -> Item? {
+        if let cached = cache.item(inode) { return cached }
         // Cached statements: lookups and getattr run these thousands of times a second, and
         // compiling one (GRDB authorizes every column) costs more than running it.
-        try quickRead { db in try Catalog.item(inode, in: db) }
+        let ticket = cache.ticket()
+        let item = try quickRead { db in try Catalog.item(inode, in: db) }
+        cache.fill(item, ticket: ticket)
+        return item
     }
 
     public func child(of parent: Inode, named name: String) throws(FSError) -> Item? {
-        try quickRead { db in try Catalog.child(of: parent, named: name, in: db) }
+        if let cached = cache.child(of: parent, named: name) { return cached }
+        let ticket = cache.ticket()
+        let child = try quickRead { db in try Catalog.child(of: parent, named: name, in: db) }
+        cache.fill(child, ticket: ticket)
+        return child
     }
 
     /// A directory and one of its children, read on one connection in one hop: a lookup needs
     /// both, and each separate read is a queue hop and a connection taken from the pool.
     public func directoryAndChild(_ parent: Inode, named name: String) throws(FSError) -> (directory: Item?, child: Item?) {
-        try quickRead { db in
+        if let directory = cache.item(parent), let child = cache.child(of: parent, named: name) { return (directory, child) }
+        let ticket = cache.ticket()
+        let found = try quickRead { db -> (directory: Item?, child: Item?) in
             guard let directory = try Catalog.item(parent, in: db) else { return (nil, nil) }
             return (directory, try Catalog.child(of: parent, named: name, in: db))
         }
+        cache.fill([found.directory, found.child].compactMap { $0 }, ticket: ticket)
+        return found
     }
 
     private static func item(_ inode: Inode, in db: Database) throws -> Item? {
@@ -155,26 +173,46 @@ public final class Catalog: Sendable {
 
     /// The children of a directory, ordered by name (a stable order for readdir offsets).
     public func children(of parent: Inode) throws(FSError) -> [Item] {
-        try read { db in
+        let ticket = cache.ticket()
+        let children = try read { db in
             try Row.fetchAll(db.cachedStatement(sql: "SELECT \(Catalog.itemColumns) FROM item WHERE parent = ? ORDER BY name"),
                              arguments: [Int64(bitPattern: parent)])
         }.map(Catalog.item(from:))
+        cache.fill(children, ticket: ticket)
+        return children
     }
 
     /// Each child of `parent` in name order, read through a cursor (one row at a time).
+    /// A listing read (`ls`, readdir) also fills the cache, up to its capacity, so that the
+    /// lookups and stats that follow it are answered from memory.
     public func forEachChild(of parent: Inode, _ body: (Item) -> Void) throws(FSError) {
+        let ticket = cache.ticket()
+        var seen: [Item] = []
         try read { db in
             let rows = try Row.fetchCursor(db.cachedStatement(sql: "SELECT \(Catalog.itemColumns) FROM item WHERE parent = ? ORDER BY name"),
                                            arguments: [Int64(bitPattern: parent)])
-            while let row = try rows.next() { body(Catalog.item(from: row)) }
+            while let row = try rows.next() {
+                let item = Catalog.item(from: row)
+                if seen.count < cache.capacity { seen.append(item) }
+                body(item)
+            }
         }
+        cache.fill(seen, ticket: ticket)
     }
+
+    /// Write transactions since the catalog was opened: how tests pin what an open and a
+    /// close of a file cost.
+    public var transactionsWritten: Int { writeTransactions.load(ordering: .relaxed) }
+
+    /// Reads of one item or name (lookup, getattr) that went to the database rather than to
+    /// the cache: how tests tell that a listed folder's names are answered from memory.
+    public var itemReadsFromDatabase: Int { databaseLookups.load(ordering: .relaxed) }
 
     /// Rows inserted, updated or deleted since the catalog was opened (SQLite's
     /// `total_changes()` of the one writing connection): how tests and the bench tell that a
     /// refresh of an unchanged folder wrote nothing.
     public func rowsWritten() throws(FSError) -> Int {
-        try write { db in db.totalChangesCount }
+        try write(invalidating: .nothing) { db in db.totalChangesCount }
     }
 
     public func itemCount() throws(FSError) -> Int {
@@ -192,7 +230,7 @@ public final class Catalog: Sendable {
 
     /// Records what the store said about an item's content (after a fetch: the ETag may be new).
     public func updateMetadata(of inode: Inode, from entry: RemoteEntry) throws(FSError) {
-        try write { db in
+        try write(invalidating: .item(inode)) { db in
             try db.execute(sql: """
                 UPDATE item SET size = ?, modifiedNs = CASE WHEN etag IS NOT NULL AND etag = ? THEN modifiedNs ELSE ? END,
                     etag = COALESCE(?, etag), mode = COALESCE(?, mode) WHERE inode = ?
@@ -264,7 +302,7 @@ public final class Catalog: Sendable {
     /// The store's version of an item changed without a content change (attributes pushed).
     /// A copy based on the old version is based on the new one: its content did not change.
     public func recordVersion(of inode: Inode, etag: ETag?) throws(FSError) {
-        try write { db in
+        try write(invalidating: .item(inode)) { db in
             // Attributes do not change an item's kind: a kind known for the old version stays known.
             try db.execute(sql: """
                 UPDATE item SET kindKnownFor = CASE WHEN kindKnownFor = etag THEN COALESCE(?, etag) ELSE kindKnownFor END,
@@ -275,7 +313,7 @@ public final class Catalog: Sendable {
     }
 
     public func recordUploadError(of inode: Inode, _ message: String?) throws(FSError) {
-        try write { db in
+        try write(invalidating: .item(inode)) { db in
             try db.execute(sql: "UPDATE item SET uploadError = ? WHERE inode = ?", arguments: [message, Int64(bitPattern: inode)])
         }
     }
@@ -283,7 +321,7 @@ public final class Catalog: Sendable {
     /// chmod/chown/utimensat results; nil leaves a value as it is. `changed` is the new ctime.
     public func setAttributes(of inode: Inode, mode: UInt32? = nil, owner: UInt32? = nil, group: UInt32? = nil,
                               modified: Timestamp? = nil, accessed: Timestamp? = nil, changed: Timestamp) throws(FSError) {
-        try write { db in
+        try write(invalidating: .item(inode)) { db in
             // An access time never set follows the modification time; pin it before that moves
             // (utimensat with UTIME_OMIT for atime must leave atime as it was).
             try db.execute(sql: """
@@ -296,7 +334,7 @@ public final class Catalog: Sendable {
 
     /// Sets a directory's listing time (a directory made here is complete: it is empty).
     public func markListed(_ inode: Inode, at time: Double) throws(FSError) {
-        try write { db in
+        try write(invalidating: .item(inode)) { db in
             try db.execute(sql: "UPDATE item SET listedAt = ? WHERE inode = ?", arguments: [time, Int64(bitPattern: inode)])
         }
     }
@@ -305,14 +343,14 @@ public final class Catalog: Sendable {
 
     /// Persists a copy's life: its state, base version, commits and whether it is on the store.
     public func recordCopy(_ inode: Inode, _ life: CopyLife) throws(FSError) {
-        try write { db in try Catalog.persist(db, inode, life) }
+        try write(invalidating: .item(inode)) { db in try Catalog.persist(db, inode, life) }
     }
 
     /// A new copy of `inode` begins: records its life. Fails with `notFound` when the row is
     /// gone (a listing dropped the item between the caller's lookup and now): a copy without a
     /// row could never be uploaded nor evicted.
     public func beginCopy(_ inode: Inode, _ life: CopyLife) throws(FSError) {
-        let changed: Int = try write { db in
+        let changed: Int = try write(invalidating: .item(inode)) { db in
             try Catalog.persist(db, inode, life)
             return db.changesCount
         }
@@ -321,7 +359,7 @@ public final class Catalog: Sendable {
 
     /// A commit: the copy's size and time are the item's now.
     public func recordCommit(_ inode: Inode, _ life: CopyLife, size: Int64, modified: Timestamp) throws(FSError) {
-        try write { db in
+        try write(invalidating: .item(inode)) { db in
             try Catalog.persist(db, inode, life)
             try db.execute(sql: "UPDATE item SET size = ?, modifiedNs = ?, changedNs = ? WHERE inode = ?",
                            arguments: [size, modified.nanoseconds, modified.nanoseconds, Int64(bitPattern: inode)])
@@ -330,7 +368,7 @@ public final class Catalog: Sendable {
 
     /// A download finished: the item is the version the store sent.
     public func recordFetched(_ inode: Inode, _ life: CopyLife, entry: RemoteEntry) throws(FSError) {
-        try write { db in
+        try write(invalidating: .item(inode)) { db in
             try Catalog.persist(db, inode, life)
             try db.execute(sql: """
                 UPDATE item SET size = ?, modifiedNs = CASE WHEN etag IS NOT NULL AND etag = ? THEN modifiedNs ELSE ? END,
@@ -342,7 +380,7 @@ public final class Catalog: Sendable {
 
     /// The store confirmed an upload: it has the item as version `etag`.
     public func recordUploaded(_ inode: Inode, _ life: CopyLife, etag: ETag?) throws(FSError) {
-        try write { db in
+        try write(invalidating: .item(inode)) { db in
             try Catalog.persist(db, inode, life)
             try db.execute(sql: "UPDATE item SET etag = ?, kindKnownFor = ?, onStore = 1, uploadError = NULL, versionAt = ? WHERE inode = ?",
                            arguments: [etag?.value, etag?.value, Date().timeIntervalSince1970, Int64(bitPattern: inode)])
@@ -352,7 +390,7 @@ public final class Catalog: Sendable {
     /// A conflict: the local content was kept as `conflictCopy`; the item shows the store's
     /// version (`storeVersion`; nil: the store has no such item any more) once the copy goes.
     public func recordConflictKept(_ inode: Inode, _ life: CopyLife, conflictCopy: String, storeVersion: RemoteEntry?) throws(FSError) {
-        try write { db in
+        try write(invalidating: .item(inode)) { db in
             try Catalog.persist(db, inode, life)
             try db.execute(sql: "UPDATE item SET uploadError = NULL, conflictCopy = ? WHERE inode = ?",
                            arguments: [conflictCopy, Int64(bitPattern: inode)])
@@ -369,13 +407,17 @@ public final class Catalog: Sendable {
     /// The copy is gone: the item is a placeholder again. One the store no longer has (deleted
     /// or renamed there while the copy was open) goes with it.
     public func recordEvicted(_ inode: Inode) throws(FSError) {
-        try write { db in
-            try db.execute(sql: "DELETE FROM item WHERE inode = ? AND onStore = 0", arguments: [Int64(bitPattern: inode)])
-            try db.execute(sql: """
+        let deleted: Bool = try write(invalidating: .item(inode)) { db in
+            try db.cachedExecute(sql: "DELETE FROM item WHERE inode = ? AND onStore = 0", arguments: [Int64(bitPattern: inode)])
+            let deleted = db.changesCount > 0
+            try db.cachedExecute(sql: """
                 UPDATE item SET state = 'placeholder', baseEtag = NULL, baseIsNothing = 0, uncommitted = 0, committedSeq = 0, uploadedSeq = 0
                 WHERE inode = ? AND kind != ?
                 """, arguments: [Int64(bitPattern: inode), Item.Kind.directory.rawValue])
+            return deleted
         }
+        // A row deleted takes its name (and, were it a folder, its subtree) with it.
+        if deleted { cache.invalidateAll() }
     }
 
     /// The copy's life as the journal last recorded it (for a copy adopted after a restart).
@@ -429,6 +471,7 @@ public final class Catalog: Sendable {
     /// cost about as much as the reads (a lookup of a name whose row changes meanwhile sees it
     /// before or after the change, as if it had come a moment earlier or later).
     func quickRead<T>(_ body: (Database) throws -> T) throws(FSError) -> T {
+        databaseLookups.add(1, ordering: .relaxed)
         do { return try db.unsafeRead(body) } catch { throw .io("catalog: \(error)") }
     }
 
@@ -436,7 +479,33 @@ public final class Catalog: Sendable {
         do { return try db.read(body) } catch { throw .io("catalog: \(error)") }
     }
 
+    /// A write that may change any row (listings, renames, removals, creates): the cache of
+    /// rows is dropped once it is committed.
     func write<T>(_ body: (Database) throws -> T) throws(FSError) -> T {
+        try write(invalidating: .all, body)
+    }
+
+    /// What a write may have changed, for the cache of rows.
+    enum Invalidation {
+        /// Any row, any name.
+        case all
+        /// Columns of this one row, not its name nor its folder (nor whether it exists).
+        case item(Inode)
+        /// No row.
+        case nothing
+    }
+
+    /// A write transaction; once it is committed (or rolled back) the cache forgets what it
+    /// may have changed (see `CatalogCache` for why after, and why that is enough).
+    func write<T>(invalidating scope: Invalidation, _ body: (Database) throws -> T) throws(FSError) -> T {
+        defer {
+            writeTransactions.add(1, ordering: .relaxed)
+            switch scope {
+            case .all: cache.invalidateAll()
+            case .item(let inode): cache.invalidate(inode)
+            case .nothing: cache.invalidateNothing()
+            }
+        }
         do { return try db.write(body) } catch { throw .io("catalog: \(error)") }
     }
 

@@ -3,7 +3,8 @@ import DocFSStore
 /// The life of one item's local copy, from the first open to the eviction: the one place that
 /// decides what happens to a copy. A plain value: every event changes it and returns what the
 /// caller must do (`Action`); `LocalCopy` holds it under its lock and persists it in the catalog
-/// after every event (`Catalog.recordCopy`), and `Provider` performs the actions.
+/// after every event that changes what the catalog keeps of it (`recorded`, `Catalog.recordCopy`),
+/// and `Provider` performs the actions.
 ///
 ///     placeholder ─open─▶ fetching ─fetched─▶ present(base) ─write─▶ dirty ─commit─▶ committed(n)
 ///        ▲                                        ▲                                     │
@@ -69,6 +70,25 @@ public struct CopyLife: Sendable, Equatable {
         if content == .fetching { return .downloading }
         if uploading != nil { return .uploading }
         return isDirty ? .modified : .local
+    }
+
+    /// The part of a life the catalog keeps (`Catalog.recordCopy`): what a restart needs and
+    /// what others read of a copy. The rest (`openCount`, `pinned`, `removed`) lives in memory
+    /// only, so an event that changes only those (an open or a release that leaves the copy
+    /// in use) has nothing to record: every open and close of a clean file used to cost two
+    /// catalog transactions that rewrote the same values.
+    public struct Recorded: Equatable, Sendable {
+        var state: ItemState
+        var base: ETag?
+        var startedFromNothing: Bool
+        var committed: UInt64
+        var uploaded: UInt64
+        var uncommitted: Bool
+    }
+
+    public var recorded: Recorded {
+        Recorded(state: state, base: base, startedFromNothing: startedFromNothing, committed: committed, uploaded: uploaded,
+                 uncommitted: uncommitted)
     }
 
     /// What the holder of a copy must do after an event.

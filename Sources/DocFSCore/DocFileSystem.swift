@@ -538,7 +538,9 @@ public final class DocFileSystem: Sendable {
         await completeStreams(under: [source.path] + (existing.map { [$0.path] } ?? []))
         try await uploader.exclusively(touching: [source.path, targetPath]) { () async throws(FSError) in
             // Re-read both: an upload that was in flight until now may have put them on the store.
-            let source = try catalog.item(source.inode) ?? source
+            // A source whose row went meanwhile (a copy the store no longer had, evicted) is
+            // gone: moving the old row's idea of it could delete the target on the store.
+            guard let source = try catalog.item(source.inode) else { throw .notFound }
             let existing = try existing.map { (old: Item) throws(FSError) -> Item in try catalog.item(old.inode) ?? old }
             do throws(StoreError) {
                 if source.onStore {

@@ -99,10 +99,12 @@ public final class LocalCopy: ContentSink, Sendable {
         try state.withLock { (state) throws(FSError) -> Result in
             var life = state.life
             let result = event(&life)
-            if life != state.life {
+            // Only what the catalog keeps is recorded (`CopyLife.Recorded`): an open or a
+            // release that changes only the count of handles writes nothing.
+            if life.recorded != state.life.recorded {
                 try catalog.recordCopy(inode, life)
-                state.life = life
             }
+            state.life = life
             return result
         }
     }
