@@ -8,9 +8,10 @@ import Synchronization
 /// documents). A larger one gets only its `head` at open, which also pins its version and
 /// tells its true size; every later byte is fetched by ranged reads when a `read()` asks for
 /// it. A reader that goes on sequentially grows a read-ahead window from `initialWindow` to
-/// `maximumWindow`, fetched in requests of at most `maximumRequest` bytes, at most
-/// `requestsInFlight` at a time; a random read fetches its own bytes, rounded out to
-/// `minimumRequest`, and nothing more.
+/// `maximumWindow`, never larger than what it has read so far (a sniffer that stops wastes
+/// little), fetched in requests of at most `maximumRequest` bytes, at most
+/// `requestsInFlight` at a time; a reader that jumps away drops its read-ahead not yet on the
+/// wire. A random read fetches its own bytes, rounded out to `minimumRequest`, and nothing more.
 public struct StreamingPolicy: Sendable, Equatable {
     public var wholeFileLimit: Int64
     public var head: Int64
@@ -140,14 +141,23 @@ public final class RangeFetcher: Sendable {
             let sequential = range.lowerBound >= stream.start
                 && range.lowerBound <= max(stream.frontier, stream.consumed) + policy.minimumRequest
             if !sequential {
-                // A jump: a new stream, with no read-ahead until it proves sequential.
+                // A jump (a sniffer going from a file's head to its end): what this stream asked
+                // for ahead and is not on the wire yet is not wanted any more.
+                dropReadAhead(stream.consumed..<stream.frontier, of: id, in: &state)
+                // A new stream, with no read-ahead until it proves sequential.
                 stream = ReadStream(start: alignedDown(range.lowerBound), consumed: range.lowerBound,
                                     frontier: alignedDown(range.lowerBound))
             }
             stream.consumed = max(stream.consumed, range.upperBound)
-            let ownEnd = min(size, alignedUp(range.upperBound))
+            // A file small enough to be fetched whole at open, opened without a fetch (its pages
+            // were in the kernel's cache): the first read that reaches docfs fetches all of it.
+            let ownEnd = size <= policy.wholeFileLimit ? size : min(size, alignedUp(range.upperBound))
             if sequential && (range.upperBound > stream.frontier || (stream.window > 0 && stream.consumed + stream.window / 2 >= stream.frontier)) {
-                stream.window = min(max(stream.window * 2, policy.initialWindow), policy.maximumWindow)
+                // Never further ahead than the stream has read: a reader that stops after N bytes
+                // (`file` reads 7 MiB of a file's head) leaves at most about N fetched for nothing,
+                // and a long sequential reader still reaches `maximumWindow` after as many bytes.
+                let read = max(stream.consumed - stream.start, policy.minimumRequest)
+                stream.window = min(max(stream.window * 2, policy.initialWindow), policy.maximumWindow, read)
                 let ahead = min(size, max(stream.frontier, stream.consumed) + stream.window)
                 request(max(stream.frontier, ownEnd)..<max(ahead, ownEnd), urgent: false, in: &state)
                 stream.frontier = max(ahead, ownEnd)
@@ -259,6 +269,19 @@ public final class RangeFetcher: Sendable {
     }
 
     // MARK: Requests
+
+    /// Takes out of the queue the parts of `range` (read-ahead of the stream `id`, which
+    /// jumped away) that no other stream has asked for and no reader waits for. Requests on
+    /// the wire go on: their bytes are coming already.
+    private func dropReadAhead(_ range: ByteRange, of id: UInt64, in state: inout State) {
+        guard !range.isEmpty, !state.queued.isEmpty else { return }
+        var kept = ByteRangeSet()
+        for (other, stream) in state.streams where other != id { kept.insert(stream.start..<stream.frontier) }
+        for waiter in state.waiters.values { kept.insert(waiter.range) }
+        let dropped = ByteRangeSet(kept.missing(in: range))
+        guard !dropped.isEmpty else { return }
+        state.queued = state.queued.flatMap { dropped.missing(in: $0) }
+    }
 
     /// Queues the parts of `range` that are neither local nor on the wire (nor, unless
     /// `urgent`, queued already), split into requests. Urgent ranges go first, taken out of

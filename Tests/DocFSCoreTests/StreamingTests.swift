@@ -156,6 +156,58 @@ struct StreamingTests {
         await fixture.fs.release(handle: handle)
     }
 
+    /// Waits until the store has stopped delivering (the read-ahead on the wire has landed).
+    private func settled(_ fixture: CoreFixture, _ name: String) async throws -> Int64 {
+        var last: Int64 = -1
+        while true {
+            let now = fixture.store.bytesDelivered(name)
+            if now == last { return now }
+            last = now
+            try await Task.sleep(for: .milliseconds(150))
+        }
+    }
+
+    @Test func aReaderThatStopsLeavesAtMostWhatItReadFetchedForNothing() async throws {
+        // `file` reads the first 7 MiB of a file, sequentially, then jumps to its end.
+        let read = 7 * Self.mebibyte
+        let (fixture, _, handle, content) = try await openLarge(size: 64 * Self.mebibyte)
+        for offset in stride(from: 0, to: read, by: 128 << 10) {
+            #expect(try await fixture.fs.read(handle: handle, offset: Int64(offset), count: 128 << 10)
+                == Array(content[offset..<(offset + (128 << 10))]))
+        }
+        let delivered = try await settled(fixture, "movie.bin")
+        #expect(delivered >= Int64(read))
+        // Read-ahead reaches at most twice as far as the reader got (the old window: 16 MiB).
+        #expect(delivered - Int64(read) <= Int64(read) + (256 << 10),
+                "fetched \(delivered - Int64(read)) bytes past a reader that stopped after \(read)")
+        await fixture.fs.release(handle: handle)
+    }
+
+    @Test func aReaderThatJumpsAwayDropsItsReadAheadNotYetOnTheWire() async throws {
+        let policy = StreamingPolicy(maximumRequest: 1 << 20, requestsInFlight: 2)
+        let (fixture, _, handle, _) = try await openLarge(size: 64 * Self.mebibyte, streaming: policy)
+        let gate = Gate()
+        fixture.store.holdReads(until: { await gate.wait() })
+        // A sequential reader's first 8 MiB, asked for while the store holds every request:
+        // two on the wire, the rest (its own bytes and its read-ahead) queued.
+        let read = 8 * Self.mebibyte
+        for offset in stride(from: 0, to: read, by: 128 << 10) {
+            _ = fixture.fs.prepareRead(handle: handle, offset: Int64(offset), count: 128 << 10)
+        }
+        // It jumps to the end (as `file` does), then reads there.
+        let end = 64 * Self.mebibyte - (128 << 10)
+        _ = fixture.fs.prepareRead(handle: handle, offset: Int64(end), count: 128 << 10)
+        await gate.open()
+        try await fixture.fs.waitForContent(handle: handle, offset: Int64(end), count: 128 << 10)
+        try await fixture.fs.waitForContent(handle: handle, offset: 0, count: read)
+        let delivered = try await settled(fixture, "movie.bin")
+        let past = fixture.store.readRanges("movie.bin").compactMap { $0 }
+            .filter { $0.upperBound > Int64(read) + Int64(Self.mebibyte) && $0.lowerBound < Int64(end) }
+        #expect(past.isEmpty, "read-ahead queued before the jump was still fetched: \(past)")
+        #expect(delivered <= Int64(read) + 3 * Int64(Self.mebibyte), "\(delivered) bytes for 8 MiB and 128 KiB read")
+        await fixture.fs.release(handle: handle)
+    }
+
     @Test func smallFilesAreStillFetchedWholeAtOpen() async throws {
         let (fixture, _, handle, content) = try await openLarge("small.txt", size: 500_000)
         #expect(fixture.store.readRanges("small.txt") == [nil])
