@@ -36,18 +36,22 @@ enum MountOptions {
 
     /// Options of mount(8) and fstab that mean nothing to a FUSE mount (mount(8), systemd and
     /// file managers read them from fstab); `x-*`, `X-*`, `comment=` and `user=` go too.
+    /// The access-time flags libfuse 3.14 does not take ("unknown option"), though fstab lines
+    /// carry them: dropped too, FUSE mounts keep the kernel's default (relatime).
     static let fstabOnly: Set<String> = ["defaults", "auto", "noauto", "user", "nouser", "users", "owner",
-                                         "group", "_netdev", "nofail", "loud", "silent", "nomand"]
+                                         "group", "_netdev", "nofail", "loud", "silent", "nomand",
+                                         "diratime", "nodiratime", "relatime", "norelatime", "strictatime",
+                                         "nostrictatime", "lazytime", "nolazytime"]
 
     /// Mount flags libfuse 3 hands to the kernel (lib/mount.c, `mount_flags`).
     static let kernelFlags: Set<String> = ["suid", "nosuid", "dev", "nodev", "exec", "noexec", "async", "sync",
-                                           "dirsync", "atime", "noatime", "diratime", "nodiratime", "relatime",
-                                           "norelatime", "strictatime", "nostrictatime", "lazytime", "nolazytime"]
+                                           "dirsync", "atime", "noatime"]
 
-    /// Other options libfuse 3 takes in `fuse_session_new` and `fuse_session_mount`.
-    static let fuseFlags: Set<String> = ["allow_root", "auto_unmount", "default_permissions", "blkdev", "debug"]
-    static let fuseValued: Set<String> = ["fsname", "subtype", "max_read", "blksize", "context", "fscontext",
-                                          "defcontext", "rootcontext"]
+    /// Other options libfuse 3 takes in `fuse_session_new` and `fuse_session_mount`. Not
+    /// `subtype=` (docfs finds its mounts by their type, fuse.docfs) nor `blkdev`/`blksize=`
+    /// (fuseblk only).
+    static let fuseFlags: Set<String> = ["allow_root", "auto_unmount", "default_permissions", "debug"]
+    static let fuseValued: Set<String> = ["fsname", "max_read", "context", "fscontext", "defcontext", "rootcontext"]
 
     /// `docfs mount`'s own options that make no sense as mount options.
     static let notMountOptions: Set<String> = ["help", "version", "daemon-child", "experimental-dump-help",

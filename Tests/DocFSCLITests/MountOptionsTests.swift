@@ -52,6 +52,9 @@ struct MountOptionsTests {
         #expect(result.arguments == ["mount", "/s", "/m"])
         #expect(try invocation(["/s", "/m", "-o", "rw", "-o", "ro"]).arguments == ["mount", "/s", "/m", "--read-only"])
         #expect(try invocation(["/s", "/m", "--read-only", "-o", "rw"]).arguments == ["mount", "/s", "/m"])
+        // Time flags libfuse 3.14 refuses go too; noatime, which it takes, stays.
+        #expect(try invocation(["/s", "/m", "-o", "relatime,nodiratime,lazytime,strictatime,noatime"]).arguments
+                == ["mount", "/s", "/m", "-o", "noatime"])
     }
 
     @Test("FUSE options pass through, an escaped comma stays in its value")
@@ -74,6 +77,8 @@ struct MountOptionsTests {
         #expect(throws: MountOptionError.self) { try invocation(["mount", "/s", "/m", "-o", "bogus"]) }
         #expect(throws: MountOptionError.self) { try invocation(["/s", "/m", "-o", "read_only=yes"]) }
         #expect(throws: MountOptionError.self) { try invocation(["/s", "/m", "-o", "cache_dir"]) }
+        // Another type than fuse.docfs would hide the mount from docfs itself.
+        #expect(throws: MountOptionError.self) { try invocation(["/s", "/m", "-o", "subtype=other"]) }
         let sloppy = try invocation(["/s", "/m", "-s", "-o", "bogus,nosuid"])
         #expect(sloppy.ignored == ["bogus"] && sloppy.arguments == ["mount", "/s", "/m", "-o", "nosuid"])
     }
