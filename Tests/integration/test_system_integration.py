@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run
-from helpers import docfs_bin, free_port, pids_for, port_open, process_alive, wait_until
+from helpers import docfs_bin, free_port, mount_entries, pids_for, port_open, process_alive, wait_until
 
 pytestmark = pytest.mark.fuse
 
@@ -288,3 +288,15 @@ def test_serve_log_level(tmp_path, level):
         process.wait(20)
     requests = [line for line in stderr_path.read_text(errors="replace").splitlines() if "GET / -> 200" in line]
     assert bool(requests) == (level == "debug"), stderr_path.read_text(errors="replace")
+
+
+def test_mount_table_source_is_the_store_without_credentials(mount, docfs_serve, content_tree):
+    """The source an fstab line names, so mount -a knows it is mounted; never the password:
+    /proc/self/mountinfo is readable by every local user."""
+    server = docfs_serve(content_tree)
+    secret = "pw-not-for-the-mount-table"
+    m = mount(server.url.replace("http://", f"http://ann:{secret}@"))
+    [entry] = mount_entries(m.path)
+    assert entry["fstype"] == "fuse.docfs" and entry["source"] == server.url
+    with open("/proc/self/mountinfo") as f:
+        assert secret not in f.read()
