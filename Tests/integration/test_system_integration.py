@@ -158,7 +158,7 @@ def test_mount_t_fuse_docfs_and_umount(ns, store, tmp_path, xdg):
     cache = tmp_path / "cache-dir"
     log = tmp_path / "daemon.log"
     result = ns.run(["mount", "-t", "fuse.docfs", store, mp,
-                     "-o", f"cache_dir={cache},evict-delay=5,log_file={log},nosuid,noatime"])
+                     "-o", f"cache_dir={cache},evict-delay=60,log_file={log},nosuid,noatime"])
     assert result.returncode == 0, f"mount exited {result.returncode}: {result.stderr}{result.stdout}"
     [entry] = ns.mounts(mp)
     assert entry["fstype"] == "fuse.docfs"
