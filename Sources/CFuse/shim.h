@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <sys/stat.h>
 #include <errno.h>
+#include <malloc.h>
 
 /* fuse_session_loop_mt is a macro over versioned symbols; this runs it with a
  * multi-threaded loop of at most `max_threads` workers. */

@@ -576,13 +576,13 @@ public final class Catalog: Sendable {
     /// The columns `item(from:)` decodes, in the order it reads them. Rows are decoded by
     /// index: GRDB finds a column by name with a case-insensitive search (a `lowercased()`
     /// per column per row), which was most of the cost of a lookup.
-    private static let itemColumns = """
+    static let itemColumns = """
         inode, id, parent, name, path, kind, size, modifiedNs, etag, symlinkTarget, mode, state, listedAt, onStore, \
         owner, "group", accessedNs, changedNs, uploadError, conflictCopy, baseEtag, uncommitted, rdev
         """
 
     /// An item from a row of `SELECT \(itemColumns)`.
-    private static func item(from row: Row) -> Item {
+    static func item(from row: Row) -> Item {
         let pathString: String = row[4]
         let components = pathString.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
         let parent: Int64? = row[2]

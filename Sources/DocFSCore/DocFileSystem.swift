@@ -179,6 +179,11 @@ public final class DocFileSystem: Sendable {
         return shownWithLocalCopy(child)
     }
 
+    /// The items of `inodes` that exist, as `stat` shows them (see `item(_:)`), read at once.
+    public func items(_ inodes: [Inode]) throws(FSError) -> [Inode: Item] {
+        try catalog.items(inodes).mapValues(shownWithLocalCopy)
+    }
+
     /// The children of `directory` whose kind is still to be confirmed (see `SymlinkProbe`):
     /// readdir gives the kernel no attributes for them, so `stat` looks them up.
     public func childrenToConfirm(of directory: Inode) -> Set<Inode> {

@@ -431,6 +431,12 @@ final class FuseAdapter: Sendable {
         defer { buffer.deallocate() }
         var used = 0
         var index = Int(max(offset, 0))
+        // The attributes of about as many children as the reply can hold, in one catalog read.
+        var attributed: [Inode: Item] = [:]
+        if plus, index < snapshot.count {
+            let batch = (index..<min(snapshot.count, index + size / 128 + 1)).filter { snapshot.type(at: $0) == .child }
+            attributed = (try? fs.items(batch.map { snapshot.inode(at: $0) })) ?? [:]
+        }
         while index < snapshot.count {
             let inode = snapshot.inode(at: index)
             let remaining = size - used
@@ -440,7 +446,7 @@ final class FuseAdapter: Sendable {
                 param.attr.st_ino = ino_t(inode)
                 param.attr.st_mode = snapshot.format(at: index)
                 var counted = false
-                if snapshot.type(at: index) == .child, let item = try? fs.item(inode) {
+                if snapshot.type(at: index) == .child, let item = try? attributed[inode] ?? fs.item(inode) {
                     param.ino = inode
                     param.attr = attributes(of: item)
                     param.attr_timeout = attributeTimeout
@@ -468,8 +474,10 @@ final class FuseAdapter: Sendable {
     }
 
     func releasedir(_ request: consuming FuseRequest, handle: UInt64) {
-        _ = directories.withLock { $0.open.removeValue(forKey: handle) }
+        let released = directories.withLock { $0.open.removeValue(forKey: handle) }
         request.reply(errno: 0)
+        // A big folder's snapshot and the rows read for it leave free pages behind.
+        if let released, released.count >= 10_000 { MallocTuning.releaseFreePages() }
     }
 
     func statfs(_ request: consuming FuseRequest) {

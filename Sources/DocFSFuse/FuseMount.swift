@@ -38,6 +38,7 @@ public final class FuseMount: @unchecked Sendable {
     public init(filesystem: DocFileSystem, mountpoint: String, options: [String], cacheDirectory: String,
                 entryTimeout: Double = 1, attributeTimeout: Double = 1, access: LocalAccess = LocalAccess(),
                 fetchPolicy: FetchPolicy = .default, logger: Logger) {
+        MallocTuning.apply()
         self.adapter = FuseAdapter(fs: filesystem, cacheDirectory: cacheDirectory, entryTimeout: entryTimeout,
                                    attributeTimeout: attributeTimeout, access: access, fetchPolicy: fetchPolicy, logger: logger)
         self.retained = Unmanaged.passRetained(adapter)
