@@ -97,15 +97,11 @@ actor KindConfirmations {
 
     private func start(_ item: Catalog.KindToConfirm) -> Task<Void, Never> {
         let task = Task { [store, catalog, retry, logger] in
-            await Self.probe(item, store: store, catalog: catalog, retry: retry, logger: logger)
-            self.finished(item.inode)
+            await Self.probe([item], in: item.parent, concurrency: 1, store: store, catalog: catalog, retry: retry, logger: logger)
+            self.finished([item.inode])
         }
         pending[item.inode] = task
         return task
-    }
-
-    private func finished(_ inode: Inode) {
-        pending[inode] = nil
     }
 
     /// Confirms every entry of `directory` still to be confirmed, `concurrency` at a time, in
@@ -114,28 +110,70 @@ actor KindConfirmations {
         defer { sweeping.remove(directory) }
         guard let maximumSize = SymlinkProbe.maximumSize(of: store),
               let candidates = try? catalog.kindsToConfirm(in: directory, maximumSize: maximumSize) else { return }
+        // Batches of `batchSize`, each asked `concurrency` at a time and applied in one catalog
+        // transaction (one per entry was most of the time of a sweep), two batches in flight,
+        // each asking half of `concurrency` at a time.
         var running: [Task<Void, Never>] = []
-        for item in candidates {
-            if pending[item.inode] != nil || !stillToConfirm(item) { continue }  // a lookup asked first
-            running.append(start(item))
-            if running.count >= concurrency { await running.removeFirst().value }
+        var start = candidates.startIndex
+        while start < candidates.endIndex {
+            let end = min(start + Self.batchSize, candidates.endIndex)
+            let batch = candidates[start..<end].filter { pending[$0.inode] == nil && stillToConfirm($0) }
+            start = end
+            guard !batch.isEmpty else { continue }
+            let task = Task { [store, catalog, retry, logger, concurrency] in
+                await Self.probe(batch, in: directory, concurrency: max(1, concurrency / 2), store: store, catalog: catalog, retry: retry, logger: logger)
+                self.finished(batch.map(\.inode))
+            }
+            for item in batch { pending[item.inode] = task }
+            running.append(task)
+            if running.count >= 2 { await running.removeFirst().value }
         }
         for task in running { await task.value }
     }
 
-    /// One HEAD, and what it says applied to the catalog as the newest word on the entry.
-    private static func probe(_ item: Catalog.KindToConfirm, store: any Store, catalog: Catalog, retry: RetryPolicy,
-                              logger: Logger) async {
+    private static let batchSize = 64
+
+    private func finished(_ inodes: [Inode]) {
+        for inode in inodes { pending[inode] = nil }
+    }
+
+    /// HEADs of `items` of `directory`, `concurrency` at a time, and what they say applied to
+    /// the catalog in one transaction.
+    private static func probe(_ items: [Catalog.KindToConfirm], in directory: Inode, concurrency: Int, store: any Store,
+                              catalog: Catalog, retry: RetryPolicy, logger: Logger) async {
         let askedAt = Date().timeIntervalSince1970
+        let stated = await withTaskGroup(of: RemoteEntry?.self) { group in
+            var results: [RemoteEntry] = []
+            var next = items.makeIterator()
+            func startNext() {
+                guard let item = next.next() else { return }
+                group.addTask { await stat(item, store: store, retry: retry, logger: logger) }
+            }
+            for _ in 0..<concurrency { startNext() }
+            while let result = await group.next() {
+                if let result { results.append(result) }
+                startNext()
+            }
+            return results
+        }
+        guard !stated.isEmpty else { return }
         do {
-            let stated = try await retry.run { () async throws(StoreError) -> RemoteEntry in try await store.stat(item.path) }
-            guard stated.path == item.path else { return }
             try await Blocking.run { () throws(FSError) in
-                try catalog.applyListingPage([stated], of: item.parent, askedAt: askedAt, progress: ListingProgress(startedAt: askedAt))
+                try catalog.applyListingPage(stated, of: directory, askedAt: askedAt, progress: ListingProgress(startedAt: askedAt))
             }
         } catch {
-            // Gone since the listing, or a failing store: the listing's kind stands for now.
+            logger.debug("could not record the kinds of entries", metadata: ["count": "\(stated.count)", "error": "\(error)"])
+        }
+    }
+
+    /// What the store says of `item` (nil: gone since the listing, or a failing store).
+    private static func stat(_ item: Catalog.KindToConfirm, store: any Store, retry: RetryPolicy, logger: Logger) async -> RemoteEntry? {
+        do {
+            let stated = try await retry.run { () async throws(StoreError) -> RemoteEntry in try await store.stat(item.path) }
+            return stated.path == item.path ? stated : nil
+        } catch {
             logger.debug("could not tell whether an entry is a link", metadata: ["path": "\(item.path)", "error": "\(error)"])
+            return nil
         }
     }
 }
