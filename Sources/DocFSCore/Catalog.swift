@@ -231,7 +231,7 @@ public final class Catalog: Sendable {
     /// Records what the store said about an item's content (after a fetch: the ETag may be new).
     public func updateMetadata(of inode: Inode, from entry: RemoteEntry) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
-            try db.execute(sql: """
+            try db.cachedExecute(sql: """
                 UPDATE item SET size = ?, modifiedNs = CASE WHEN etag IS NOT NULL AND etag = ? THEN modifiedNs ELSE ? END,
                     etag = COALESCE(?, etag), mode = COALESCE(?, mode) WHERE inode = ?
                 """, arguments: [entry.size, entry.etag?.value, Timestamp(seconds: entry.modified).nanoseconds, entry.etag?.value,
@@ -248,7 +248,7 @@ public final class Catalog: Sendable {
             guard let parentRow = try Row.fetchOne(db, sql: "SELECT path FROM item WHERE inode = ?", arguments: [Int64(bitPattern: parent)]) else {
                 throw FSError.notFound
             }
-            try db.execute(sql: """
+            try db.cachedExecute(sql: """
                 INSERT INTO item (id, parent, name, path, kind, size, modifiedNs, etag, mode, owner, "group", state, onStore, listedAt,
                                   changedNs, accessedNs, symlinkTarget, kindKnownFor, versionAt, rdev)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -270,7 +270,7 @@ public final class Catalog: Sendable {
                let parent = row["parent"] as Int64? {
                 removedNames.note(row["name"], in: Inode(bitPattern: parent))
             }
-            try db.execute(sql: "DELETE FROM item WHERE inode = ?", arguments: [Int64(bitPattern: inode)])
+            try db.cachedExecute(sql: "DELETE FROM item WHERE inode = ?", arguments: [Int64(bitPattern: inode)])
         }
     }
 
@@ -285,15 +285,15 @@ public final class Catalog: Sendable {
             let oldPath: String = row["path"]
             let newPath = Catalog.join(parentRow["path"], name)
             if let oldParent = row["parent"] as Int64? { removedNames.note(row["name"], in: Inode(bitPattern: oldParent)) }
-            try db.execute(sql: "DELETE FROM item WHERE parent = ? AND name = ? AND inode != ?",
+            try db.cachedExecute(sql: "DELETE FROM item WHERE parent = ? AND name = ? AND inode != ?",
                            arguments: [Int64(bitPattern: parent), name, Int64(bitPattern: inode)])
-            try db.execute(sql: "UPDATE item SET parent = ?, name = ?, path = ?, changedNs = ?, versionAt = ? WHERE inode = ?",
+            try db.cachedExecute(sql: "UPDATE item SET parent = ?, name = ?, path = ?, changedNs = ?, versionAt = ? WHERE inode = ?",
                            arguments: [Int64(bitPattern: parent), name, newPath, changed.nanoseconds, Date().timeIntervalSince1970,
                                        Int64(bitPattern: inode)])
             // SQLite's substr counts characters (code points), hence unicodeScalars below.
             // The subtree is the range of paths between "old/" and "old0" ('0' follows '/'),
             // which the path index finds without scanning the table.
-            try db.execute(sql: """
+            try db.cachedExecute(sql: """
                 UPDATE item SET path = ? || substr(path, ?) WHERE path > ? AND path < ?
                 """, arguments: [newPath, oldPath.unicodeScalars.count + 1, oldPath + "/", oldPath + "0"])
         }
@@ -304,7 +304,7 @@ public final class Catalog: Sendable {
     public func recordVersion(of inode: Inode, etag: ETag?) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
             // Attributes do not change an item's kind: a kind known for the old version stays known.
-            try db.execute(sql: """
+            try db.cachedExecute(sql: """
                 UPDATE item SET kindKnownFor = CASE WHEN kindKnownFor = etag THEN COALESCE(?, etag) ELSE kindKnownFor END,
                     baseEtag = CASE WHEN baseEtag = etag THEN COALESCE(?, etag) ELSE baseEtag END,
                     etag = COALESCE(?, etag), versionAt = ? WHERE inode = ?
@@ -314,7 +314,7 @@ public final class Catalog: Sendable {
 
     public func recordUploadError(of inode: Inode, _ message: String?) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
-            try db.execute(sql: "UPDATE item SET uploadError = ? WHERE inode = ?", arguments: [message, Int64(bitPattern: inode)])
+            try db.cachedExecute(sql: "UPDATE item SET uploadError = ? WHERE inode = ?", arguments: [message, Int64(bitPattern: inode)])
         }
     }
 
@@ -324,7 +324,7 @@ public final class Catalog: Sendable {
         try write(invalidating: .item(inode)) { db in
             // An access time never set follows the modification time; pin it before that moves
             // (utimensat with UTIME_OMIT for atime must leave atime as it was).
-            try db.execute(sql: """
+            try db.cachedExecute(sql: """
                 UPDATE item SET mode = COALESCE(?, mode), owner = COALESCE(?, owner), "group" = COALESCE(?, "group"),
                     accessedNs = COALESCE(?, accessedNs, modifiedNs), modifiedNs = COALESCE(?, modifiedNs), changedNs = ? WHERE inode = ?
                 """, arguments: [mode.map { Int64($0) }, owner.map { Int64($0) }, group.map { Int64($0) },
@@ -335,7 +335,7 @@ public final class Catalog: Sendable {
     /// Sets a directory's listing time (a directory made here is complete: it is empty).
     public func markListed(_ inode: Inode, at time: Double) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
-            try db.execute(sql: "UPDATE item SET listedAt = ? WHERE inode = ?", arguments: [time, Int64(bitPattern: inode)])
+            try db.cachedExecute(sql: "UPDATE item SET listedAt = ? WHERE inode = ?", arguments: [time, Int64(bitPattern: inode)])
         }
     }
 
@@ -361,7 +361,7 @@ public final class Catalog: Sendable {
     public func recordCommit(_ inode: Inode, _ life: CopyLife, size: Int64, modified: Timestamp) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
             try Catalog.persist(db, inode, life)
-            try db.execute(sql: "UPDATE item SET size = ?, modifiedNs = ?, changedNs = ? WHERE inode = ?",
+            try db.cachedExecute(sql: "UPDATE item SET size = ?, modifiedNs = ?, changedNs = ? WHERE inode = ?",
                            arguments: [size, modified.nanoseconds, modified.nanoseconds, Int64(bitPattern: inode)])
         }
     }
@@ -370,7 +370,7 @@ public final class Catalog: Sendable {
     public func recordFetched(_ inode: Inode, _ life: CopyLife, entry: RemoteEntry) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
             try Catalog.persist(db, inode, life)
-            try db.execute(sql: """
+            try db.cachedExecute(sql: """
                 UPDATE item SET size = ?, modifiedNs = CASE WHEN etag IS NOT NULL AND etag = ? THEN modifiedNs ELSE ? END,
                     etag = COALESCE(?, etag), mode = COALESCE(?, mode), versionAt = ? WHERE inode = ?
                 """, arguments: [entry.size, entry.etag?.value, Timestamp(seconds: entry.modified).nanoseconds, entry.etag?.value,
@@ -382,7 +382,7 @@ public final class Catalog: Sendable {
     public func recordUploaded(_ inode: Inode, _ life: CopyLife, etag: ETag?) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
             try Catalog.persist(db, inode, life)
-            try db.execute(sql: "UPDATE item SET etag = ?, kindKnownFor = ?, onStore = 1, uploadError = NULL, versionAt = ? WHERE inode = ?",
+            try db.cachedExecute(sql: "UPDATE item SET etag = ?, kindKnownFor = ?, onStore = 1, uploadError = NULL, versionAt = ? WHERE inode = ?",
                            arguments: [etag?.value, etag?.value, Date().timeIntervalSince1970, Int64(bitPattern: inode)])
         }
     }
@@ -392,14 +392,14 @@ public final class Catalog: Sendable {
     public func recordConflictKept(_ inode: Inode, _ life: CopyLife, conflictCopy: String, storeVersion: RemoteEntry?) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
             try Catalog.persist(db, inode, life)
-            try db.execute(sql: "UPDATE item SET uploadError = NULL, conflictCopy = ? WHERE inode = ?",
+            try db.cachedExecute(sql: "UPDATE item SET uploadError = NULL, conflictCopy = ? WHERE inode = ?",
                            arguments: [conflictCopy, Int64(bitPattern: inode)])
             if let entry = storeVersion {
-                try db.execute(sql: "UPDATE item SET size = ?, modifiedNs = ?, etag = ?, onStore = 1, versionAt = ? WHERE inode = ?",
+                try db.cachedExecute(sql: "UPDATE item SET size = ?, modifiedNs = ?, etag = ?, onStore = 1, versionAt = ? WHERE inode = ?",
                                arguments: [entry.size, Timestamp(seconds: entry.modified).nanoseconds, entry.etag?.value,
                                            Date().timeIntervalSince1970, Int64(bitPattern: inode)])
             } else {
-                try db.execute(sql: "UPDATE item SET onStore = 0 WHERE inode = ?", arguments: [Int64(bitPattern: inode)])
+                try db.cachedExecute(sql: "UPDATE item SET onStore = 0 WHERE inode = ?", arguments: [Int64(bitPattern: inode)])
             }
         }
     }
@@ -449,16 +449,16 @@ public final class Catalog: Sendable {
     /// and an upload cut short is simply pending again.
     public func resetTransientStates() throws(FSError) {
         try write { db in
-            try db.execute(sql: """
+            try db.cachedExecute(sql: """
                 UPDATE item SET state = 'placeholder', baseEtag = NULL, baseIsNothing = 0, committedSeq = 0, uploadedSeq = 0
                 WHERE state IN ('downloading', 'local') AND uncommitted = 0 AND NOT (state = 'local' AND pinned = 1)
                 """)
-            try db.execute(sql: "UPDATE item SET state = 'modified' WHERE state = 'uploading'")
+            try db.cachedExecute(sql: "UPDATE item SET state = 'modified' WHERE state = 'uploading'")
         }
     }
 
     private static func persist(_ db: Database, _ inode: Inode, _ life: CopyLife) throws {
-        try db.execute(sql: """
+        try db.cachedExecute(sql: """
             UPDATE item SET state = ?, baseEtag = ?, baseIsNothing = ?, committedSeq = ?, uploadedSeq = ?, uncommitted = ? WHERE inode = ?
             """, arguments: [life.state.rawValue, life.base?.value, life.startedFromNothing, Int64(life.committed), Int64(life.uploaded),
                              life.uncommitted, Int64(bitPattern: inode)])
