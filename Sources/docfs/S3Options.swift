@@ -19,7 +19,7 @@ struct S3Options: ParsableArguments {
     @Option(help: "S3: multipart part size, e.g. 8M or 64M (files above it are uploaded in parallel parts).")
     var partSize: String?
 
-    @Flag(help: "S3: no symbolic links: small objects are not looked at one by one to find links (faster first listings of many small files); symlink() fails with EPERM.")
+    @Flag(help: "S3: no symbolic links or special files: small objects are never asked about one by one (without it, the first stat of each small object costs one HEAD, which a plain ls does not); symlink() fails with EPERM.")
     var noSymlinks = false
 
     /// The environment the store is built from, with these options applied over it.
