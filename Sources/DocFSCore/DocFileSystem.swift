@@ -45,10 +45,16 @@ public final class DocFileSystem: Sendable {
         /// processes that should see only what is local (thumbnailers, indexers: the FUSE
         /// layer's `FetchPolicy` decides): they get `fetchRefused` and cost the store nothing.
         public var mayFetch: Bool
-        public init(writable: Bool, truncate: Bool, mayFetch: Bool = true) {
+        /// The version of which the kernel still caches pages, and keeps them for this open
+        /// if the store still has it (the FUSE layer's `keep_cache`). A reader's open then
+        /// only asks the store for the version (no content): a close-then-reopen whose reads
+        /// the page cache answers costs no download (file managers open an image 2-3 times).
+        public var cachedVersion: ETag?
+        public init(writable: Bool, truncate: Bool, mayFetch: Bool = true, cachedVersion: ETag? = nil) {
             self.writable = writable
             self.truncate = truncate
             self.mayFetch = mayFetch
+            self.cachedVersion = cachedVersion
         }
         public static let read = OpenMode(writable: false, truncate: false)
     }
@@ -219,8 +225,11 @@ public final class DocFileSystem: Sendable {
         if mode.writable && readOnly { throw .readOnly }
         let item = try item(inode)
         let truncating = mode.truncate && mode.writable
-        let copy = try await provider.open(item, intent: truncating ? .empty : mode.writable ? .content : .streamed,
-                                           mayFetch: mode.mayFetch)
+        var intent: Provider.OpenIntent = truncating ? .empty : mode.writable ? .content : .streamed
+        if intent == .streamed, mode.mayFetch, let cached = mode.cachedVersion, let entry = try await storeStillHas(cached, of: item) {
+            intent = .cached(entry)
+        }
+        let copy = try await provider.open(item, intent: intent, mayFetch: mode.mayFetch)
         if truncating {
             do { try copy.truncate(to: 0) } catch {
                 _ = await provider.release(inode)
@@ -228,6 +237,29 @@ public final class DocFileSystem: Sendable {
             }
         }
         return register(OpenFile(inode: inode, copy: copy, writable: mode.writable, opened: item, mayFetch: mode.mayFetch))
+    }
+
+    /// The store's entry for `item` if it is still `version`, the one the kernel caches pages
+    /// of (asked of the store: a stat, no content); nil if it moved on (the open fetches the new
+    /// one) or a copy in use or kept will serve the open anyway.
+    private func storeStillHas(_ version: ETag, of item: Item) async throws(FSError) -> RemoteEntry? {
+        guard item.kind == .file, item.onStore, item.etag == version, !item.hasUnsyncedChanges,
+              store.capabilities.hasRangeReads, provider.presentCopies.withLock({ $0[item.inode] == nil }) else { return nil }
+        let (store, retry, path) = (store, retry, item.path)
+        let timedOut = FSError.timedOut("no answer about \(path) within \(ioTimeout.map { "\($0)" } ?? "the limit")")
+        do {
+            let entry = try await CallerWait.run(limit: ioTimeout, timeout: { timedOut }) { () throws(FSError) -> RemoteEntry in
+                do throws(StoreError) {
+                    return try await retry.run { () async throws(StoreError) -> RemoteEntry in try await store.stat(path) }
+                } catch {
+                    throw FSError(error)
+                }
+            }
+            guard entry.kind == .file, entry.etag == version, entry.size == item.size else { return nil }
+            return entry
+        } catch .notFound {
+            return nil  // the open finds out and says so
+        }
     }
 
     /// Whether `inode` has a complete local copy: an open of it downloads nothing, whoever asks.

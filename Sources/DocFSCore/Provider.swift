@@ -51,13 +51,19 @@ public actor Provider {
     }
 
     /// How an open wants the content.
-    public enum OpenIntent: Sendable {
+    public enum OpenIntent: Sendable, Equatable {
         /// Every byte of the current content, fetched if it is not local (a writer's open:
         /// only a complete copy may be changed and uploaded).
         case content
         /// The current content for reading: a large file is streamed (its head now, the rest
         /// by ranges as reads ask for it; see `StreamingPolicy`), a small one fetched whole.
         case streamed
+        /// For reading, with nothing fetched at open: the store still has this version (just
+        /// asked) and the kernel still caches pages of it (`keep_cache`), so most reads never
+        /// reach docfs. Those that do fetch what they need by ranges pinned to that version (a
+        /// small file whole, at its first read); a newer version on the store fails them with
+        /// `ESTALE`, as for a streamed file.
+        case cached(RemoteEntry)
         /// Empty (O_TRUNC, a new file): no download.
         case empty
     }
@@ -120,7 +126,7 @@ public actor Provider {
                 try await CallerWait.run(limit: ioTimeout.map { Self.wholeTransferLimit($0, bytes: item.size) },
                                          timeout: timedOut) { () throws(FSError) in try await copy.fetchRemaining() }
             case .empty: await entry.copy.stopFetching()
-            case .streamed: break
+            case .streamed, .cached: break
             }
         } catch {
             // This opener never got a handle: give its count back.
@@ -427,6 +433,9 @@ public actor Provider {
             // No download: O_TRUNC, or a file created here whose copy is gone (nothing to fetch).
             return register(Providing(copy: copy, fetch: Task {}))
         }
+        if case .cached(let entry) = intent, let version = entry.etag, version == item.etag, store.capabilities.hasRangeReads {
+            return register(Providing(copy: copy, fetch: fetchedOnDemand(item, version: version, entry: entry, into: copy)))
+        }
         // Detached: the download must not run on (and hold up) the provider's executor.
         let trouble = FetchTrouble()
         let fetch = Task.detached { [store, catalog, retry, streaming, logger] () async throws -> Void in
@@ -476,6 +485,26 @@ public actor Provider {
         }
         try copy.setLength(entry.size)
         return entry
+    }
+
+    /// Makes `copy` a sparse copy of `item` at `version` that reads fill (`OpenIntent.cached`),
+    /// without asking the store for anything now. Returns the "fetch" the opener awaits: done,
+    /// or failed (the opener's failure path evicts the copy, as for a failed download).
+    private func fetchedOnDemand(_ item: Item, version: ETag, entry: RemoteEntry, into copy: LocalCopy) -> Task<Void, any Error> {
+        do throws(FSError) {
+            try copy.setLength(entry.size)
+            if entry.size > 0 {
+                copy.attach(RangeFetcher(store: store, path: item.path, version: version, size: entry.size, fetched: 0,
+                                         copy: copy, policy: streaming, retry: retry, logger: logger))
+            }
+            try copy.update({ $0.fetched(etag: version) },
+                            recording: { (life) throws(FSError) in try catalog.recordFetched(item.inode, life, entry: entry) })
+        } catch {
+            logger.error("cannot prepare a local copy", metadata: ["path": "\(item.path)", "error": "\(error)"])
+            return Task { throw error }
+        }
+        logger.debug("provided without a fetch (the kernel caches this version)", metadata: ["path": "\(item.path)"])
+        return Task {}
     }
 
     /// Downloads the head of a large `item`, which pins its version and tells its size, and

@@ -295,10 +295,12 @@ public final class RangeFetcher: Sendable {
         let gaps = covered.missing(in: range)
         guard !gaps.isEmpty else { return }
         var pieces: [ByteRange] = []
+        // A file small enough to be fetched whole is fetched in one request, as an open would.
+        let pieceLimit = size <= policy.wholeFileLimit ? max(size, 1) : policy.maximumRequest
         for gap in gaps {
             var start = gap.lowerBound
             while start < gap.upperBound {
-                let end = min(gap.upperBound, start + policy.maximumRequest)
+                let end = min(gap.upperBound, start + pieceLimit)
                 pieces.append(start..<end)
                 start = end
             }

@@ -167,6 +167,9 @@ final class FuseAdapter: Sendable {
             // Who asks matters only when the open would fetch: a complete local copy is served
             // to anyone, without reading /proc.
             mode.mayFetch = fs.hasCompleteLocalCopy(inode) || fetchPolicy.mayFetch(pid: request.callerPID)
+            // The kernel's pages of the version it cached stay if that is still the store's (see
+            // keepsPageCache): the open need not fetch, reads the page cache misses will.
+            if !mode.writable { mode.cachedVersion = cachedVersions.withLock { $0[inode] } }
             let handle = try await fs.open(inode, mode: mode)
             let after = try? fs.item(inode)
             // The fetch found the content changed on the store: the kernel's cached size and

@@ -166,6 +166,17 @@ def xattr_state(path) -> str:
     return os.getxattr(path, "user.docfs.state").rstrip(b"\0").decode().strip()
 
 
+def drop_page_cache(path) -> None:
+    """Makes the kernel forget the cached pages of `path` (a file on a mount), so that the next
+    read reaches the filesystem (docfs keeps the kernel's pages across a close and reopen of an
+    unchanged file, and answers nothing for reads they serve)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
 def write_file(path: Path, data: bytes, mtime: int | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)

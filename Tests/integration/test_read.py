@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from helpers import SPECIAL_NAMES, sha256_file, wait_until, xattr_state
+from helpers import SPECIAL_NAMES, drop_page_cache, sha256_file, wait_until, xattr_state
 
 pytestmark = pytest.mark.fuse
 
@@ -66,6 +66,9 @@ def test_open_read_one_get_then_evict(store_server, content_tree, mount):
     wait_evicted(m, rel)
     wait_until(lambda: os.stat(m / rel).st_blocks == 0, 5, f"st_blocks of the evicted {rel} to be 0 again")
 
+    # A reopen whose reads the kernel's page cache answers downloads nothing (test_reopen.py):
+    # without those pages, the read after eviction downloads again.
+    drop_page_cache(m / rel)
     digest, _ = read_all(m / rel)
     assert digest == content_tree.hashes[rel]
     gets = server.wait_for_gets(rel, 2)
