@@ -8,8 +8,8 @@ import Synchronization
 /// documents). A larger one gets only its `head` at open, which also pins its version and
 /// tells its true size; every later byte is fetched by ranged reads when a `read()` asks for
 /// it. A reader that goes on sequentially grows a read-ahead window from `initialWindow` to
-/// `maximumWindow`, never larger than what it has read so far (a sniffer that stops wastes
-/// little), fetched in requests of at most `maximumRequest` bytes, at most
+/// `maximumWindow`, never larger than half what it has read so far (a sniffer that stops
+/// wastes little), fetched in requests of at most `maximumRequest` bytes, at most
 /// `requestsInFlight` at a time; a reader that jumps away drops its read-ahead not yet on the
 /// wire. A random read fetches its own bytes, rounded out to `minimumRequest`, and nothing more.
 public struct StreamingPolicy: Sendable, Equatable {
@@ -153,10 +153,11 @@ public final class RangeFetcher: Sendable {
             // were in the kernel's cache): the first read that reaches docfs fetches all of it.
             let ownEnd = size <= policy.wholeFileLimit ? size : min(size, alignedUp(range.upperBound))
             if sequential && (range.upperBound > stream.frontier || (stream.window > 0 && stream.consumed + stream.window / 2 >= stream.frontier)) {
-                // Never further ahead than the stream has read: a reader that stops after N bytes
-                // (`file` reads 7 MiB of a file's head) leaves at most about N fetched for nothing,
-                // and a long sequential reader still reaches `maximumWindow` after as many bytes.
-                let read = max(stream.consumed - stream.start, policy.minimumRequest)
+                // Never further ahead than half what the stream has read: a reader that stops
+                // after N bytes (`file` reads 7 MiB of a file's head, and the kernel's own
+                // read-ahead adds 2 more) leaves at most about N/2 fetched for nothing, and a long
+                // sequential reader reaches `maximumWindow` after twice as many bytes.
+                let read = max((stream.consumed - stream.start) / 2, policy.minimumRequest)
                 stream.window = min(max(stream.window * 2, policy.initialWindow), policy.maximumWindow, read)
                 let ahead = min(size, max(stream.frontier, stream.consumed) + stream.window)
                 request(max(stream.frontier, ownEnd)..<max(ahead, ownEnd), urgent: false, in: &state)

@@ -126,7 +126,8 @@ struct StreamingTests {
             #expect(try await fixture.fs.read(handle: second, offset: Int64(b), count: chunk) == Array(content[b..<(b + chunk)]))
         }
         let requests = fixture.store.readRanges("movie.bin").count
-        #expect(requests < 24, "interleaved sequential readers read ahead each (\(requests) requests)")
+        // 128 reads; the window grows to half what each has read (a sniffer wastes little).
+        #expect(requests < 32, "interleaved sequential readers read ahead each (\(requests) requests)")
         await fixture.fs.release(handle: first)
         await fixture.fs.release(handle: second)
     }
