@@ -163,9 +163,14 @@ extension Catalog {
 
     /// Brings a placeholder whose kind is still to be confirmed (see `SymlinkProbe`) up to the
     /// store's size, time and version, keeping its kind and the version that kind was confirmed
-    /// for: a changed version is then one to confirm. A row with a local copy is left alone.
+    /// for: a changed version is then one to confirm. A row with a local copy learns the
+    /// store's version as `update` teaches it (so its upload meets a newer one as a conflict).
     private static func updateKeepingKind(_ row: Row, to entry: RemoteEntry, in db: Database) throws {
-        guard !hasLocalCopy(row), (row["kind"] as Int) != Item.Kind.directory.rawValue else { return }
+        guard (row["kind"] as Int) != Item.Kind.directory.rawValue else { return }
+        if hasLocalCopy(row) {
+            try updateUnderLocalCopy(row, to: entry, confirmingKind: false, in: db)
+            return
+        }
         let etag = entry.etag?.value
         if (row["etag"] as String?) == etag, (row["size"] as Int64) == entry.size, (row["onStore"] as Int64) == 1 { return }
         try db.cachedExecute(sql: """
@@ -178,20 +183,7 @@ extension Catalog {
     /// Brings a row of the same kind up to what the store says of it.
     private static func update(_ row: Row, to entry: RemoteEntry, in db: Database) throws {
         if hasLocalCopy(row) {
-            // The store's version moves; the copy's base does not. A clean copy shows its own
-            // size while open (DocFileSystem.item), the store's once evicted. A file made here
-            // and not uploaded yet stays "not on the store": the entry listed under its name is
-            // someone else's, and its upload must not replace it (If-None-Match: *, a conflict
-            // copy if taken).
-            let dirty = hasLocalChanges(row)
-            try db.cachedExecute(sql: """
-                UPDATE item SET etag = ?, onStore = CASE WHEN baseEtag IS NULL AND onStore = 0 THEN 0 ELSE 1 END,
-                    kindKnownFor = ?,
-                    size = CASE WHEN ? THEN size ELSE ? END,
-                    modifiedNs = CASE WHEN ? OR (etag IS NOT NULL AND etag = ?) THEN modifiedNs ELSE ? END
-                WHERE inode = ?
-                """, arguments: [entry.etag?.value, entry.etag?.value, dirty, entry.size, dirty, entry.etag?.value,
-                                 Timestamp(seconds: entry.modified).nanoseconds, row["inode"] as Int64])
+            try updateUnderLocalCopy(row, to: entry, confirmingKind: true, in: db)
             return
         }
         // A refresh of an unchanged folder writes nothing.
@@ -203,6 +195,23 @@ extension Catalog {
             WHERE inode = ?
             """, arguments: [entry.size, entry.etag?.value, Timestamp(seconds: entry.modified).nanoseconds, entry.etag?.value,
                              target(of: entry), entry.mode.map { Int64($0) }, entry.etag?.value, rdev(of: entry), row["inode"] as Int64])
+    }
+
+    /// The store's version moves; the copy's base does not. A clean copy shows its own size
+    /// while open (DocFileSystem.item), the store's once evicted. A file made here and not
+    /// uploaded yet stays "not on the store": the entry listed under its name is someone
+    /// else's, and its upload must not replace it (If-None-Match: *, a conflict copy if taken).
+    /// `confirmingKind`: the listing vouches for the entry's kind in this version.
+    private static func updateUnderLocalCopy(_ row: Row, to entry: RemoteEntry, confirmingKind: Bool, in db: Database) throws {
+        let dirty = hasLocalChanges(row)
+        try db.cachedExecute(sql: """
+            UPDATE item SET etag = ?, onStore = CASE WHEN baseEtag IS NULL AND onStore = 0 THEN 0 ELSE 1 END,
+                kindKnownFor = CASE WHEN ? THEN ? ELSE kindKnownFor END,
+                size = CASE WHEN ? THEN size ELSE ? END,
+                modifiedNs = CASE WHEN ? OR (etag IS NOT NULL AND etag = ?) THEN modifiedNs ELSE ? END
+            WHERE inode = ?
+            """, arguments: [entry.etag?.value, confirmingKind, entry.etag?.value, dirty, entry.size, dirty, entry.etag?.value,
+                             Timestamp(seconds: entry.modified).nanoseconds, row["inode"] as Int64])
     }
 
     private static func finish(listing progress: ListingProgress, of directory: Inode, listedAt: Double, in db: Database) throws {

@@ -50,3 +50,30 @@ struct ListingRaceTests {
         #expect(try names(catalog) == ["kept.txt"])
     }
 }
+
+/// An S3 listing vouches for no small object's kind (a link or special file is an object of a
+/// few bytes, confirmed at its first lookup): such a listing must still move the store's
+/// version under an open copy, or an edit of that copy overwrites the other client's version
+/// without a conflict copy (test_nothing_lost's moto same-size replace failed so).
+@Suite("A listing that cannot confirm kinds still shows a new version under an open copy")
+struct UnconfirmedKindListingTests {
+    @Test func theNewVersionReachesARowWithALocalCopy() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("docfs-kind-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let catalog = try Catalog(path: directory + "/catalog.sqlite")
+        let ours = RemoteEntry(path: try StorePath("f.txt"), kind: .file, size: 3, modified: 1000, etag: ETag("ours"))
+        try catalog.applyListing(of: Item.rootInode, entries: [ours], listedAt: 1)
+        let item = try #require(try catalog.child(of: Item.rootInode, named: "f.txt"))
+        var life = CopyLife(content: .present, base: ETag("ours"))
+        life.opened()
+        try catalog.recordCopy(item.inode, life)
+        #expect(try catalog.item(item.inode)?.state == .local)
+
+        let theirs = RemoteEntry(path: try StorePath("f.txt"), kind: .file, size: 3, modified: 2000, etag: ETag("theirs"))
+        try catalog.applyListing(of: Item.rootInode, entries: [theirs], kindUnknown: [FileName("f.txt")],
+                                 listedAt: Date().timeIntervalSince1970, askedAt: Date().timeIntervalSince1970)
+        let after = try #require(try catalog.item(item.inode))
+        #expect(after.etag == ETag("theirs"), "the store's version moved")
+        #expect(after.state == .local, "the copy stays")
+    }
+}
