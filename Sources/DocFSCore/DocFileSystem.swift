@@ -241,10 +241,12 @@ public final class DocFileSystem: Sendable {
 
     /// The store's entry for `item` if it is still `version`, the one the kernel caches pages
     /// of (asked of the store: a stat, no content); nil if it moved on (the open fetches the new
-    /// one) or a copy in use or kept will serve the open anyway.
+    /// one). Asked even when a copy is there now: a close just before this open may evict it
+    /// before the provider sees the open (the kernel sends a release without waiting), and
+    /// then the open must not download what the kernel holds.
     private func storeStillHas(_ version: ETag, of item: Item) async throws(FSError) -> RemoteEntry? {
         guard item.kind == .file, item.onStore, item.etag == version, !item.hasUnsyncedChanges,
-              store.capabilities.hasRangeReads, provider.presentCopies.withLock({ $0[item.inode] == nil }) else { return nil }
+              store.capabilities.hasRangeReads else { return nil }
         let (store, retry, path) = (store, retry, item.path)
         let timedOut = FSError.timedOut("no answer about \(path) within \(ioTimeout.map { "\($0)" } ?? "the limit")")
         do {

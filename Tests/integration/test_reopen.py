@@ -95,3 +95,23 @@ def test_a_change_after_a_cached_open_fails_reads_that_reach_the_store_with_esta
         assert caught.value.errno == errno.ESTALE, f"expected ESTALE, got {caught.value!r}"
     finally:
         os.close(fd)
+
+
+def test_reopening_at_once_after_a_close_downloads_nothing(tmp_path, docfs_serve, mount):
+    """`cat f f f`: each reopen comes while the release of the close before it may still be on
+    its way to docfs (the kernel does not wait for it), and may evict the copy under the open."""
+    root = tmp_path / "store"
+    root.mkdir()
+    data = {f"IMG_{i:04}.jpg": pseudo_random_bytes(40_000 + 20_000 * i, 50 + i) for i in range(20)}
+    for rel, content in data.items():
+        write_file(root / rel, content)
+    server = docfs_serve(root)
+    m = mount(server.url)
+    for rel, content in data.items():
+        for _ in range(3):
+            assert read(m / rel) == content
+    wait_until(lambda: all(xattr_state(m / rel) == "placeholder" for rel in data), 15, "every copy to be evicted")
+    total = sum(sent(server, rel) for rel in data)
+    assert total == sum(len(c) for c in data.values()), (
+        f"20 files read three times each, back to back, cost {total:,} bytes, "
+        f"{sum(len(server.gets(rel)) for rel in data)} GETs; once is {sum(len(c) for c in data.values()):,}")
