@@ -7,10 +7,13 @@ request log counts the bytes of content each GET sent), mounts it (extra argumen
 `docfs mount`, e.g. `--no-fetch-for ''` or `--whole-file-limit 131072`), then runs, one step
 after another, `ls -lR`, `gio list` (with and without `-a '*'`), `gio info` (all attributes,
 the content type, the fast content type), `file -b --mime` (its default 7 MiB and 64 KiB), and
-gdk-pixbuf-thumbnailer on every PNG, printing per step the GETs, the files they were of and
-the bytes. Tools that are not installed are skipped. Unmounts and stops the server at the end.
+gdk-pixbuf-thumbnailer on every PNG, and reads every image of Pictures/Camera three times over
+(open, read, close: what PCManFM does to make its thumbnails), printing per step the GETs, the
+files they were of and the bytes. Tools that are not installed are skipped. Unmounts and stops
+the server at the end. `--rclone off|full` mounts the same server with `rclone mount
+--vfs-cache-mode MODE` instead, for comparison (the extra arguments then go to rclone).
 
-Usage: Tests/screenshot/browse_costs.py [--docfs BIN] [-- MOUNT OPTIONS...]
+Usage: Tests/screenshot/browse_costs.py [--docfs BIN] [--rclone MODE] [-- MOUNT OPTIONS...]
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ from mixed_tree import make_mixed_tree  # noqa: E402
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--docfs", default=str(REPO / ".build" / "debug" / "docfs"))
+    parser.add_argument("--rclone", choices=["off", "full"], help="mount with rclone mount --vfs-cache-mode MODE instead")
     parser.add_argument("mount_options", nargs="*", help="passed to docfs mount (after --)")
     args = parser.parse_args()
 
@@ -42,6 +46,7 @@ def main() -> int:
     server = subprocess.Popen([args.docfs, "serve", str(store), "--host", "127.0.0.1", "--port", "0", "--request-log", str(log)],
                               stdout=open(work / "serve.out", "wb"), stderr=subprocess.STDOUT, start_new_session=True)
     mounted = False
+    rclone = None
     try:
         for _ in range(100):
             found = re.search(r"at (http://\S+)", (work / "serve.out").read_text(errors="replace"))
@@ -51,8 +56,22 @@ def main() -> int:
         else:
             raise SystemExit("docfs serve did not start")
         mountpoint.mkdir()
-        subprocess.run([args.docfs, "mount", found.group(1), str(mountpoint), "--log-file", str(work / "mount.log"),
-                        *args.mount_options], check=True, env=env, timeout=60)
+        if args.rclone:
+            # As Tests/bench/clients.py mounts it; its directory cache as long as docfs's TTL.
+            rclone = subprocess.Popen(["rclone", "mount", ":webdav:", str(mountpoint), "--webdav-url", found.group(1),
+                                       "--vfs-cache-mode", args.rclone, "--dir-cache-time", "30s",
+                                       "--cache-dir", str(work / "rclone-cache"), "--config", "/dev/null",
+                                       *args.mount_options], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                      start_new_session=True)
+            for _ in range(100):
+                if any(f" {mountpoint} " in line for line in Path("/proc/mounts").read_text().splitlines()):
+                    break
+                time.sleep(0.1)
+            else:
+                raise SystemExit("rclone mount did not come up")
+        else:
+            subprocess.run([args.docfs, "mount", found.group(1), str(mountpoint), "--log-file", str(work / "mount.log"),
+                            *args.mount_options], check=True, env=env, timeout=60)
         mounted = True
 
         def gets() -> list[tuple[str, int]]:
@@ -77,14 +96,17 @@ def main() -> int:
 
         folders = sorted({str(mountpoint / Path(rel).parent) for rel in sizes} | {str(mountpoint)})
         files = [str(mountpoint / rel) for rel in sorted(sizes)]
+        mounter = f"rclone mount --vfs-cache-mode {args.rclone}" if args.rclone else "docfs mount"
         print(f"store: {len(sizes)} files in {len(folders)} folders, {sum(sizes.values()):,} bytes; "
-              f"docfs mount {' '.join(args.mount_options) or '(default options)'}")
+              f"{mounter} {' '.join(args.mount_options) or '(default options)'}")
         step("ls -lR", [["ls", "-lR", str(mountpoint)]])
         step("gio list (every folder)", [["gio", "list", folder] for folder in folders])
         step("gio list -a '*' (every folder)", [["gio", "list", "-a", "*", folder] for folder in folders])
         step("gio info (every file)", [["gio", "info", path] for path in files])
         step("gio info -a standard::content-type", [["gio", "info", "-a", "standard::content-type", path] for path in files])
         step("gio info -a standard::fast-content-type", [["gio", "info", "-a", "standard::fast-content-type", path] for path in files])
+        camera = [path for path in files if "/Camera/" in path]
+        step("Pictures/Camera: each image read 3 times", [["cat", path, path, path] for path in camera])
         step("file -b --mime (every file)", [["file", "-b", "--mime", *files]])
         step("file -P bytes=65536 -b --mime", [["file", "-P", "bytes=65536", "-b", "--mime", *files]])
         step("gdk-pixbuf-thumbnailer (every PNG)", [["gdk-pixbuf-thumbnailer", "-s", "128", path, str(work / "thumbnail.png")]
@@ -92,7 +114,11 @@ def main() -> int:
         return 0
     finally:
         try:
-            if mounted:
+            if mounted and rclone is not None:
+                subprocess.run(["fusermount3", "-u", str(mountpoint)], capture_output=True, timeout=60)
+                rclone.terminate()
+                rclone.wait(timeout=30)
+            elif mounted:
                 subprocess.run([args.docfs, "unmount", str(mountpoint)], env=env, capture_output=True, timeout=120)
         except OSError as error:  # the binary replaced under us (a rebuild): unmount without it
             print(f"docfs unmount: {error}; fusermount3 -uz", file=sys.stderr)
