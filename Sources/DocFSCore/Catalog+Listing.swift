@@ -32,9 +32,14 @@ public final class ListingProgress: Sendable {
     /// When the first page was asked for: rows whose version docfs learned after it are newer
     /// than anything this listing says, and a vanished row only goes if it is older.
     public let startedAt: Double
+    /// The entries come from asking the store about each one (a HEAD, with S3's
+    /// `x-amz-meta-mtime`), not from a listing (S3's lists only `LastModified`): their times
+    /// are the items' times even where the version is one the catalog knows.
+    public let exactTimes: Bool
 
-    public init(startedAt: Double) {
+    public init(startedAt: Double, exactTimes: Bool = false) {
         self.startedAt = startedAt
+        self.exactTimes = exactTimes
     }
 
     public var count: Int { seen.withLock { $0.count } }
@@ -111,7 +116,7 @@ extension Catalog {
             }
             if let row, keepsSpecialKind(row, entry) { continue }
             if let row, (row["kind"] as Int) == kind.rawValue {
-                try update(row, to: entry, in: db)
+                try update(row, to: entry, exactTime: progress.exactTimes, in: db)
                 continue
             }
             if let row {
@@ -181,19 +186,21 @@ extension Catalog {
     }
 
     /// Brings a row of the same kind up to what the store says of it.
-    private static func update(_ row: Row, to entry: RemoteEntry, in db: Database) throws {
+    private static func update(_ row: Row, to entry: RemoteEntry, exactTime: Bool = false, in db: Database) throws {
         if hasLocalCopy(row) {
             try updateUnderLocalCopy(row, to: entry, confirmingKind: true, in: db)
             return
         }
+        let time = Timestamp(seconds: entry.modified).nanoseconds
         // A refresh of an unchanged folder writes nothing.
-        if matches(row, entry) { return }
-        // A time set here (utimensat) stays until the content itself changes.
+        if matches(row, entry), !exactTime || (row["modifiedNs"] as Int64) == time { return }
+        // A time set here (utimensat) stays until the content itself changes; a listing's time
+        // (S3's LastModified) never replaces it, an exact one does.
         try db.cachedExecute(sql: """
-            UPDATE item SET size = ?, modifiedNs = CASE WHEN etag IS NOT NULL AND etag = ? THEN modifiedNs ELSE ? END,
+            UPDATE item SET size = ?, modifiedNs = CASE WHEN NOT ? AND etag IS NOT NULL AND etag = ? THEN modifiedNs ELSE ? END,
                 etag = ?, symlinkTarget = ?, mode = COALESCE(?, mode), onStore = 1, kindKnownFor = ?, rdev = ?
             WHERE inode = ?
-            """, arguments: [entry.size, entry.etag?.value, Timestamp(seconds: entry.modified).nanoseconds, entry.etag?.value,
+            """, arguments: [entry.size, exactTime, entry.etag?.value, time, entry.etag?.value,
                              target(of: entry), entry.mode.map { Int64($0) }, entry.etag?.value, rdev(of: entry), row["inode"] as Int64])
     }
 
