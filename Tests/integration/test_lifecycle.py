@@ -82,7 +82,9 @@ def test_remount_lists_cached_tree_with_server_down(store_server, content_tree, 
     code, out, err, elapsed = open_in_subprocess(second / "medium.bin", timeout=60)
     print(f"open() with the server down: exit {code}, {out or err!r} after {elapsed:.1f} s")
     assert code == 3, f"open() of a placeholder with the server down did not fail: exit {code}, {out} {err}"
-    assert elapsed < 30, f"open() took {elapsed:.1f} s to fail (must be bounded, < 30 s)"
+    # Bounded by --io-timeout (30 s by default), which the download's retries also stop within;
+    # which of the two ends it first is a matter of milliseconds (30.05 s failed a full run).
+    assert elapsed < 35, f"open() took {elapsed:.1f} s to fail (must be bounded by --io-timeout, 30 s)"
     failed_errno = int(out.split()[0])
     assert failed_errno in NETWORK_ERRNOS, \
         f"open() failed with errno {failed_errno} ({out}); expected EIO or a network errno"
