@@ -20,13 +20,11 @@ extension Catalog {
     /// `item`, when its kind is still to be confirmed on a store whose objects up to
     /// `maximumSize` bytes may be links; nil otherwise (most items: decided without a query).
     public func kindToConfirm(_ item: Item, maximumSize: Int64) throws(FSError) -> KindToConfirm? {
+        // Decided from the item (`toConfirm`'s terms), without a query: lookups and getattr of
+        // small objects run this, answered from the catalog's cache.
         guard item.kind != .directory, item.state == .placeholder, item.onStore, item.etag != nil,
-              item.size <= maximumSize, let parent = item.parent else { return nil }
-        let unconfirmed = try quickRead { db in
-            try Bool.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM item WHERE inode = ? AND \(Catalog.toConfirm)"),
-                              arguments: [Int64(bitPattern: item.inode), maximumSize]) ?? false
-        }
-        return unconfirmed ? KindToConfirm(inode: item.inode, parent: parent, path: item.path) : nil
+              item.size <= maximumSize, !item.kindConfirmed, let parent = item.parent else { return nil }
+        return KindToConfirm(inode: item.inode, parent: parent, path: item.path)
     }
 
     /// The children of `directory` whose kind is still to be confirmed, in name order.

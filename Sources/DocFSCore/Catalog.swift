@@ -578,7 +578,8 @@ public final class Catalog: Sendable {
     /// per column per row), which was most of the cost of a lookup.
     static let itemColumns = """
         inode, id, parent, name, path, kind, size, modifiedNs, etag, symlinkTarget, mode, state, listedAt, onStore, \
-        owner, "group", accessedNs, changedNs, uploadError, conflictCopy, baseEtag, uncommitted, rdev
+        owner, "group", accessedNs, changedNs, uploadError, conflictCopy, baseEtag, uncommitted, rdev, \
+        kindKnownFor IS NOT NULL AND kindKnownFor = etag
         """
 
     /// An item from a row of `SELECT \(itemColumns)`.
@@ -611,7 +612,8 @@ public final class Catalog: Sendable {
             conflictCopy: row[19],
             baseEtag: (row[20] as String?).map(ETag.init),
             hasUncommittedWrites: row[21],
-            rdev: UInt64(bitPattern: row[22])
+            rdev: UInt64(bitPattern: row[22]),
+            kindConfirmed: (row[23] as Bool?) ?? false
         )
     }
 }

@@ -77,6 +77,9 @@ public struct Item: Sendable, Equatable {
     public var hasUncommittedWrites = false
     /// The device number of a character or block device (`st_rdev`); 0 otherwise.
     public var rdev: UInt64 = 0
+    /// Whether the store confirmed the kind for this version (`kindKnownFor == etag`): false
+    /// for a small S3 object a listing could not tell from a link (see `SymlinkProbe`).
+    public var kindConfirmed = true
 
     public var isDirectory: Bool { kind == .directory }
 
