@@ -76,7 +76,7 @@ INSTALL_BUILD  := $(if $(filter command line environment,$(origin BIN)),,release
 # The man page's tool, from swift-argument-parser's checkout (build it as yourself: sudo's PATH
 # may have no swift).
 manual-tool:
-	test -x .build/debug/generate-manual || $(SWIFT) build --target generate-manual
+	test -x .build/debug/generate-manual || $(SWIFT) build --product generate-manual
 
 install: $(INSTALL_BUILD) manual-tool
 	install -d "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(MANDIR)/man1" "$(DESTDIR)$(MOUNTHELPERDIR)"
