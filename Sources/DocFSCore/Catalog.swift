@@ -187,18 +187,31 @@ public final class Catalog: Sendable {
     /// lookups and stats that follow it are answered from memory.
     public func forEachChild(of parent: Inode, _ body: (Item) -> Void) throws(FSError) {
         let ticket = cache.ticket()
+        // Handed to the cache a few hundred at a time: holding every row until the end kept a
+        // second copy of the cache's worth of items (4 MiB at 16,384) alive at the listing's peak.
         var seen: [Item] = []
+        var kept = 0
+        seen.reserveCapacity(Self.fillChunk)
         try read { db in
             let rows = try Row.fetchCursor(db.cachedStatement(sql: "SELECT \(Catalog.itemColumns) FROM item WHERE parent = ? ORDER BY name"),
                                            arguments: [Int64(bitPattern: parent)])
             while let row = try rows.next() {
                 let item = Catalog.item(from: row)
-                if seen.count < cache.capacity { seen.append(item) }
+                if kept < cache.capacity {
+                    seen.append(item)
+                    kept += 1
+                    if seen.count == Self.fillChunk {
+                        cache.fill(seen, ticket: ticket)
+                        seen.removeAll(keepingCapacity: true)
+                    }
+                }
                 body(item)
             }
         }
         cache.fill(seen, ticket: ticket)
     }
+
+    private static let fillChunk = 256
 
     /// Write transactions since the catalog was opened: how tests pin what an open and a
     /// close of a file cost.

@@ -1,3 +1,4 @@
+import DocFSStore
 import Foundation
 import Synchronization
 
@@ -11,7 +12,7 @@ import Synchronization
 final class RemovedNames: Sendable {
     private struct Key: Hashable {
         let parent: Inode
-        let name: [UInt8]
+        let name: FileName
     }
 
     private let removed = Mutex<[Key: Double]>([:])
@@ -21,12 +22,12 @@ final class RemovedNames: Sendable {
     func note(_ name: String, in parent: Inode, at time: Double = Date().timeIntervalSince1970) {
         removed.withLock { removed in
             if removed.count >= 4096 { removed = removed.filter { time - $0.value < horizon } }
-            removed[Key(parent: parent, name: Array(name.utf8))] = time
+            removed[Key(parent: parent, name: name.fileName)] = time
         }
     }
 
     /// Whether `name` left `parent` at or after `time`: a listing asked at `time` is older.
-    func removed(_ name: [UInt8], from parent: Inode, since time: Double) -> Bool {
+    func removed(_ name: FileName, from parent: Inode, since time: Double) -> Bool {
         removed.withLock { removed in
             guard !removed.isEmpty, let when = removed[Key(parent: parent, name: name)] else { return false }
             return when >= time

@@ -22,9 +22,6 @@ final class FuseAdapter: Sendable {
     /// Which processes get content only when it is local already (`--no-fetch-for`).
     private let fetchPolicy: FetchPolicy
 
-    /// Kernel references per inode (lookup count): incremented by every entry we hand out,
-    /// decremented by forget. Inodes are stable catalog row ids, so this is bookkeeping only.
-    private let lookups = Mutex<[Inode: UInt64]>([:])
     /// Open directory handles: a snapshot of the children taken at opendir, so successive
     /// readdir calls see one consistent listing with stable offsets.
     private let directories = Mutex(DirectoryHandles())
@@ -76,9 +73,11 @@ final class FuseAdapter: Sendable {
         attributes.stat(for: item, localBlocks: item.kind == .file ? fs.localBlocks(of: item.inode) : 0)
     }
 
-    /// An entry for the kernel, counting one more lookup reference.
+    /// An entry for the kernel. The kernel's lookup references are not counted: an inode is a
+    /// catalog row id, never reused, and a row never waits for the kernel to forget it (an inode
+    /// the kernel asks about after its row went is answered ENOENT). Counting them cost a table
+    /// of 4 MiB for a 100,000-entry folder, and a lock on every lookup, for nothing read.
     func entry(for item: Item) -> fuse_entry_param {
-        lookups.withLock { $0[item.inode, default: 0] += 1 }
         var entry = fuse_entry_param()
         entry.ino = item.inode
         entry.generation = 0
@@ -86,13 +85,6 @@ final class FuseAdapter: Sendable {
         entry.attr_timeout = attributeTimeout
         entry.entry_timeout = entryTimeout
         return entry
-    }
-
-    func forget(_ inode: Inode, count: UInt64) {
-        lookups.withLock { table in
-            let remaining = (table[inode] ?? 0) &- min(count, table[inode] ?? 0)
-            table[inode] = remaining == 0 ? nil : remaining
-        }
     }
 
     /// Tells the kernel to forget the cached attributes of `inode` (not its pages).
@@ -448,19 +440,15 @@ final class FuseAdapter: Sendable {
                 var param = fuse_entry_param()
                 param.attr.st_ino = ino_t(inode)
                 param.attr.st_mode = snapshot.format(at: index)
-                var counted = false
                 if snapshot.type(at: index) == .child, let item = try? attributed[inode] ?? fs.item(inode) {
                     param.ino = inode
                     param.attr = attributes(of: item)
                     param.attr_timeout = attributeTimeout
                     param.entry_timeout = entryTimeout
-                    counted = true
                 }
                 needed = snapshot.withName(at: index) { name in
                     fuse_add_direntry_plus(raw, buffer + used, remaining, name, &param, off_t(index + 1))
                 }
-                // Count the lookup only if the entry fits (else the kernel never sees it).
-                if counted, needed <= remaining { lookups.withLock { $0[inode, default: 0] += 1 } }
             } else {
                 var st = stat()
                 st.st_ino = ino_t(inode)

@@ -19,18 +19,9 @@ enum FuseOperations {
             guard !adapter.lookupFromCatalog(req!, parent: parent, name: name) else { return }
             adapter.respond(req!) { request in await adapter.lookup(request, parent: parent, name: name) }
         }
-        ops.forget = { req, inode, count in
-            fuseAdapter(req).forget(inode, count: count)
-            fuse_reply_none(req)
-        }
-        ops.forget_multi = { req, count, forgets in
-            let adapter = fuseAdapter(req)
-            for index in 0..<count {
-                let item = forgets![index]
-                adapter.forget(item.ino, count: item.nlookup)
-            }
-            fuse_reply_none(req)
-        }
+        // Nothing to release: lookup references are not counted (see `FuseAdapter.entry(for:)`).
+        ops.forget = { req, _, _ in fuse_reply_none(req) }
+        ops.forget_multi = { req, _, _ in fuse_reply_none(req) }
         ops.getattr = { req, inode, _ in
             fuseAdapter(req).getattr(fuseRequest(req), inode: inode)
         }

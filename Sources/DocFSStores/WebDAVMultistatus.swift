@@ -164,19 +164,31 @@ private struct MultistatusHandler: XMLPushHandler {
 
     /// The element's text, trimmed, invalid UTF-8 replaced (for values, not names).
     private var value: String {
-        String(decoding: text, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        String(decoding: trimmedText, as: UTF8.self)
+    }
+
+    /// The element's text without XML's whitespace (space, tab, CR, LF) around it, trimmed as
+    /// bytes: Foundation's `trimmingCharacters` went through NSString and UTF-16 for every
+    /// value, a seventh of the CPU time of a 100,000-entry listing.
+    private var trimmedText: ArraySlice<UInt8> {
+        func isSpace(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x09 || byte == 0x0A || byte == 0x0D }
+        var slice = text[...]
+        while let first = slice.first, isSpace(first) { slice = slice.dropFirst() }
+        while let last = slice.last, isSpace(last) { slice = slice.dropLast() }
+        return slice
     }
 
     /// An href as a string that keeps every byte: when the text is not UTF-8, its bytes above
     /// ASCII are percent-encoded, so the name they make fails to decode and is skipped (a
     /// href's `%XX` are decoded by the store, not here).
     private var hrefValue: String {
-        if let string = String(validating: text, as: UTF8.self) { return string.trimmingCharacters(in: .whitespacesAndNewlines) }
+        let trimmed = trimmedText
+        if let string = String(validating: trimmed, as: UTF8.self) { return string }
         var encoded = ""
-        for byte in text {
+        for byte in trimmed {
             if byte < 0x80 { encoded.unicodeScalars.append(Unicode.Scalar(byte)) } else { encoded += "%" + String(byte, radix: 16, uppercase: true) }
         }
-        return encoded.trimmingCharacters(in: .whitespacesAndNewlines)
+        return encoded
     }
 
     mutating func endElement(_ name: XMLName, at offset: Int) throws(StoreError) {

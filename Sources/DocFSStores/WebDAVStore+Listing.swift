@@ -137,7 +137,7 @@ extension WebDAVStore {
                     if entry.name.utf8.elementsEqual(after.utf8) { session.resumeAfter = nil }
                     continue
                 }
-                guard session.seen.insert(entry.name.fileName).inserted else { continue }
+                guard session.seen.insert(entry.name).inserted else { continue }
                 session.lastName = entry.name
                 entries.append(entry)
             case .skipped(let why):
@@ -222,7 +222,9 @@ final class PropfindListing: @unchecked Sendable {
     var pending: [WebDAVResponse] = []
     var nextPending = 0
     var ended = false
-    var seen = Set<FileName>()
+    /// Names handed out so far, by bytes (NFC and NFD `café` are two): a server that repeats
+    /// an entry on a later page shows it once.
+    var seen = NameSet()
     var skipped = 0
     var lastName = ""
     /// Resuming a dropped listing: children up to and including this name were handed out.
