@@ -265,7 +265,7 @@ public final class Catalog: Sendable {
                 INSERT INTO item (id, parent, name, path, kind, size, modifiedNs, etag, mode, owner, "group", state, onStore, listedAt,
                                   changedNs, accessedNs, symlinkTarget, kindKnownFor, versionAt, rdev)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """, arguments: [UUID().uuidString, Int64(bitPattern: parent), name, Catalog.join(parentRow["path"], name),
+                """, arguments: [ItemIdentifier.make(), Int64(bitPattern: parent), name, Catalog.join(parentRow["path"], name),
                                  kind.rawValue, size, modified.nanoseconds, etag?.value, mode.map { Int64($0) }, owner.map { Int64($0) },
                                  group.map { Int64($0) }, state.rawValue, onStore, listedAt, modified.nanoseconds, modified.nanoseconds, symlinkTarget,
                                  etag?.value, Date().timeIntervalSince1970, Int64(bitPattern: rdev)])
