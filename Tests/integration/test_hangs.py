@@ -67,13 +67,21 @@ class Caller:
 
     @classmethod
     def cat(cls, path: Path, mountpoint: Path) -> "Caller":
-        return cls(["cat", str(path)], mountpoint)
+        # SIGINT at its default action, whatever this run inherited: a shell without job control
+        # starts background jobs with SIGINT ignored, Python keeps that, and exec passes it on,
+        # so a plain `cat` never got the SIGINT (and the kernel never sent FUSE_INTERRUPT).
+        code = ("import os, signal, sys\n"
+                "signal.signal(signal.SIGINT, signal.SIG_DFL)\n"
+                "signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])\n"
+                "os.execvp('cat', ['cat', sys.argv[1]])\n")
+        return cls([sys.executable, "-c", code, str(path)], mountpoint)
 
     @classmethod
     def reader(cls, path: Path, mountpoint: Path) -> "Caller":
         # SIGINT as for cat (its default action), not Python's KeyboardInterrupt.
         code = ("import os, signal, sys\n"
                 "signal.signal(signal.SIGINT, signal.SIG_DFL)\n"
+                "signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])\n"
                 f"fd = os.open({str(path)!r}, os.O_RDONLY)\n"
                 "print('opened', flush=True)\n"
                 "sys.stdin.readline()\n"
