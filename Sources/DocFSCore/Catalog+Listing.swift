@@ -51,14 +51,14 @@ struct SeenNames {
     var names = NameSet()
     var isFolder: [Bool] = []
 
-    /// Whether `name` was shown, and as a folder.
-    subscript(name: String) -> Bool? {
-        get { names.index(of: name).map { isFolder[$0] } }
-        set {
-            guard let newValue else { preconditionFailure("a seen name is never forgotten") }
-            let (inserted, index) = names.insert(name)
-            if inserted { isFolder.append(newValue) } else { isFolder[index] = newValue }
-        }
+    /// Whether `name` was shown as a folder; nil if it was not shown.
+    func shownAsFolder(_ name: String) -> Bool? {
+        names.index(of: name).map { isFolder[$0] }
+    }
+
+    mutating func record(_ name: String, asFolder: Bool) {
+        let (inserted, index) = names.insert(name)
+        if inserted { isFolder.append(asFolder) } else { isFolder[index] = asFolder }
     }
 }
 
@@ -100,11 +100,11 @@ extension Catalog {
             let key = entry.name.fileName
             let kind = kind(of: entry)
             let first = progress.seen.withLock { seen in
-                switch seen[entry.name] {
+                switch seen.shownAsFolder(entry.name) {
                 case true?: return false  // the folder of that name won already
                 case false? where kind != .directory: return false  // a second file entry of the name
                 default:
-                    seen[entry.name] = kind == .directory
+                    seen.record(entry.name, asFolder: kind == .directory)
                     return true
                 }
             }
@@ -244,7 +244,7 @@ extension Catalog {
         try progress.seen.withLock { seen in
             while let row = try rows.next() {
                 let name: String = row["name"]
-                if seen[name] == nil && !learnedSince(row, progress.startedAt) {
+                if seen.shownAsFolder(name) == nil && !learnedSince(row, progress.startedAt) {
                     vanished.append(row.copy())
                 }
             }

@@ -189,21 +189,18 @@ public final class Catalog: Sendable {
         let ticket = cache.ticket()
         // Handed to the cache a few hundred at a time: holding every row until the end kept a
         // second copy of the cache's worth of items (4 MiB at 16,384) alive at the listing's peak.
+        // (The cache stops taking items at its capacity.)
         var seen: [Item] = []
-        var kept = 0
         seen.reserveCapacity(Self.fillChunk)
         try read { db in
             let rows = try Row.fetchCursor(db.cachedStatement(sql: "SELECT \(Catalog.itemColumns) FROM item WHERE parent = ? ORDER BY name"),
                                            arguments: [Int64(bitPattern: parent)])
             while let row = try rows.next() {
                 let item = Catalog.item(from: row)
-                if kept < cache.capacity {
-                    seen.append(item)
-                    kept += 1
-                    if seen.count == Self.fillChunk {
-                        cache.fill(seen, ticket: ticket)
-                        seen.removeAll(keepingCapacity: true)
-                    }
+                seen.append(item)
+                if seen.count == Self.fillChunk {
+                    cache.fill(seen, ticket: ticket)
+                    seen.removeAll(keepingCapacity: true)
                 }
                 body(item)
             }

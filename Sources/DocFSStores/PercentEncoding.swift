@@ -29,12 +29,8 @@ enum PercentEncoding {
     /// Returns nil when a component cannot be decoded to UTF-8. Components may be unsafe names
     /// (`..`, names with `/` once decoded): the caller checks them.
     static func decodedPathComponents(of urlOrPath: String) -> [String]? {
-        // ASCII whitespace only, trimmed without Foundation (which went through UTF-16 for
-        // every href of a listing); a raw Unicode space at an end is part of the name.
-        var path = Substring(urlOrPath)
-        func isSpace(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x09 || byte == 0x0A || byte == 0x0D }
-        while let first = path.utf8.first, isSpace(first) { path = path[path.utf8.index(after: path.startIndex)...] }
-        while let last = path.utf8.last, isSpace(last) { path = path[..<path.utf8.index(before: path.endIndex)] }
+        // A raw Unicode space at an end is part of the name.
+        var path = ASCIIWhitespace.trimmed(Substring(urlOrPath))
         if let schemeEnd = path.range(of: "://") {
             let afterScheme = path[schemeEnd.upperBound...]
             path = afterScheme.firstIndex(of: "/").map { afterScheme[$0...] } ?? "/"

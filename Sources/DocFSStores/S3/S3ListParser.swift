@@ -167,7 +167,7 @@ enum S3XML {
 
     /// `2009-10-12T17:50:30.000Z` (fraction and zone optional; `+hh:mm` offsets understood).
     static func parseISO8601(_ string: String) -> Double? {
-        let s = Array(string.trimmingCharacters(in: .whitespaces).utf8)
+        let s = Array(ASCIIWhitespace.trimmed(string.utf8))  // once per entry of an S3 listing
         func number(_ from: Int, _ count: Int) -> Int? {
             guard from + count <= s.count else { return nil }
             var value = 0
