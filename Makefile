@@ -19,7 +19,7 @@ PYTHON ?= python3
 all: build
 
 setup:
-	@bash scripts/setup.sh
+	@bash Tests/support/setup.sh
 
 build:
 	$(SWIFT) build
@@ -28,7 +28,7 @@ release:
 	$(SWIFT) build -c release
 
 run: setup release
-	@bash scripts/run-demo.sh .build/release/docfs
+	@bash Tests/support/run-demo.sh .build/release/docfs
 
 test: setup
 	$(SWIFT) build --build-tests

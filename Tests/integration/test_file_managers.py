@@ -118,7 +118,7 @@ def named_copy_of_cat(tmp_path: Path, name: str) -> str:
     return str(tools / name)
 
 
-@pytest.mark.skipif(shutil.which("gio") is None, reason="gio (libglib2.0-bin) is not installed: run scripts/setup.sh")
+@pytest.mark.skipif(shutil.which("gio") is None, reason="gio (libglib2.0-bin) is not installed: run Tests/support/setup.sh")
 def test_gio_lists_and_inspects_208_files_for_the_heads_of_the_untyped_ones_only(mixed, docfs_serve, mount):
     root, sizes = mixed
     server = docfs_serve(root)

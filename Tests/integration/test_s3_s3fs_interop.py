@@ -22,7 +22,7 @@ pytestmark = pytest.mark.fuse
 def s3fs_mount(s3, tmp_path):
     """s3fs_mount() -> mount point of the test's bucket through s3fs, unmounted at teardown."""
     if shutil.which("s3fs") is None:
-        pytest.fail("s3fs is not installed (scripts/setup.sh installs Debian's s3fs)")
+        pytest.fail("s3fs is not installed (Tests/support/setup.sh installs Debian's s3fs)")
     running: list[tuple[subprocess.Popen, os.PathLike]] = []
 
     def do_mount():

@@ -2,15 +2,15 @@
 # `make run`: serve the demo store with `docfs serve` and mount it on Mount/ in the foreground.
 # Ctrl-C (or `docfs unmount Mount` from another terminal) unmounts; then the server is stopped.
 #
-# Usage: scripts/run-demo.sh [DOCFS_BINARY]   (default .build/release/docfs)
+# Usage: Tests/support/run-demo.sh [DOCFS_BINARY]   (default .build/release/docfs)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 docfs=${1:-.build/release/docfs}
 store=demo-store
 mountpoint=Mount
 
-python3 scripts/make-demo-store.py "$store"
+python3 Tests/support/make-demo-store.py "$store"
 mkdir -p "$mountpoint"
 
 # A mount left behind by an earlier run (or a killed daemon) is cleaned first.
