@@ -48,6 +48,15 @@ extension Catalog {
         }
     }
 
+    /// Identifiers of pinned files that have a local copy or are getting one: which files of
+    /// the cache directory are pinned (`docfs status` splits the cache's size by them).
+    public func pinnedCopyIDs() throws(FSError) -> Set<String> {
+        try read { db in
+            Set(try String.fetchAll(db, sql: "SELECT id FROM item WHERE pinned = 1 AND state != 'placeholder' AND kind = ?",
+                                    arguments: [Item.Kind.file.rawValue]))
+        }
+    }
+
     /// How many children of `directory` are in each state, in one query: what a folder's
     /// `user.docfs.state` shows (`local=3 modified=1`). Pinned complete copies count as
     /// `pinned`, not `local`; an upload that keeps failing counts as `error`; subfolders are

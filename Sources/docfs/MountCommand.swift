@@ -243,7 +243,8 @@ struct MountCommand: AsyncParsableCommand {
         }
         let environmentForRegistry = environment
         try? MountRegistry.save(MountRecord(pid: getpid(), mountpoint: path, store: store.identity.description,
-                                            stateDirectory: layout.stateDirectory, cacheDirectory: layout.cacheDirectory),
+                                            stateDirectory: layout.stateDirectory, cacheDirectory: layout.cacheDirectory,
+                                            evictDelay: evictDelay, cacheMax: cacheMax.flatMap(RetentionPolicy.parseSize)),
                                 environment: environmentForRegistry)
 
         let signals = SignalHandlers(signals: [SIGINT, SIGTERM, SIGHUP]) { [logger] signal in

@@ -9,6 +9,11 @@ struct MountRecord: Codable, Equatable {
     var store: String
     var stateDirectory: String
     var cacheDirectory: String
+    /// The eviction policy the mount runs with (`--evict-delay` in seconds, 0: evict on the
+    /// last close; `--cache-max` in bytes, nil: no bound), for `docfs status`. Optional so a
+    /// record written by an older docfs still reads.
+    var evictDelay: Double?
+    var cacheMax: Int64?
 }
 
 enum MountRegistry {

@@ -59,6 +59,32 @@ struct StatusCommand: AsyncParsableCommand {
         var pendingUploads: Int
         var transfers: [Transfer]
         var errors: [UploadError]
+        /// The mount's eviction policy; nil when its record predates it being recorded.
+        var retention: Retention? = nil
+        /// The cache's bytes split by pinned files and the rest (released kept copies, open
+        /// and modified ones).
+        var pinnedCacheBytes: Int64 = 0
+        var unpinnedCacheBytes: Int64 = 0
+    }
+
+    /// `--evict-delay` and `--cache-max` of a mount, as it runs.
+    struct Retention: Codable, Equatable {
+        /// Seconds a released copy is kept; 0: evicted on the last close.
+        var evictDelay: Double
+        /// Bytes released, unpinned copies may take; nil (JSON null): no bound.
+        var cacheMax: Int64?
+
+        func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(evictDelay, forKey: .evictDelay)
+            try container.encode(cacheMax, forKey: .cacheMax)  // null rather than absent
+        }
+
+        /// `evict on last close`, `evict 5s after last close, cache max 500.0 MiB`.
+        var summary: String {
+            let delay = evictDelay > 0 ? "evict \(String(format: "%g", evictDelay))s after last close" : "evict on last close"
+            return delay + (cacheMax.map { ", cache max " + StatusFrame.bytes(Double($0)) } ?? "")
+        }
     }
 
     struct Report: Codable {
@@ -106,17 +132,22 @@ struct StatusCommand: AsyncParsableCommand {
 
     static func status(of record: MountRecord) -> MountStatus {
         let running = kill(record.pid, 0) == 0 || errno == EPERM
-        var (bytes, files) = (Int64(0), 0)
+        let catalog = try? Catalog(path: record.stateDirectory + "/catalog.sqlite")
+        let pinned = (try? catalog?.pinnedCopyIDs()) ?? []
+        var (bytes, pinnedBytes, files) = (Int64(0), Int64(0), 0)
         for name in (try? FileManager.default.contentsOfDirectory(atPath: record.cacheDirectory)) ?? [] {
             var info = stat()
             guard lstat(record.cacheDirectory + "/" + name, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { continue }
             bytes += Int64(info.st_blocks) * 512
+            if pinned.contains(name) { pinnedBytes += Int64(info.st_blocks) * 512 }
             files += 1
         }
         var status = MountStatus(mountpoint: record.mountpoint, store: record.store, pid: record.pid, running: running,
                                  cacheDirectory: record.cacheDirectory, cacheBytes: bytes, cacheFiles: files, states: [:],
-                                 pendingUploads: 0, transfers: [], errors: [])
-        guard let catalog = try? Catalog(path: record.stateDirectory + "/catalog.sqlite") else { return status }
+                                 pendingUploads: 0, transfers: [], errors: [],
+                                 retention: record.evictDelay.map { Retention(evictDelay: $0, cacheMax: record.cacheMax) },
+                                 pinnedCacheBytes: pinnedBytes, unpinnedCacheBytes: bytes - pinnedBytes)
+        guard let catalog else { return status }
         for (state, count) in (try? catalog.stateCounts()) ?? [] { status.states[state] = count }
         status.pendingUploads = ((try? catalog.itemsPendingUpload()) ?? []).count
         status.errors = ((try? catalog.uploadErrors()) ?? []).map { UploadError(path: $0.path, error: $0.error) }
@@ -133,7 +164,9 @@ struct StatusCommand: AsyncParsableCommand {
 
     static func printPlain(_ mount: MountStatus) {
         print("\(mount.mountpoint)  \(mount.store)  (pid \(mount.pid)\(mount.running ? "" : ", not running"))")
-        print("  cache: \(mount.cacheBytes) bytes in \(mount.cacheFiles) file(s), \(mount.cacheDirectory)")
+        print("  cache: \(mount.cacheBytes) bytes in \(mount.cacheFiles) file(s) (pinned \(mount.pinnedCacheBytes), unpinned "
+              + "\(mount.unpinnedCacheBytes)), \(mount.cacheDirectory)")
+        if let retention = mount.retention { print("  policy: " + retention.summary) }
         let order = ["placeholder", "downloading", "local", "pinned", "modified", "uploading", "error"]
         let states = mount.states.sorted { (order.firstIndex(of: $0.key) ?? 99, $0.key) < (order.firstIndex(of: $1.key) ?? 99, $1.key) }
         print("  files: " + (states.isEmpty ? "none" : states.map { "\($0.key)=\($0.value)" }.joined(separator: " ")))

@@ -15,7 +15,8 @@ enum StatusFrame {
     static func screen(_ mounts: [Mount], interval: Double, now: Date, columns: Int, rows: Int, unicode: Bool) -> [String] {
         var lines = ["docfs status   every \(String(format: "%g", interval))s   \(clock(now))   Ctrl-C quits", ""]
         for mount in mounts {
-            lines.append("\(mount.mountpoint)  (\(mount.store), pid \(mount.pid)\(mount.running ? "" : ", not running"))")
+            let policy = mount.retention.map { ", " + $0.summary } ?? ""
+            lines.append("\(mount.mountpoint)  (\(mount.store), pid \(mount.pid)\(mount.running ? "" : ", not running")\(policy))")
             lines.append("  " + summary(mount))
             if mount.transfers.isEmpty { lines.append("  no transfers") }
             for transfer in mount.transfers { lines.append(transferLine(transfer, columns: columns, unicode: unicode)) }

@@ -299,3 +299,38 @@ def test_pin_through_setfattr_and_evict_refuses_open_and_modified(tmp_path, docf
     finally:
         proxy.clear()
         proxy.stop()
+
+
+# --- docfs status: the eviction policy, several mounts and paths, the registry -------------
+
+def test_status_shows_the_eviction_policy_and_pinned_bytes(tmp_path, docfs_serve, mount, xdg):
+    root = tmp_path / "store"
+    root.mkdir()
+    (root / "pinned.bin").write_bytes(pseudo_random_bytes(100_000, seed=31))
+    (root / "kept.bin").write_bytes(pseudo_random_bytes(60_000, seed=32))
+    server = docfs_serve(root)
+    (tmp_path / "other").mkdir()
+    plain_mount = mount(tmp_path / "other")  # another store: its own catalog and cache
+    m = mount(server.url, "--evict-delay", "5", "--cache-max", "1M", mountpoint=tmp_path / "kept")
+    assert xdg.docfs("pin", m / "pinned.bin").returncode == 0
+    read_all(m / "kept.bin")  # released, kept for --evict-delay
+
+    result = xdg.docfs("status", "--json", m.path)
+    assert result.returncode == 0, result.stderr
+    (status,) = json.loads(result.stdout)["mounts"]
+    print(f"status of a mount with --evict-delay 5 --cache-max 1M: {status}")
+    assert status["retention"] == {"evictDelay": 5, "cacheMax": 1 << 20}, status
+    assert status["pinnedCacheBytes"] >= 100_000 and status["unpinnedCacheBytes"] >= 60_000, status
+    assert status["pinnedCacheBytes"] + status["unpinnedCacheBytes"] == status["cacheBytes"]
+    assert status["pinnedCacheBytes"] < 100_000 + 8192 and status["unpinnedCacheBytes"] < 60_000 + 8192, status
+
+    result = xdg.docfs("status", "--json", plain_mount.path)
+    (status,) = json.loads(result.stdout)["mounts"]
+    assert status["retention"] == {"evictDelay": 0, "cacheMax": None}, status
+    assert status["pinnedCacheBytes"] == 0
+
+    text = xdg.docfs("status").stdout
+    print(text)
+    assert "policy: evict 5s after last close, cache max 1.0 MiB" in text, text
+    assert "policy: evict on last close\n" in text, text
+    assert f"(pinned {status['pinnedCacheBytes']}, unpinned" in text, text
