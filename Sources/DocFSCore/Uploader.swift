@@ -12,11 +12,13 @@ import Logging
 /// Uploads are conditional on the version the edit started from (`If-Match`), and new files
 /// on nothing being there yet (`If-None-Match: *`). When the store has moved on, both versions
 /// survive: the local one is uploaded next to it as `NAME (conflict YYYY-MM-DD HHMMSS).EXT`.
-/// Transient failures (store down, timeouts, 5xx) are retried with backoff for as long as the
-/// mount lives. A permanent one (the store refuses the upload: 400, 403, 413, a name it will not
-/// take) stops: the change stays in the journal with the reason in `user.docfs.error`, is not
-/// sent again until it changes (or the next mount), and `docfs unmount` keeps it in the
-/// recovery folder instead of waiting for it. Metadata operations run `exclusively` on the
+/// Transient failures (store down, timeouts, 5xx) are retried for as long as the mount lives,
+/// with the waits reads use (`RetryPolicy.delay`: exponential backoff with full jitter, up to
+/// `maximumBackoff`, and never sooner than a `Retry-After` the store sent). A permanent one
+/// (the store refuses the upload: 400, 403, 413, a name it will not take) stops: the change
+/// stays in the journal with the reason in `user.docfs.error`, is not sent again until it
+/// changes (or the next mount), and `docfs unmount` keeps it in the recovery folder instead
+/// of waiting for it. Metadata operations run `exclusively` on the
 /// paths they touch, so a rename never races an upload to the old name, and an upload
 /// elsewhere never holds them up.
 /// Every upload sends a snapshot of one commit of the copy (`LocalCopy.startUpload`), never
@@ -27,7 +29,10 @@ public actor Uploader {
     private let provider: Provider
     private let logger: Logger
     private let maximumConcurrentUploads = 4
-    private let maximumBackoff: Duration
+    /// The waits between tries of an upload that failed transiently (only its `delay` is used:
+    /// a background upload has no caller whose patience ends, so no deadline).
+    private let retryDelays: RetryPolicy
+    private var jitter = SystemRandomNumberGenerator()
 
     private var queue: [Inode] = []
     private var queued: Set<Inode> = []
@@ -35,7 +40,8 @@ public actor Uploader {
     private var inFlight: [Inode: StorePath] = [:]
     /// Items an fsync waits for: their pending writes are committed and sent.
     private var forced: Set<Inode> = []
-    private var backoff: [Inode: Duration] = [:]
+    /// Transient failures in a row of each item's upload (what its next wait grows from).
+    private var failures: [Inode: Int] = [:]
     /// Namespace operations under way, with the paths they touch (see `exclusively`).
     private var exclusiveHolders: [Int: [StorePath]] = [:]
     private var nextHolder = 0
@@ -55,7 +61,7 @@ public actor Uploader {
         self.store = store
         self.catalog = catalog
         self.provider = provider
-        self.maximumBackoff = maximumBackoff
+        self.retryDelays = RetryPolicy(attempts: .max, initialDelay: .milliseconds(500), maximumDelay: maximumBackoff)
         self.logger = logger
     }
 
@@ -83,7 +89,7 @@ public actor Uploader {
     /// Uploads `inode` now, with every write made so far, and waits until the store has it (fsync).
     public func sync(_ inode: Inode) async throws(FSError) {
         retryTasks.removeValue(forKey: inode)?.cancel()
-        backoff[inode] = nil
+        failures[inode] = nil
         forced.insert(inode)
         enqueue(inode)
         while queued.contains(inode) || inFlight[inode] != nil {
@@ -126,7 +132,7 @@ public actor Uploader {
     public func cancel(_ inode: Inode) {
         retryTasks.removeValue(forKey: inode)?.cancel()
         if queued.remove(inode) != nil { queue.removeAll { $0 == inode } }
-        backoff[inode] = nil
+        failures[inode] = nil
         refused[inode] = nil
         forced.remove(inode)
         wakeItemWaiters(inode)
@@ -186,12 +192,12 @@ public actor Uploader {
         inFlight[inode] = nil
         switch outcome {
         case .done:
-            backoff[inode] = nil
+            failures[inode] = nil
             forced.remove(inode)
-        case .retryLater:
-            scheduleRetry(inode)
+        case .retryLater(let retryAfter):
+            scheduleRetry(inode, retryAfter: retryAfter)
         case .refused:
-            backoff[inode] = nil
+            failures[inode] = nil
             forced.remove(inode)
         }
         for waiter in exclusiveWaiters { waiter.resume() }
@@ -200,7 +206,8 @@ public actor Uploader {
         startWork()
     }
 
-    private enum Outcome { case done, retryLater, refused }
+    /// `retryLater` carries the wait the store asked for (`Retry-After`), if it did.
+    private enum Outcome { case done, retryLater(retryAfter: Duration?), refused }
 
     private func attempt(_ inode: Inode) async -> Outcome {
         let item: Item
@@ -209,7 +216,7 @@ public actor Uploader {
             item = found
         } catch {
             logger.error("catalog unreadable for upload", metadata: ["inode": "\(inode)", "error": "\(error)"])
-            return .retryLater
+            return .retryLater(retryAfter: nil)
         }
         guard item.kind == .file else { return .done }
         guard let copy = await provider.copyForUpload(of: item) else {
@@ -303,11 +310,12 @@ public actor Uploader {
             refused[item.inode] = reason
             return .refused
         }
+        let retryAfter = (error as? StoreError)?.retryAfter
         let error = (error as? FSError) ?? ((error as? StoreError).map(FSError.init) ?? .io("\(error)"))
         logger.warning("upload failed, will retry", metadata: ["path": "\(item.path)", "error": "\(error)"])
         await provider.uploadFailed(copy)
         try? catalog.recordUploadError(of: item.inode, "\(error)")
-        return .retryLater
+        return .retryLater(retryAfter: retryAfter)
     }
 
     /// Whether the same upload can never succeed: the store said no to it (400, 403, 405, 409,
@@ -420,10 +428,14 @@ public actor Uploader {
         throw .alreadyExists(item.path)
     }
 
-    private func scheduleRetry(_ inode: Inode) {
+    /// Tries `inode` again after the next wait of `retryDelays` (at least `retryAfter`).
+    private func scheduleRetry(_ inode: Inode, retryAfter: Duration?) {
         guard !stopped else { return }
-        let delay = min((backoff[inode] ?? .milliseconds(250)) * 2, maximumBackoff)
-        backoff[inode] = delay
+        let failed = (failures[inode] ?? 0) + 1
+        failures[inode] = failed
+        let delay = retryDelays.delay(afterFailures: failed, retryAfter: retryAfter, using: &jitter)
+        logger.debug("upload retry scheduled", metadata: ["inode": "\(inode)", "after": "\(delay)",
+                                                         "retry-after": "\(retryAfter.map { "\($0)" } ?? "-")"])
         retryTasks[inode] = Task {
             try? await Task.sleep(for: delay)
             guard !Task.isCancelled else { return }

@@ -6,7 +6,9 @@ What they prove, through a real mount:
   (plus the retry deadline and a margin), and the download does not go on afterwards;
 - a body cut after N bytes is fetched again (sha256 right), or fails cleanly;
 - a body longer or shorter than the file, framed or not, never reaches a reader as the file;
-- a 413 on every PUT is not sent again and again.
+- a 413 on every PUT is not sent again and again;
+- a PUT answered 503 with Retry-After is not sent again sooner than asked, and reaches the store
+  once the outage ends.
 Every read runs in a child process with a timeout, so a hang fails the test instead of it;
 the mount fixture always unmounts.
 """
@@ -74,6 +76,27 @@ def faulty(tmp_path, docfs_serve, mount, xdg):
 
 def gets(proxy: FaultProxy) -> list[str]:
     return [r.outcome for r in proxy.requests() if r.method == "GET" and "data.bin" in r.target]
+
+
+def puts(proxy: FaultProxy, name: str) -> list:
+    """The PUTs of `name` the proxy saw, in order (each with its outcome and arrival time)."""
+    return [r for r in proxy.requests() if r.method == "PUT" and name in r.target]
+
+
+def sha_of(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return None
+
+
+def wait_for_store(root: Path, name: str, data: bytes, proxy: FaultProxy, m, timeout: float = 60) -> None:
+    want = hashlib.sha256(data).hexdigest()
+    try:
+        wait_until(lambda: sha_of(root / name) == want, timeout, f"{name} to reach the store with its sha256")
+    except AssertionError as error:
+        tries = [(r.outcome, round(r.at, 1)) for r in puts(proxy, name)]
+        raise AssertionError(f"{error}; PUTs of it: {tries}\n{m.log_tail()}") from None
 
 
 def test_503_with_retry_after_is_waited_out(faulty):
@@ -156,3 +179,20 @@ def test_413_on_put_is_not_sent_again_and_again(faulty):
     assert not (root / "new.bin").exists()
     # The store takes it again: let the change reach it, so the mount can end cleanly.
     proxy.clear()
+
+
+def test_put_answered_503_with_retry_after_waits_that_long(faulty):
+    m, proxy, root = faulty
+    asked = 4
+    proxy.respond(503, headers={"Retry-After": str(asked)}, method="PUT", path=r"late\.bin", seconds=9)
+    data = pseudo_random_bytes(200_000, seed=11)
+    (m / "late.bin").write_bytes(data)
+    wait_for_store(root, "late.bin", data, proxy, m)
+    tries = puts(proxy, "late.bin")
+    outcomes = [r.outcome for r in tries]
+    gaps = [round(b.at - a.at, 2) for a, b in zip(tries, tries[1:])]
+    print(f"PUTs of late.bin: {outcomes}, gaps {gaps} s")
+    assert outcomes.count("503") >= 2 and outcomes[-1] != "503", outcomes
+    # Every try after a 503 came at least Retry-After later (the proxy stamps a request's head).
+    assert all(gap >= asked - 0.1 for gap in gaps), f"a PUT was sent again before Retry-After: {asked} s: gaps {gaps}"
+    assert len(tries) <= 4, f"{len(tries)} PUTs for an outage of 9 s with Retry-After: {asked}: {outcomes}"
