@@ -18,7 +18,12 @@ public struct MountLayout: Sendable, Equatable {
         key = MountLayout.key(for: store)
         stateDirectory = stateHome + "/docfs/" + key
         cacheDirectory = (cacheDirectoryOverride ?? cacheHome + "/docfs") + "/" + key
+        ownsCacheParent = cacheDirectoryOverride == nil
     }
+
+    /// Whether the cache directory's parent is docfs's own (`$XDG_CACHE_HOME/docfs`), not a
+    /// `--cache-dir` the user named.
+    private var ownsCacheParent: Bool
 
     /// A readable, filesystem-safe key: `webdav-127.0.0.1-8080-docs-1a2b3c4d5e6f`.
     public static func key(for store: StoreIdentity) -> String {
@@ -32,7 +37,9 @@ public struct MountLayout: Sendable, Equatable {
         return String(readable.prefix(60)) + "-" + digest.prefix(12)
     }
 
-    /// Creates both directories with private permissions.
+    /// Creates both directories with private permissions (0700), and makes them and docfs's
+    /// own parents (`$XDG_STATE_HOME/docfs`, `$XDG_CACHE_HOME/docfs`) 0700 also when they
+    /// exist with looser modes.
     public func createDirectories() throws(FSError) {
         for directory in [stateDirectory, cacheDirectory] {
             do {
@@ -43,6 +50,8 @@ public struct MountLayout: Sendable, Equatable {
                 throw .local(errno: EACCES, "cannot create \(directory): \(error.localizedDescription)")
             }
         }
+        let parents = [stateDirectory] + (ownsCacheParent ? [cacheDirectory] : [])
+        for directory in parents { _ = chmod((directory as NSString).deletingLastPathComponent, 0o700) }
     }
 
     /// Removes the local copies in the cache directory, except those named in `keeping`

@@ -17,10 +17,13 @@ struct MountRecord: Codable, Equatable {
 }
 
 enum MountRegistry {
-    static func directory(environment: [String: String]) -> String {
+    static func stateHome(environment: [String: String]) -> String {
         let home = environment["HOME"] ?? NSHomeDirectory()
-        let stateHome = environment["XDG_STATE_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.local/state"
-        return stateHome + "/docfs/mounts"
+        return environment["XDG_STATE_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.local/state"
+    }
+
+    static func directory(environment: [String: String]) -> String {
+        stateHome(environment: environment) + "/docfs/mounts"
     }
 
     static func path(for mountpoint: String, environment: [String: String]) -> String {
@@ -28,11 +31,33 @@ enum MountRegistry {
         return directory(environment: environment) + "/" + digest + ".json"
     }
 
+    /// Writes the record 0600 (whatever the umask) into `docfs/mounts/` under the state
+    /// directory, which it makes 0700 together with `docfs/`, also when they exist with looser
+    /// modes: a record names the store and where its copies live, for this user only.
     static func save(_ record: MountRecord, environment: [String: String]) throws {
-        try FileManager.default.createDirectory(atPath: directory(environment: environment), withIntermediateDirectories: true,
-                                                attributes: [.posixPermissions: 0o700])
+        let stateHome = stateHome(environment: environment)
+        // The state home itself is the user's (XDG says 0700 when created); ours are below it.
+        if access(stateHome, F_OK) != 0 {
+            try FileManager.default.createDirectory(atPath: stateHome, withIntermediateDirectories: true,
+                                                    attributes: [.posixPermissions: 0o700])
+        }
+        for directory in [stateHome + "/docfs", directory(environment: environment)] {
+            if mkdir(directory, 0o700) != 0, errno != EEXIST { throw CocoaError.error(.fileWriteNoPermission, url: URL(fileURLWithPath: directory)) }
+            guard chmod(directory, 0o700) == 0 else { throw CocoaError.error(.fileWriteNoPermission, url: URL(fileURLWithPath: directory)) }
+        }
         let data = try JSONEncoder().encode(record)
-        try data.write(to: URL(fileURLWithPath: path(for: record.mountpoint, environment: environment)), options: .atomic)
+        let target = path(for: record.mountpoint, environment: environment)
+        let temporary = target + ".\(getpid()).tmp"
+        unlink(temporary)
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard fd >= 0 else { throw CocoaError.error(.fileWriteNoPermission, url: URL(fileURLWithPath: temporary)) }
+        let written = data.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        let modeSet = fchmod(fd, 0o600) == 0
+        close(fd)
+        guard written == data.count, modeSet, rename(temporary, target) == 0 else {
+            unlink(temporary)
+            throw CocoaError.error(.fileWriteUnknown, url: URL(fileURLWithPath: target))
+        }
     }
 
     static func load(_ mountpoint: String, environment: [String: String]) -> MountRecord? {

@@ -334,3 +334,29 @@ def test_status_shows_the_eviction_policy_and_pinned_bytes(tmp_path, docfs_serve
     assert "policy: evict 5s after last close, cache max 1.0 MiB" in text, text
     assert "policy: evict on last close\n" in text, text
     assert f"(pinned {status['pinnedCacheBytes']}, unpinned" in text, text
+
+
+def test_registry_record_is_0600_and_its_directories_0700_even_if_they_were_looser(tmp_path, mount, xdg):
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / "a.txt").write_bytes(b"a")
+    mounts_dir = xdg.state_home / "docfs" / "mounts"
+    mounts_dir.mkdir(parents=True)
+    os.chmod(xdg.state_home / "docfs", 0o777)
+    os.chmod(mounts_dir, 0o755)
+    (xdg.cache_home / "docfs").mkdir()
+    os.chmod(xdg.cache_home / "docfs", 0o755)
+    old_umask = os.umask(0)  # the daemon inherits it: nothing may rely on the umask
+    try:
+        m = mount(tmp_path / "store")
+    finally:
+        os.umask(old_umask)
+    (record,) = list(mounts_dir.iterdir())
+    modes = {str(p.relative_to(xdg.base)): oct(os.stat(p).st_mode & 0o777)
+             for p in [xdg.state_home / "docfs", mounts_dir, record, xdg.cache_home / "docfs", *(xdg.cache_home / "docfs").iterdir(),
+                       *[d for d in (xdg.state_home / "docfs").iterdir() if d.is_dir()]]}
+    print(f"modes: {modes}")
+    assert oct(os.stat(record).st_mode & 0o777) == "0o600", modes
+    assert json.loads(record.read_text())["mountpoint"] == str(m.path)
+    for path, mode in modes.items():
+        if path != str(record.relative_to(xdg.base)):
+            assert mode == "0o700", f"{path} is {mode}: {modes}"
