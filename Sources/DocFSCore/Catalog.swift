@@ -250,14 +250,17 @@ public final class Catalog: Sendable {
     }
 
     /// Adds an item created here (mkdir, create). A file not uploaded yet has `onStore` false.
+    /// `folderChanged`: when the user made it, so the parent's modification and status change
+    /// times follow (as a local file system's do when an entry is added); nil leaves them.
     public func createItem(in parent: Inode, name: String, kind: Item.Kind, size: Int64 = 0, modified: Timestamp,
                            etag: ETag? = nil, mode: UInt32?, owner: UInt32? = nil, group: UInt32? = nil,
                            state: ItemState, onStore: Bool, listedAt: Double? = nil, symlinkTarget: String? = nil,
-                           rdev: UInt64 = 0) throws(FSError) -> Item {
+                           rdev: UInt64 = 0, folderChanged: Timestamp? = nil) throws(FSError) -> Item {
         let inode: Int64 = try write { db in
             guard let parentRow = try Row.fetchOne(db, sql: "SELECT path FROM item WHERE inode = ?", arguments: [Int64(bitPattern: parent)]) else {
                 throw FSError.notFound
             }
+            if let folderChanged { try Catalog.touchFolder(db, parent, at: folderChanged) }
             try db.cachedExecute(sql: """
                 INSERT INTO item (id, parent, name, path, kind, size, modifiedNs, etag, mode, owner, "group", state, onStore, listedAt,
                                   changedNs, accessedNs, symlinkTarget, kindKnownFor, versionAt, rdev)
@@ -272,20 +275,23 @@ public final class Catalog: Sendable {
         return item
     }
 
-    /// Removes an item and its subtree.
-    public func removeItem(_ inode: Inode) throws(FSError) {
+    /// Removes an item and its subtree. `folderChanged`: when the user removed it, so the
+    /// parent's times follow (see `createItem`); nil leaves them.
+    public func removeItem(_ inode: Inode, folderChanged: Timestamp? = nil) throws(FSError) {
         let removedNames = self.removedNames
         try write { db in
             if let row = try Row.fetchOne(db, sql: "SELECT parent, name FROM item WHERE inode = ?", arguments: [Int64(bitPattern: inode)]),
                let parent = row["parent"] as Int64? {
                 removedNames.note(row["name"], in: Inode(bitPattern: parent))
+                if let folderChanged { try Catalog.touchFolder(db, Inode(bitPattern: parent), at: folderChanged) }
             }
             try db.cachedExecute(sql: "DELETE FROM item WHERE inode = ?", arguments: [Int64(bitPattern: inode)])
         }
     }
 
     /// Moves an item (and, for a directory, every path below it) to `name` in `parent`,
-    /// replacing whatever was there. Inode and identifier stay: a rename keeps identity.
+    /// replacing whatever was there. Inode and identifier stay: a rename keeps identity. The
+    /// item's status change time and both folders' times become `changed`.
     public func moveItem(_ inode: Inode, to parent: Inode, name: String, changed: Timestamp) throws(FSError) {
         let removedNames = self.removedNames
         try write { db in
@@ -294,7 +300,11 @@ public final class Catalog: Sendable {
             else { throw FSError.notFound }
             let oldPath: String = row["path"]
             let newPath = Catalog.join(parentRow["path"], name)
-            if let oldParent = row["parent"] as Int64? { removedNames.note(row["name"], in: Inode(bitPattern: oldParent)) }
+            if let oldParent = row["parent"] as Int64? {
+                removedNames.note(row["name"], in: Inode(bitPattern: oldParent))
+                try Catalog.touchFolder(db, Inode(bitPattern: oldParent), at: changed)
+            }
+            try Catalog.touchFolder(db, parent, at: changed)
             try db.cachedExecute(sql: "DELETE FROM item WHERE parent = ? AND name = ? AND inode != ?",
                            arguments: [Int64(bitPattern: parent), name, Int64(bitPattern: inode)])
             try db.cachedExecute(sql: "UPDATE item SET parent = ?, name = ?, path = ?, changedNs = ?, versionAt = ? WHERE inode = ?",
@@ -307,6 +317,14 @@ public final class Catalog: Sendable {
                 UPDATE item SET path = ? || substr(path, ?) WHERE path > ? AND path < ?
                 """, arguments: [newPath, oldPath.unicodeScalars.count + 1, oldPath + "/", oldPath + "0"])
         }
+    }
+
+    /// A folder's entries changed here: its modification and status change times become `time`.
+    private static func touchFolder(_ db: Database, _ folder: Inode, at time: Timestamp) throws {
+        // An access time never set follows the modification time: it keeps the old one.
+        try db.cachedExecute(sql: """
+            UPDATE item SET accessedNs = COALESCE(accessedNs, modifiedNs), modifiedNs = ?, changedNs = ? WHERE inode = ?
+            """, arguments: [time.nanoseconds, time.nanoseconds, Int64(bitPattern: folder)])
     }
 
     /// The store's version of an item changed without a content change (attributes pushed).

@@ -288,7 +288,7 @@ public final class DocFileSystem: Sendable {
         let now = Timestamp.now
         // `modified` from the start: a listing never drops a row that holds changes.
         let created = try catalog.createItem(in: parent, name: name, kind: .file, modified: now, mode: mode & 0o7777,
-                                             owner: owner, group: group, state: .modified, onStore: false)
+                                             owner: owner, group: group, state: .modified, onStore: false, folderChanged: now)
         let copy = try await provider.open(created, intent: .empty)
         do { try copy.markChanged() } catch {
             _ = await provider.release(created.inode)
@@ -477,7 +477,8 @@ public final class DocFileSystem: Sendable {
             }
         }
         return try catalog.createItem(in: parent, name: name, kind: .symlink, size: Int64(target.utf8.count), modified: Timestamp(seconds: entry.modified),
-                                      etag: entry.etag, mode: nil, owner: owner, group: group, state: .placeholder, onStore: true, symlinkTarget: target)
+                                      etag: entry.etag, mode: nil, owner: owner, group: group, state: .placeholder, onStore: true, symlinkTarget: target,
+                                      folderChanged: .now)
     }
 
     /// mknod/mkfifo/bind: a FIFO, socket or device node, on stores that can represent one (a
@@ -499,7 +500,7 @@ public final class DocFileSystem: Sendable {
         }
         return try catalog.createItem(in: parent, name: name, kind: Item.Kind(special.type), modified: Timestamp(seconds: entry.modified),
                                       etag: entry.etag, mode: mode & 0o7777, owner: owner, group: group, state: .placeholder,
-                                      onStore: true, rdev: special.rdev)
+                                      onStore: true, rdev: special.rdev, folderChanged: .now)
     }
 
     // MARK: Namespace
@@ -512,7 +513,7 @@ public final class DocFileSystem: Sendable {
         }
         return try catalog.createItem(in: parent, name: name, kind: .directory, modified: entry.modified > 0 ? Timestamp(seconds: entry.modified) : .now,
                                       mode: mode & 0o7777, owner: owner, group: group, state: .directory, onStore: true,
-                                      listedAt: Date().timeIntervalSince1970)
+                                      listedAt: Date().timeIntervalSince1970, folderChanged: .now)
     }
 
     /// unlink / rmdir: on the store first (unless the item never got there), then the catalog.
@@ -543,7 +544,9 @@ public final class DocFileSystem: Sendable {
             // Still exclusive: no upload may start for it in between.
             await uploader.cancel(target.inode)
             await provider.itemRemoved(target.inode, item: target)
-            try catalog.removeItem(target.inode)
+            let now = Timestamp.now
+            try catalog.removeItem(target.inode, folderChanged: now)
+            markUnlinked(target.inode, at: now)
         }
     }
 
@@ -596,7 +599,9 @@ public final class DocFileSystem: Sendable {
                 await uploader.cancel(existing.inode)
                 await provider.itemRemoved(existing.inode, item: existing)
             }
-            try catalog.moveItem(source.inode, to: newParent, name: newName, changed: .now)
+            let now = Timestamp.now
+            try catalog.moveItem(source.inode, to: newParent, name: newName, changed: now)
+            if let existing { markUnlinked(existing.inode, at: now) }
         }
     }
 
@@ -681,6 +686,17 @@ public final class DocFileSystem: Sendable {
         await provider.completeStreams { inode in
             guard let path = (try? catalog.item(inode))??.path else { return false }
             return paths.contains { path.isSame(orInside: $0) }
+        }
+    }
+
+    /// The open handles of `inode` lost its name (unlink, or a rename over it): their item
+    /// shows no link and the status change time of the unlink, as a local file system's does.
+    private func markUnlinked(_ inode: Inode, at time: Timestamp) {
+        handles.withLock { table in
+            for (handle, file) in table.open where file.inode == inode {
+                table.open[handle]?.opened.unlinked = true
+                table.open[handle]?.opened.changed = time
+            }
         }
     }
 

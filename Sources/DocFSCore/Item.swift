@@ -80,6 +80,9 @@ public struct Item: Sendable, Equatable {
     /// Whether the store confirmed the kind for this version (`kindKnownFor == etag`): false
     /// for a small S3 object a listing could not tell from a link (see `SymlinkProbe`).
     public var kindConfirmed = true
+    /// Whether the item lost its name while a handle still had it open: `stat` then shows a
+    /// link count of 0, as POSIX keeps such a file alive without a name.
+    public var unlinked = false
 
     public var isDirectory: Bool { kind == .directory }
 

@@ -87,6 +87,62 @@ def ctime_moves(path: str, change) -> str:
     return "advanced" if after > before else "unchanged"
 
 
+def folder_times_move(folders: list[str], change) -> str:
+    """How `change` moves the modification and status change times of `folders` (ext4 moves
+    both of a folder whose entries are added, removed or renamed, and nothing else)."""
+    try:
+        before = [os.lstat(f) for f in folders]
+    except OSError as e:
+        return errno.errorcode[e.errno]
+    time.sleep(0.02)
+    outcome = attempt(change)
+    if outcome != "ok":
+        return outcome
+    shown = []
+    for folder, old in zip(folders, before):
+        new = os.lstat(folder)
+        shown.append(f"mtime {'advanced' if new.st_mtime_ns > old.st_mtime_ns else 'unchanged'}, "
+                     f"ctime {'advanced' if new.st_ctime_ns > old.st_ctime_ns else 'unchanged'}")
+    return "; ".join(shown)
+
+
+def folder_times(base: str) -> dict[str, str]:
+    """A folder's times as its entries come and go, for each type; and the link count and
+    status change time of an open file that is unlinked."""
+    r: dict[str, str] = {}
+    here, there = f"{base}/times-here", f"{base}/times-there"
+    os.mkdir(here)
+    os.mkdir(there)
+    for kind in TYPES:
+        p = f"{here}/{kind}"
+        r[f"{kind}: folder times on create"] = folder_times_move([here], lambda: make(p, kind))
+        r[f"{kind}: folder times on chmod of an entry"] = (
+            "skip" if kind == "symlink" else folder_times_move([here], lambda: os.chmod(p, 0o600)))
+        r[f"{kind}: folder times on rename within"] = folder_times_move([here], lambda: os.rename(p, p + "-renamed"))
+        r[f"{kind}: folder times on rename to another folder"] = folder_times_move(
+            [here, there], lambda: os.rename(p + "-renamed", f"{there}/{kind}"))
+        remove = os.rmdir if kind == "dir" else os.unlink
+        r[f"{kind}: folder times on unlink"] = folder_times_move([there], lambda: remove(f"{there}/{kind}"))
+    written = f"{here}/written"
+    make(written, "file")
+    def write_some():
+        with open(written, "wb") as f:
+            f.write(b"content")
+    r["file: folder times on a write to an entry"] = folder_times_move([here], write_some)
+    opened = f"{here}/opened"
+    fd = os.open(opened, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o644)
+    try:
+        before = os.fstat(fd)
+        time.sleep(0.02)
+        r["file: unlink while open"] = attempt(lambda: os.unlink(opened))
+        after = os.fstat(fd)
+        r["file: link count of an open file after unlink"] = f"{before.st_nlink} -> {after.st_nlink}"
+        r["file: ctime of an open file on unlink"] = "advanced" if after.st_ctime_ns > before.st_ctime_ns else "unchanged"
+    finally:
+        os.close(fd)
+    return r
+
+
 def times(path: str) -> tuple[int, int]:
     st = os.lstat(path)
     return st.st_atime_ns, st.st_mtime_ns
@@ -161,6 +217,7 @@ def root_phase(base: str) -> dict[str, str]:
             s.close()
     r["socket: bind"] = attempt(bind_socket)
     r["socket: stat after bind"] = describe(sock_path).split(" mode=")[0]
+    r |= folder_times(base)
     return r
 
 

@@ -73,9 +73,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+# Figures a test measured (one line each), shown at the end of the run even when it passes.
+FIGURES = pytest.StashKey[list]()
+
+
 def pytest_terminal_summary(terminalreporter):
     if NO_FUSE:
         terminalreporter.write_sep("!", "DOCFS_NO_FUSE is set: every test that mounts was SKIPPED", red=True)
+    figures = terminalreporter.config.stash.get(FIGURES, [])
+    if figures:
+        terminalreporter.write_sep("-", "figures measured")
+        for line in figures:
+            terminalreporter.write_line(line)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import FIGURES
 from s3_support import MotoServer, get_server, new_bucket, s3_env  # noqa: F401
 
 pytestmark = pytest.mark.fuse
@@ -101,7 +102,7 @@ def store_url(request, tmp_path, docfs_serve, xdg):
 
 
 @pytest.mark.parametrize("store_url", ["local", "docfs-serve", "s3-moto"], indirect=True)
-def test_conformance(store_url, mount, shared_dir):
+def test_conformance(store_url, mount, shared_dir, request):
     store, args = store_url
     mountpoint = shared_dir / "mnt"
     mountpoint.mkdir()
@@ -118,11 +119,9 @@ def test_conformance(store_url, mount, shared_dir):
         outcome |= {f"nobody: {k}": v for k, v in run_probe(base / "as-nobody", "nobody", True).items()}
         results[where] = outcome
     total, matched, expected, unexpected = compare(store, results["local"], results["docfs"])
-    figure = {"store": store, "compared": total, "match": matched, "expected differences": len(expected),
-              "unexpected differences": len(unexpected)}
-    print(f"\nconformance on {store}: {matched} of {total} operations match the local directory; "
-          f"{len(expected)} differ by design, {len(unexpected)} otherwise")
-    with open(Path(tempfile.gettempdir()) / "docfs-conformance-figures.jsonl", "a") as f:
-        f.write(json.dumps(figure) + "\n")
+    figure = (f"conformance on {store}: {matched} of {total} operations match the local directory; "
+              f"{len(expected)} differ by design, {len(unexpected)} otherwise")
+    print("\n" + figure)
+    request.config.stash.setdefault(FIGURES, []).append(figure)
     assert not unexpected, (f"{len(unexpected)} of {total} operations differ from the local directory "
                             f"on {store}:\n" + "\n".join(unexpected))
