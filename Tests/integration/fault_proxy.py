@@ -9,6 +9,7 @@ slow, stalled, cut off, rude or broken on demand.
     f = proxy.respond(503, method="GET", path=r"^/big\\.bin", headers={"Retry-After": "2"}, seconds=5)
     proxy.stall(every=5.0, method="GET", path="big")           # trickle: one body byte every 5 s
     proxy.cut(after=100_000, method="GET")                     # close after 100,000 body bytes
+    proxy.cut_upload(after=50_000, method="PUT")               # close after 50,000 request body bytes
     proxy.reset(method="PROPFIND", count=2)                    # RST the next 2 PROPFINDs
     proxy.latency(1.5, method="GET")                           # wait 1.5 s, then forward
     proxy.throttle(200_000, method="GET")                      # the body at 200,000 bytes/s
@@ -43,6 +44,8 @@ Actions:
   seconds, until the body ends or the client goes away.
 - cut(after, rst=False): relays the head and `after` body bytes, then closes (FIN, or RST): a
   body shorter than its Content-Length.
+- cut_upload(after, rst=False): reads the request head and `after` bytes of its body, then closes
+  (FIN, or RST) without relaying anything: an upload cut off mid-body (the server sees nothing).
 - extend(extra): the whole answer, with `extra` appended and Content-Length (not Content-Range)
   grown to match: a body longer than asked that is still well framed.
 - unframed(extra=b"", keep=None): the answer without Content-Length (and without chunking), with
@@ -309,6 +312,9 @@ class FaultProxy:
     def cut(self, after: int, rst: bool = False, **select) -> Fault:
         return self.add("cut", after=after, rst=rst, **select)
 
+    def cut_upload(self, after: int, rst: bool = False, **select) -> Fault:
+        return self.add("cut_upload", after=after, rst=rst, **select)
+
     def extend(self, extra: bytes | str, **select) -> Fault:
         return self.add("extend", extra=extra, **select)
 
@@ -397,6 +403,18 @@ class FaultProxy:
                     head = _build_head(request_line, [(k, upstream_host if k.lower() == "host" else v) for k, v in headers])
                 length = _get(headers, "content-length")
                 fault = self._pick(method, target)
+                if fault is not None and fault.action == "cut_upload":
+                    want = min(fault.after, int(length)) if length is not None else fault.after
+                    received = 0
+                    while received < want:
+                        part = cin.take(want - received)
+                        if not part:
+                            break
+                        received += len(part)
+                    self._record(method, target, f"upload cut after {received}", at)
+                    if fault.rst:
+                        _reset(client)
+                    return
                 if length is not None and fault is not None and fault.action == "throttle_upload":
                     body = self._read_slowly(cin, int(length), fault.rate)
                 elif length is not None:

@@ -8,7 +8,10 @@ What they prove, through a real mount:
 - a body longer or shorter than the file, framed or not, never reaches a reader as the file;
 - a 413 on every PUT is not sent again and again;
 - a PUT answered 503 with Retry-After is not sent again sooner than asked, and reaches the store
-  once the outage ends.
+  once the outage ends;
+- changes made while every PUT fails transiently (503, a reset, a body cut off mid-way), on
+  WebDAV (`docfs serve`) and S3 (moto), all reach the store once the fault ends, byte for byte,
+  and no conflict copy is made.
 Every read runs in a child process with a timeout, so a hang fails the test instead of it;
 the mount fixture always unmounts.
 """
@@ -196,3 +199,95 @@ def test_put_answered_503_with_retry_after_waits_that_long(faulty):
     # Every try after a 503 came at least Retry-After later (the proxy stamps a request's head).
     assert all(gap >= asked - 0.1 for gap in gaps), f"a PUT was sent again before Retry-After: {asked} s: gaps {gaps}"
     assert len(tries) <= 4, f"{len(tries)} PUTs for an outage of 9 s with Retry-After: {asked}: {outcomes}"
+
+
+# --- changes made during a transient fault on PUT reach the store once it ends ---------------
+
+PUT_FAULT_SECONDS = 8
+PUT_FAULTS = {
+    "503": lambda proxy: proxy.respond(503, method="PUT", body=b"down", seconds=PUT_FAULT_SECONDS),
+    "reset": lambda proxy: proxy.reset(method="PUT", seconds=PUT_FAULT_SECONDS),
+    "cut mid-body": lambda proxy: proxy.cut_upload(after=40_000, rst=True, method="PUT", seconds=PUT_FAULT_SECONDS),
+}
+FAULT_OUTCOME = {"503": "503", "reset": "reset", "cut mid-body": "upload cut after"}
+
+
+def changes_during_put_fault(m, proxy, fault: str, has, names) -> None:
+    """Makes changes while every PUT fails (`fault`), then checks each reaches the store
+    (`has(name, data)` polls the store) with no conflict copy made (`names()` lists the store)."""
+    PUT_FAULTS[fault](proxy)
+    changes = {
+        "new-1.bin": pseudo_random_bytes(150_000, seed=31),
+        "data.bin": pseudo_random_bytes(120_000, seed=32),          # an existing file, rewritten
+    }
+    for name, data in changes.items():
+        (m / name).write_bytes(data)
+    wait_until(lambda: any(r.outcome.startswith(FAULT_OUTCOME[fault]) for r in proxy.requests() if r.method == "PUT"),
+               20, f"a PUT to meet the fault ({fault})")
+    # And one more change after the fault was met: appended to a file that was already waiting.
+    changes["new-2.bin"] = pseudo_random_bytes(90_000, seed=33)
+    (m / "new-2.bin").write_bytes(changes["new-2.bin"])
+    with open(m / "new-1.bin", "ab") as f:
+        f.write(b"appended during the fault")
+    changes["new-1.bin"] += b"appended during the fault"
+    for name, data in changes.items():
+        want = hashlib.sha256(data).hexdigest()
+        try:
+            wait_until(lambda: has(name) == want, 60, f"{name} to reach the store with its sha256")
+        except AssertionError as error:
+            tries = [(r.method, r.target, r.outcome) for r in proxy.requests() if r.method == "PUT"]
+            raise AssertionError(f"{error}; PUTs: {tries}\n{m.log_tail()}") from None
+    outcomes = [r.outcome for r in proxy.requests() if r.method == "PUT"]
+    print(f"{fault}: PUT outcomes {outcomes}")
+    assert any(o.startswith(FAULT_OUTCOME[fault]) for o in outcomes), outcomes
+    stored = names()
+    assert not [n for n in stored if "conflict" in n], f"a conflict copy was made: {sorted(stored)}"
+    assert not [n for n in os.listdir(m.path) if "conflict" in n], sorted(os.listdir(m.path))
+    for name in changes:   # and the error shown while it failed is gone
+        wait_until(lambda: not error_of(m / name), 10, f"user.docfs.error of {name} to clear")
+
+
+def error_of(path: Path) -> str:
+    try:
+        return os.getxattr(path, "user.docfs.error").decode()
+    except OSError as error:
+        if error.errno == errno.ENODATA:
+            return ""
+        raise
+
+
+@pytest.mark.parametrize("fault", list(PUT_FAULTS))
+def test_changes_made_during_a_put_fault_reach_webdav(faulty, fault):
+    m, proxy, root = faulty
+    changes_during_put_fault(m, proxy, fault, has=lambda name: sha_of(root / name),
+                             names=lambda: os.listdir(root))
+
+
+@pytest.fixture
+def faulty_s3(tmp_path, mount, xdg):
+    """(mount, proxy, bucket): a moto bucket with `data.bin`, mounted through a fault proxy."""
+    from s3_support import get_server, new_bucket, s3_env
+    server = get_server("moto")
+    xdg.env = s3_env(xdg.env)
+    bucket = new_bucket(server, tmp_path, "put-faults")
+    bucket.put("data.bin", DATA)
+    # SigV4 signs Host: the proxy relays it as docfs sent it (moto does not check signatures).
+    proxy = FaultProxy(server.port, rewrite_host=False, log_path=tmp_path / "proxy.log").start()
+    try:
+        m = mount(bucket.url, "--endpoint", proxy.url.rstrip("/"), "--io-timeout", str(RETRY_DEADLINE))
+        assert "data.bin" in os.listdir(m.path)
+        yield m, proxy, bucket
+    finally:
+        proxy.clear()
+        proxy.stop()
+        bucket.destroy()
+
+
+@pytest.mark.parametrize("fault", list(PUT_FAULTS))
+def test_changes_made_during_a_put_fault_reach_s3(faulty_s3, fault):
+    m, proxy, bucket = faulty_s3
+
+    def has(name):
+        data = bucket.get(name)
+        return None if data is None else hashlib.sha256(data).hexdigest()
+    changes_during_put_fault(m, proxy, fault, has=has, names=lambda: bucket.keys())
