@@ -2,7 +2,8 @@ import ArgumentParser
 import DocFSCore
 import Foundation
 
-/// `docfs status [MOUNTPOINT]`: what every docfs mount of this user is doing, read from the
+/// `docfs status [MOUNTPOINT|PATH...]`: what every docfs mount of this user is doing (or the
+/// mounts holding the paths named), read from the
 /// mount registry (`MountRegistry`, 0700 under the state directory) and each mount's catalog,
 /// with live byte counts of running transfers from `user.docfs.progress` on the mount. It
 /// needs no socket: anything the daemon knows that matters here is in the catalog.
@@ -12,8 +13,9 @@ struct StatusCommand: AsyncParsableCommand {
         commandName: "status",
         abstract: "Show each docfs mount: store, cache size, files per state, pending uploads, transfers, errors.")
 
-    @Argument(help: "Only this mount point (default: every mount of this user).")
-    var mountpoint: String?
+    @Argument(help: ArgumentHelp("Only the mounts holding these mount points or paths (default: every mount of this user).",
+                                 valueName: "mountpoint-or-path"))
+    var paths: [String] = []
 
     @Flag(help: "Print JSON for scripts (with --watch: one report per line).")
     var json = false
@@ -93,21 +95,29 @@ struct StatusCommand: AsyncParsableCommand {
 
     func run() async throws {
         let environment = ProcessInfo.processInfo.environment
-        let wanted = mountpoint.map { URL(fileURLWithPath: $0).standardizedFileURL.resolvingSymlinksInPath().path }
-        let selected = { [mountpoint] in
-            Self.records(environment: environment).filter { wanted == nil || $0.mountpoint == wanted || $0.mountpoint == mountpoint }
+        let all = Self.records(environment: environment)
+        var wanted: [String] = []  // mount points, in the order asked, once each
+        var failed = false
+        for path in paths {
+            if let record = Self.mount(holding: path, in: all) {
+                if !wanted.contains(record.mountpoint) { wanted.append(record.mountpoint) }
+            } else {
+                printError("docfs: \(path) is not on a docfs mount of this user")
+                failed = true
+            }
+        }
+        let selected = { [paths] in
+            let now = Self.records(environment: environment)
+            return paths.isEmpty ? now : wanted.compactMap { point in now.first { $0.mountpoint == point } }
         }
         let records = selected()
-        if let mountpoint, records.isEmpty {
-            printError("docfs: \(mountpoint) is not a docfs mount of this user")
-            throw ExitCode(1)
-        }
+        if !paths.isEmpty, records.isEmpty { throw ExitCode(1) }
         if watch {
             let drawable = Terminal.isTerminal && environment["TERM"] != "dumb"
             let output: StatusWatch.Output = json ? .json : (drawable ? .terminal : .plain)
-            let code = await StatusWatch(interval: interval, output: output, environment: environment, mountpoint: mountpoint,
-                                         records: selected).run()
-            if code != 0 { throw ExitCode(code) }
+            let code = await StatusWatch(interval: interval, output: output, environment: environment,
+                                         watched: paths.isEmpty ? nil : paths.joined(separator: ", "), records: selected).run()
+            if code != 0 || failed { throw ExitCode(failed ? 1 : code) }
             return
         }
         let report = Report(mounts: records.map(Self.status(of:)))
@@ -120,6 +130,26 @@ struct StatusCommand: AsyncParsableCommand {
         } else {
             for mount in report.mounts { Self.printPlain(mount) }
         }
+        if failed { throw ExitCode(1) }
+    }
+
+    /// The mount of `records` that holds `path` (a mount point, or a path below one): the
+    /// longest mount point that is the path or a prefix of it ending at a `/`, compared after
+    /// resolving symlinks (or, where that fails, e.g. a dead mount, on the absolute path).
+    static func mount(holding path: String, in records: [MountRecord]) -> MountRecord? {
+        let absolute = URL(fileURLWithPath: path).standardizedFileURL.path
+        var candidates = [absolute]
+        if let resolved = realpath(path, nil) {
+            candidates.insert(String(cString: resolved), at: 0)
+            free(resolved)
+        }
+        for candidate in candidates {
+            let holding = records.filter { record in
+                record.mountpoint == candidate || candidate.hasPrefix(record.mountpoint == "/" ? "/" : record.mountpoint + "/")
+            }
+            if let longest = holding.max(by: { $0.mountpoint.count < $1.mountpoint.count }) { return longest }
+        }
+        return nil
     }
 
     static func records(environment: [String: String]) -> [MountRecord] {

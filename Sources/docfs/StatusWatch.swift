@@ -20,8 +20,8 @@ struct StatusWatch {
     let interval: Double
     let output: Output
     let environment: [String: String]
-    /// The mount point asked for, or nil for every mount of this user.
-    let mountpoint: String?
+    /// The mount points or paths asked for, as given, or nil for every mount of this user.
+    let watched: String?
     /// The mounts of the registry to watch now.
     let records: () -> [MountRecord]
 
@@ -53,8 +53,8 @@ struct StatusWatch {
             }
             rates.keep(only: keys)
             if mounts.isEmpty {
-                if let mountpoint {
-                    ending = "docfs: \(mountpoint) is no longer mounted"
+                if let watched {
+                    ending = "docfs: \(watched) is no longer mounted"
                 } else {
                     ending = seenRunning ? "docfs: no docfs mount left" : "no docfs mounts"
                 }

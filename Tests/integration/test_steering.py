@@ -360,3 +360,37 @@ def test_registry_record_is_0600_and_its_directories_0700_even_if_they_were_loos
     for path, mode in modes.items():
         if path != str(record.relative_to(xdg.base)):
             assert mode == "0o700", f"{path} is {mode}: {modes}"
+
+
+def test_status_takes_several_mount_points_and_paths_inside_mounts(tmp_path, docfs_serve, mount, xdg):
+    for name in ("one", "two"):
+        (tmp_path / name / "sub").mkdir(parents=True)
+        (tmp_path / name / "sub" / "f.txt").write_bytes(name.encode())
+    # Mount points that share a prefix: `m` must not claim `m2/...`. (m2 first: the fixture's
+    # teardown finds daemons by their command line, and `m` is in m2's.)
+    m2 = mount(tmp_path / "two", mountpoint=tmp_path / "m2")
+    m1 = mount(tmp_path / "one", mountpoint=tmp_path / "m")
+    (tmp_path / "link").symlink_to(m2 / "sub")
+
+    def mounts_of(*args):
+        result = xdg.docfs("status", "--json", *args)
+        assert result.returncode == 0, result.stderr
+        return [entry["mountpoint"] for entry in json.loads(result.stdout)["mounts"]]
+
+    assert mounts_of(m2 / "sub" / "f.txt") == [str(m2.path)]
+    assert mounts_of(m2.path, m1 / "sub") == [str(m2.path), str(m1.path)]
+    assert mounts_of(tmp_path / "link" / "f.txt", m2.path) == [str(m2.path)]  # through a symlink, once
+    assert mounts_of(str(m1.path) + "/sub/../sub/") == [str(m1.path)]
+    assert sorted(mounts_of()) == sorted([str(m1.path), str(m2.path)])
+
+    # A path in no docfs mount: a clear error, exit 1; the others are still shown.
+    outside = tmp_path / "one" / "sub"
+    result = xdg.docfs("status", outside)
+    print(f"status of {outside}: exit {result.returncode}, {result.stderr.strip()}")
+    assert result.returncode == 1 and result.stdout == ""
+    assert f"docfs: {outside} is not on a docfs mount of this user" in result.stderr
+    result = xdg.docfs("status", m1 / "sub" / "f.txt", outside)
+    assert result.returncode == 1 and str(m1.path) in result.stdout and str(m2.path) not in result.stdout, result
+    assert f"{outside} is not on a docfs mount" in result.stderr
+    result = xdg.docfs("status", "--json", tmp_path / "nowhere" / "x")
+    assert result.returncode == 1 and "is not on a docfs mount" in result.stderr
