@@ -394,3 +394,41 @@ def test_status_takes_several_mount_points_and_paths_inside_mounts(tmp_path, doc
     assert f"{outside} is not on a docfs mount" in result.stderr
     result = xdg.docfs("status", "--json", tmp_path / "nowhere" / "x")
     assert result.returncode == 1 and "is not on a docfs mount" in result.stderr
+
+
+def test_status_json_reports_pending_uploads_and_their_errors(tmp_path, docfs_serve, mount, xdg):
+    root = tmp_path / "store"
+    root.mkdir()
+    (root / "a.txt").write_bytes(b"a" * 100)
+    server = docfs_serve(root)
+    proxy = FaultProxy(server.port, log_path=tmp_path / "proxy.log").start()
+    try:
+        m = mount(proxy.url)
+        proxy.respond(503, method="PUT")
+        with open(m / "a.txt", "ab") as f:
+            f.write(b"more")
+        (m / "b.txt").write_bytes(b"new")
+
+        def status():
+            result = xdg.docfs("status", "--json", m.path)
+            assert result.returncode == 0, result.stderr
+            (mounted,) = json.loads(result.stdout)["mounts"]
+            return mounted
+
+        mounted = wait_until(lambda: (s := status())["errors"] and len(s["errors"]) == 2 and s, 30,
+                             "status to report both failing uploads")
+        print(f"status with two uploads refused (503): {mounted}")
+        assert mounted["pendingUploads"] == 2, mounted
+        assert sorted(e["path"] for e in mounted["errors"]) == ["/a.txt", "/b.txt"], mounted["errors"]
+        assert all("503" in e["error"] for e in mounted["errors"]), mounted["errors"]
+        assert mounted["states"].get("error") == 2, mounted["states"]
+        text = xdg.docfs("status", m.path).stdout
+        assert "pending uploads: 2" in text and "  error: /a.txt: " in text, text
+
+        proxy.clear()
+        mounted = wait_until(lambda: (s := status())["pendingUploads"] == 0 and s, 60, "the uploads once PUT works")
+        assert mounted["errors"] == [], mounted
+        assert (root / "a.txt").read_bytes() == b"a" * 100 + b"more" and (root / "b.txt").read_bytes() == b"new"
+    finally:
+        proxy.clear()
+        proxy.stop()
