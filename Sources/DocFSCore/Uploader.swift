@@ -49,6 +49,11 @@ public actor Uploader {
     private var idleWaiters: [CheckedContinuation<Void, Never>] = []
     private var itemWaiters: [Inode: [CheckedContinuation<Void, Never>]] = [:]
     private var retryTasks: [Inode: Task<Void, Never>] = [:]
+    /// Rounds in a row in which an item's folder was made again and its PUT still found none
+    /// (see `keepWhereFoldersWent`).
+    private var folderRemakes: [Inode: Int] = [:]
+    /// After this many such rounds the upload counts as refused: the store will not take it there.
+    public static let maximumFolderRemakes = 3
     /// Items whose last upload the store refused for good, with why (see `refusedPrefix`).
     private var refused: [Inode: String] = [:]
     private var stopped = false
@@ -133,6 +138,7 @@ public actor Uploader {
         retryTasks.removeValue(forKey: inode)?.cancel()
         if queued.remove(inode) != nil { queue.removeAll { $0 == inode } }
         failures[inode] = nil
+        folderRemakes[inode] = nil
         refused[inode] = nil
         forced.remove(inode)
         wakeItemWaiters(inode)
@@ -193,11 +199,13 @@ public actor Uploader {
         switch outcome {
         case .done:
             failures[inode] = nil
+            folderRemakes[inode] = nil
             forced.remove(inode)
         case .retryLater(let retryAfter):
             scheduleRetry(inode, retryAfter: retryAfter)
         case .refused:
             failures[inode] = nil
+            folderRemakes[inode] = nil
             forced.remove(inode)
         }
         for waiter in exclusiveWaiters { waiter.resume() }
@@ -290,9 +298,11 @@ public actor Uploader {
     private func withAttributesChangedDuringUpload(of uploaded: Item, _ copy: LocalCopy, commit: UInt64,
                                                    uploaded entry: RemoteEntry) async -> RemoteEntry {
         guard copy.life.committed == commit, let now = try? catalog.item(uploaded.inode),
-              now.mode != uploaded.mode || now.modified != uploaded.modified else { return entry }
+              now.mode != uploaded.mode || now.modified != uploaded.modified || now.owner != uploaded.owner || now.group != uploaded.group
+        else { return entry }
         do {
-            guard try await store.setAttributes(uploaded.path, StoreAttributes(mode: now.mode, modified: now.modified)) else { return entry }
+            guard try await store.setAttributes(uploaded.path, StoreAttributes(mode: now.mode, modified: now.modified, owner: now.owner,
+                                                                                group: now.group)) else { return entry }
             return try await store.stat(uploaded.path)
         } catch {
             logger.info("store did not take attributes", metadata: ["path": "\(uploaded.path)", "error": "\(error)"])
@@ -349,6 +359,9 @@ public actor Uploader {
     /// the item had changes here. A deleted folder is made again and the item uploaded into it
     /// (a remote delete never costs a local change). Where a file now stands in a folder's place,
     /// the item goes under `FOLDER (conflict DATE)/…` next to it, with the rest of its path.
+    /// A store that still answers "no such folder" after the folders were made again (a path it
+    /// will not create, a proxy that answers 404 to every PUT) is not tried forever: after
+    /// `maximumFolderRemakes` rounds the upload counts as refused, and the change is kept.
     private func keepWhereFoldersWent(_ item: Item, _ copy: LocalCopy, commit: UInt64, snapshot: String) async -> Outcome {
         do {
             var target = StorePath.root
@@ -368,7 +381,7 @@ public actor Uploader {
             guard destination != item.path else {
                 // Folders made again: upload under the item's own path, creating it.
                 let entry = try await store.write(destination, fromLocalFile: snapshot, condition: .mustNotExist,
-                                                  attributes: StoreAttributes(mode: item.mode, modified: item.modified))
+                                                  attributes: StoreAttributes(mode: item.mode, modified: item.modified, owner: item.owner, group: item.group))
                 if try await !provider.uploaded(copy, commit: commit, as: entry) { enqueue(item.inode) }
                 return .done
             }
@@ -380,6 +393,13 @@ public actor Uploader {
             switch error {
             case .versionMismatch, .alreadyExists:
                 return await keepBoth(item, copy, commit: commit, snapshot: snapshot)
+            case .notFound, .notADirectory:
+                let remakes = (folderRemakes[item.inode] ?? 0) + 1
+                folderRemakes[item.inode] = remakes
+                guard remakes >= Self.maximumFolderRemakes else { return await failed(item, copy, error) }
+                return await failed(item, copy, StoreError.refused(
+                    status: 404, message: "PUT \(item.path): the store found no folder for it \(remakes) times, "
+                        + "each time after it was made again (\(error))"))
             default:
                 return await failed(item, copy, error)
             }
@@ -392,7 +412,7 @@ public actor Uploader {
     private func writeUnlessFolderGone(_ item: Item, from snapshot: String, condition: WriteCondition) async throws(StoreError) -> RemoteEntry? {
         do {
             return try await store.write(item.path, fromLocalFile: snapshot, condition: condition,
-                                         attributes: StoreAttributes(mode: item.mode, modified: item.modified))
+                                         attributes: StoreAttributes(mode: item.mode, modified: item.modified, owner: item.owner, group: item.group))
         } catch .notFound, .notADirectory {
             return nil
         }

@@ -95,6 +95,33 @@ struct RefusedUploadTests {
         #expect(fixture.store.content("big.txt") == Array("accepted".utf8))
     }
 
+    /// A PUT that finds no folder (404) again and again, each time after the folder was made
+    /// again, is not retried forever: after a few rounds it counts as refused and is kept.
+    @Test func aPutThatFindsNoFolderAfterItWasMadeAgainStops() async throws {
+        let store = InMemoryStore()
+        store.addDirectory("docs")
+        let fixture = try CoreFixture.writable(store: store)
+        let attempts = Mutex(0)
+        fixture.store.holdWrites(until: { attempts.withLock { $0 += 1 } })
+        fixture.store.failWrites(with: .notFound(try StorePath("docs")))
+        let docs = try await fixture.lookup("docs")
+        let item = try await fixture.createFile("a.txt", Array("kept".utf8), in: docs.inode)
+        func refused() throws -> Bool {
+            try fixture.fs.item(item.inode).uploadError?.hasPrefix(Uploader.refusedPrefix) == true
+        }
+        // The fixture's upload backoff is 200 ms at most: rounds come quickly.
+        for _ in 0..<200 where try !refused() { try await Task.sleep(for: .milliseconds(50)) }
+        let row = try fixture.fs.item(item.inode)
+        #expect(row.uploadError?.hasPrefix(Uploader.refusedPrefix) == true,
+                "after \(attempts.withLock { $0 }) PUTs: \(row.uploadError ?? "no error")")
+        #expect(row.state == .modified, "the change stays in the journal")
+        #expect(fixture.cachedFiles().count == 1, "its copy stays")
+        let tries = attempts.withLock { $0 }
+        try await Task.sleep(for: .seconds(1))
+        #expect(attempts.withLock { $0 } == tries, "not sent again once refused")
+        #expect(tries <= 2 * Uploader.maximumFolderRemakes + 2, "\(tries) PUTs")
+    }
+
     @Test func aTransientFailureIsStillRetried() async throws {
         let fixture = try CoreFixture(readOnly: false)
         let attempts = Mutex(0)
