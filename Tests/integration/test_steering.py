@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -429,6 +430,81 @@ def test_status_json_reports_pending_uploads_and_their_errors(tmp_path, docfs_se
         mounted = wait_until(lambda: (s := status())["pendingUploads"] == 0 and s, 60, "the uploads once PUT works")
         assert mounted["errors"] == [], mounted
         assert (root / "a.txt").read_bytes() == b"a" * 100 + b"more" and (root / "b.txt").read_bytes() == b"new"
+    finally:
+        proxy.clear()
+        proxy.stop()
+
+
+# --- docfs pin shows its downloads ---------------------------------------------------------
+
+def run_on_a_pty(argv: list[str], env: dict, timeout: float, columns: int = 120) -> tuple[int, str]:
+    """Runs `argv` with a pseudo-terminal as its standard output; its exit status and output."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+    pid, fd = pty.fork()
+    if pid == 0:
+        try:
+            fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 30, columns, 0, 0))
+            os.execve(argv[0], argv, env)
+        finally:
+            os._exit(127)
+    output = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            output += chunk
+    os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), output.decode(errors="replace")
+
+
+def test_pin_shows_each_download_on_a_terminal_and_a_line_per_file_on_a_pipe(tmp_path, docfs_serve, mount, xdg):
+    size = 1_500_000
+    root = tmp_path / "store"
+    (root / "keep" / "sub").mkdir(parents=True)
+    data = pseudo_random_bytes(size, seed=41)
+    (root / "keep" / "big.bin").write_bytes(data)
+    (root / "keep" / "sub" / "small.txt").write_bytes(b"small")
+    (root / "other").mkdir()
+    (root / "other" / "big2.bin").write_bytes(data)
+    (root / "other" / "c.txt").write_bytes(b"c" * 10)
+    server = docfs_serve(root)
+    proxy = FaultProxy(server.port, log_path=tmp_path / "proxy.log").start()
+    try:
+        proxy.throttle(400_000, method="GET", path=r"big2?\.bin")  # about 4 s a file
+        m = mount(proxy.url, "--whole-file-limit", str(10 * size))
+        from helpers import docfs_bin
+        status, output = run_on_a_pty([docfs_bin(), "pin", str(m / "keep")], xdg.env, timeout=60)
+        print(f"docfs pin on a terminal: exit {status}, output {output!r}")
+        assert status == 0, output
+        counts = [int(done) for done in re.findall(r"pinning \(\d/2\) \S*big\.bin  (\d+)/1500000 bytes", output)]
+        assert len(set(counts)) >= 3, f"the download's progress did not show growing: {counts}"
+        assert counts == sorted(counts) and 0 <= counts[0] < size // 2, counts
+        assert f"pinned {m / 'keep' / 'big.bin'} (1.4 MiB)" in output
+        assert f"pinned {m / 'keep' / 'sub' / 'small.txt'} (5 B)" in output
+        assert f"pinned {m / 'keep'} (2 file(s))" in output
+        assert xattr_state(m / "keep" / "big.bin") == "pinned" and xattr_state(m / "keep") == "pinned pinned=1"
+
+        # On a pipe: a plain line per file as it is pinned, no escape codes, no progress.
+        result = xdg.docfs("pin", m / "other", m / "keep" / "sub" / "small.txt")
+        print(f"docfs pin on a pipe: {result.stdout!r}")
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.splitlines() == [f"pinned {m / 'other' / 'big2.bin'} (1.4 MiB)",
+                                              f"pinned {m / 'other' / 'c.txt'} (10 B)",
+                                              f"pinned {m / 'other'} (2 file(s))",
+                                              f"pinned {m / 'keep' / 'sub' / 'small.txt'} (5 B)"], result.stdout
+        assert xattr_state(m / "other") == "pinned pinned=2"
+        assert len(server.gets("other/big2.bin")) == 1 and len(server.gets("keep/big.bin")) == 1
     finally:
         proxy.clear()
         proxy.stop()
