@@ -11,7 +11,13 @@ What they prove, through a real mount:
   once the outage ends;
 - changes made while every PUT fails transiently (503, a reset, a body cut off mid-way), on
   WebDAV (`docfs serve`) and S3 (moto), all reach the store once the fault ends, byte for byte,
-  and no conflict copy is made.
+  and no conflict copy is made;
+- latency slows reads but every caller has its bytes within --io-timeout (plus a margin);
+- a 500, or a reset with no answer at all, is retried until it clears; one that does not clear
+  fails the read with EIO/ETIMEDOUT within --io-timeout (plus a margin);
+- an answer whose ETag is not the version being read (rewritten by the proxy, also in the middle
+  of a streamed read) is never served as the file: the read fails (ESTALE/EIO) or has the
+  right sha256, and nothing wrong stays cached.
 Every read runs in a child process with a timeout, so a hang fails the test instead of it;
 the mount fixture always unmounts.
 """
@@ -291,3 +297,134 @@ def test_changes_made_during_a_put_fault_reach_s3(faulty_s3, fault):
         data = bucket.get(name)
         return None if data is None else hashlib.sha256(data).hexdigest()
     changes_during_put_fault(m, proxy, fault, has=has, names=lambda: bucket.keys())
+
+
+# --- latency, 500, reset with no answer, a changed ETag: callers bounded by --io-timeout ------
+
+SHORT_IO_TIMEOUT = 6
+# What a caller may wait beyond --io-timeout: the reply, a busy machine.
+MARGIN = 3
+MiB = 1 << 20
+BIG = pseudo_random_bytes(24 * MiB, seed=12)     # streamed in ranges (over the whole-file limit)
+BIG_SHA = hashlib.sha256(BIG).hexdigest()
+
+
+@pytest.fixture
+def short_faulty(tmp_path, docfs_serve, mount, xdg):
+    """(mount, proxy, root): data.bin, small-0..3.bin and big.bin through a fault proxy, mounted
+    with --io-timeout SHORT_IO_TIMEOUT."""
+    root = tmp_path / "store"
+    root.mkdir()
+    (root / "data.bin").write_bytes(DATA)
+    for i in range(4):
+        (root / f"small-{i}.bin").write_bytes(DATA[i:] + DATA[:i])
+    (root / "big.bin").write_bytes(BIG)
+    server = docfs_serve(root)
+    proxy = FaultProxy(server.port, log_path=tmp_path / "proxy.log").start()
+    try:
+        m = mount(proxy.url, "--io-timeout", str(SHORT_IO_TIMEOUT), "--transfer-timeout", str(TRANSFER_TIMEOUT))
+        assert "big.bin" in os.listdir(m.path)
+        yield m, proxy, root
+    finally:
+        proxy.clear()
+        proxy.stop()
+
+
+def read_many_in_children(paths: list[Path], timeout: float) -> list[tuple[str, float]]:
+    """Reads every path at once, each in its own child process."""
+    import concurrent.futures
+    with concurrent.futures.ThreadPoolExecutor(len(paths)) as pool:
+        return list(pool.map(lambda p: read_in_child(p, timeout), paths))
+
+
+def test_latency_slows_reads_but_each_caller_is_served_within_io_timeout(short_faulty):
+    m, proxy, _ = short_faulty
+    delay = 2.0
+    proxy.latency(delay)          # every request: listings, stats and GETs
+    names = [f"small-{i}.bin" for i in range(4)]
+    results = read_many_in_children([m / n for n in names], timeout=60)
+    print(f"latency {delay} s: {[(o[:12], round(t, 1)) for o, t in results]}")
+    for name, (outcome, elapsed) in zip(names, results):
+        i = int(name[6])
+        want = hashlib.sha256(DATA[i:] + DATA[:i]).hexdigest()
+        assert outcome == f"sha:{want}:{SIZE}", f"{name}: {outcome} after {elapsed:.1f} s\n{m.log_tail()}"
+        assert elapsed < SHORT_IO_TIMEOUT + MARGIN, f"{name} took {elapsed:.1f} s (--io-timeout {SHORT_IO_TIMEOUT})"
+    assert max(t for _, t in results) >= delay, "the latency fault did not slow the reads"
+
+
+def test_500_is_retried_until_it_clears(short_faulty):
+    m, proxy, _ = short_faulty
+    proxy.respond(500, method="GET", path=r"data\.bin", body=b"oops", seconds=2.5)
+    outcome, elapsed = read_in_child(m / "data.bin", timeout=60)
+    print(f"500 for 2.5 s: {outcome[:20]} after {elapsed:.1f} s; GETs {gets(proxy)}")
+    assert outcome == f"sha:{SHA}:{SIZE}", f"{outcome} after {elapsed:.1f} s; GETs {gets(proxy)}"
+    assert gets(proxy).count("500") >= 2, gets(proxy)
+    assert elapsed < SHORT_IO_TIMEOUT + MARGIN
+
+
+def test_500_that_does_not_clear_fails_within_io_timeout(short_faulty):
+    m, proxy, _ = short_faulty
+    proxy.respond(500, method="GET", path=r"data\.bin", body=b"oops")
+    outcome, elapsed = read_in_child(m / "data.bin", timeout=60)
+    print(f"500 for good: {outcome} after {elapsed:.1f} s; GETs {gets(proxy)}")
+    assert outcome in ("errno:EIO", "errno:ETIMEDOUT"), f"{outcome} after {elapsed:.1f} s"
+    assert elapsed < SHORT_IO_TIMEOUT + MARGIN, f"a 500 kept the reader {elapsed:.1f} s"
+    assert gets(proxy).count("500") >= 2, f"a 500 was not retried: {gets(proxy)}"
+
+
+def test_reset_with_no_answer_is_retried_until_it_clears(short_faulty):
+    m, proxy, _ = short_faulty
+    proxy.reset(method="GET", path=r"data\.bin", count=2)
+    outcome, elapsed = read_in_child(m / "data.bin", timeout=60)
+    print(f"2 resets: {outcome[:20]} after {elapsed:.1f} s; GETs {gets(proxy)}")
+    assert outcome == f"sha:{SHA}:{SIZE}", f"{outcome}; GETs {gets(proxy)}"
+    assert gets(proxy).count("reset") == 2
+
+
+def test_reset_that_does_not_clear_fails_within_io_timeout(short_faulty):
+    m, proxy, _ = short_faulty
+    proxy.reset(method="GET", path=r"data\.bin")
+    outcome, elapsed = read_in_child(m / "data.bin", timeout=60)
+    print(f"reset for good: {outcome} after {elapsed:.1f} s; GETs {gets(proxy)}")
+    assert outcome in ("errno:EIO", "errno:ETIMEDOUT", "errno:EHOSTDOWN"), f"{outcome} after {elapsed:.1f} s"
+    assert elapsed < SHORT_IO_TIMEOUT + MARGIN, f"resets kept the reader {elapsed:.1f} s"
+    assert gets(proxy).count("reset") >= 2, f"a reset was not retried: {gets(proxy)}"
+
+
+def test_a_whole_file_answered_with_another_etag_is_never_kept_as_the_listed_version(short_faulty):
+    m, proxy, _ = short_faulty
+    proxy.etag('"rewritten-by-proxy"', method="GET", path=r"data\.bin")
+    outcome, elapsed = read_in_child(m / "data.bin", timeout=60)
+    print(f"ETag rewritten: {outcome[:20]} after {elapsed:.1f} s; GETs {gets(proxy)}")
+    assert outcome in ("errno:ESTALE", "errno:EIO", f"sha:{SHA}:{SIZE}"), outcome
+    proxy.clear()
+    outcome, _ = read_in_child(m / "data.bin", timeout=60)
+    assert outcome == f"sha:{SHA}:{SIZE}", outcome
+
+
+def test_an_etag_that_changes_in_the_middle_of_a_streamed_read_is_never_served(short_faulty):
+    m, proxy, _ = short_faulty
+    fd = os.open(m / "big.bin", os.O_RDONLY)
+    try:
+        assert os.pread(fd, 4096, 0) == BIG[:4096]
+        # From now on every range of big.bin comes with another version's ETag.
+        proxy.etag('"rewritten-by-proxy"', method="GET", path=r"big\.bin")
+        offset = 16 * MiB
+        started = time.monotonic()
+        try:
+            got = os.pread(fd, 65536, offset)
+            outcome = "right bytes" if got == BIG[offset:offset + 65536] else "WRONG BYTES"
+        except OSError as error:
+            outcome = f"errno:{errno.errorcode.get(error.errno, error.errno)}"
+        elapsed = time.monotonic() - started
+    finally:
+        os.close(fd)
+    big_gets = [r.outcome for r in proxy.requests() if r.method == "GET" and "big.bin" in r.target]
+    print(f"ETag changed mid-read: {outcome} after {elapsed:.1f} s; GETs {big_gets}")
+    assert outcome in ("errno:ESTALE", "errno:EIO", "right bytes"), outcome
+    assert elapsed < SHORT_IO_TIMEOUT + MARGIN
+    # Nothing of the other "version" stays: with the fault gone the file reads whole and right.
+    proxy.clear()
+    wait_until(lambda: not m.xdg.cache_files(), 15, "the local copy to be evicted after close")
+    outcome, _ = read_in_child(m / "big.bin", timeout=120)
+    assert outcome == f"sha:{BIG_SHA}:{len(BIG)}", outcome
