@@ -146,13 +146,15 @@ extension Catalog {
                 try db.cachedExecute(sql: "DELETE FROM item WHERE inode = ?", arguments: [row["inode"] as Int64])
             }
             try db.cachedExecute(sql: """
-                INSERT INTO item (id, parent, name, path, kind, size, modifiedNs, etag, symlinkTarget, mode, state, kindKnownFor, rdev)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO item (id, parent, name, path, kind, size, modifiedNs, etag, symlinkTarget, mode, state, kindKnownFor, rdev,
+                                  owner, "group")
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """, arguments: [ItemIdentifier.make(), Int64(bitPattern: directory), entry.name,
                                  join(dirPath, entry.name), kind.rawValue, entry.size, Timestamp(seconds: entry.modified).nanoseconds,
                                  entry.etag?.value, target(of: entry), entry.mode.map { Int64($0) },
                                  kind == .directory ? ItemState.directory.rawValue : ItemState.placeholder.rawValue,
-                                 kindUnknown.contains(key) ? nil : entry.etag?.value, rdev(of: entry)])
+                                 kindUnknown.contains(key) ? nil : entry.etag?.value, rdev(of: entry),
+                                 entry.owner.map { Int64($0) }, entry.group.map { Int64($0) }])
         }
     }
 
@@ -214,10 +216,12 @@ extension Catalog {
         // (S3's LastModified) never replaces it, an exact one does.
         try db.cachedExecute(sql: """
             UPDATE item SET size = ?, modifiedNs = CASE WHEN NOT ? AND etag IS NOT NULL AND etag = ? THEN modifiedNs ELSE ? END,
-                etag = ?, symlinkTarget = ?, mode = COALESCE(?, mode), onStore = 1, kindKnownFor = ?, rdev = ?
+                etag = ?, symlinkTarget = ?, mode = COALESCE(?, mode), onStore = 1, kindKnownFor = ?, rdev = ?,
+                owner = COALESCE(?, owner), "group" = COALESCE(?, "group")
             WHERE inode = ?
             """, arguments: [entry.size, exactTime, entry.etag?.value, time, entry.etag?.value,
-                             target(of: entry), entry.mode.map { Int64($0) }, entry.etag?.value, rdev(of: entry), row["inode"] as Int64])
+                             target(of: entry), entry.mode.map { Int64($0) }, entry.etag?.value, rdev(of: entry),
+                             entry.owner.map { Int64($0) }, entry.group.map { Int64($0) }, row["inode"] as Int64])
     }
 
     /// The store's version moves; the copy's base does not. A clean copy shows its own size

@@ -243,9 +243,11 @@ public final class Catalog: Sendable {
         try write(invalidating: .item(inode)) { db in
             try db.cachedExecute(sql: """
                 UPDATE item SET size = ?, modifiedNs = CASE WHEN etag IS NOT NULL AND etag = ? THEN modifiedNs ELSE ? END,
-                    etag = COALESCE(?, etag), mode = COALESCE(?, mode) WHERE inode = ?
+                    etag = COALESCE(?, etag), mode = COALESCE(?, mode), owner = COALESCE(?, owner), "group" = COALESCE(?, "group")
+                WHERE inode = ?
                 """, arguments: [entry.size, entry.etag?.value, Timestamp(seconds: entry.modified).nanoseconds, entry.etag?.value,
-                                 entry.mode.map { Int64($0) }, Int64(bitPattern: inode)])
+                                 entry.mode.map { Int64($0) }, entry.owner.map { Int64($0) }, entry.group.map { Int64($0) },
+                                 Int64(bitPattern: inode)])
         }
     }
 
@@ -597,6 +599,8 @@ public final class Catalog: Sendable {
               (row["kindKnownFor"] as String?) == etag, (row["onStore"] as Int64) == 1,
               (row["symlinkTarget"] as String?) == target(of: entry), (row["rdev"] as Int64) == rdev(of: entry) else { return false }
         if let mode = entry.mode, (row["mode"] as Int64?) != Int64(mode) { return false }
+        if let owner = entry.owner, (row["owner"] as Int64?) != Int64(owner) { return false }
+        if let group = entry.group, (row["group"] as Int64?) != Int64(group) { return false }
         // The time is kept while the version is the same (a time set here); else it follows.
         return etag != nil || (row["modifiedNs"] as Int64) == Timestamp(seconds: entry.modified).nanoseconds
     }

@@ -457,7 +457,8 @@ public final class DocFileSystem: Sendable {
         // so an upload finishing meanwhile is seen: see Uploader.pushAttributesChangedDuringUpload).
         let current = try self.item(inode)
         if !current.hasUnsyncedChanges {
-            let carried = StoreAttributes(mode: changes.mode.map { $0 & 0o7777 }, modified: changes.modified, accessed: changes.accessed)
+            let carried = StoreAttributes(mode: changes.mode.map { $0 & 0o7777 }, modified: changes.modified, accessed: changes.accessed,
+                                          owner: changes.owner, group: changes.group)
             await AttributeSync.push(carried, of: current, to: store, catalog: catalog, provider: provider, logger: logger)
         }
         return try self.item(inode)
@@ -476,9 +477,10 @@ public final class DocFileSystem: Sendable {
                 throw FSError(error)
             }
         }
-        return try catalog.createItem(in: parent, name: name, kind: .symlink, size: Int64(target.utf8.count), modified: Timestamp(seconds: entry.modified),
-                                      etag: entry.etag, mode: nil, owner: owner, group: group, state: .placeholder, onStore: true, symlinkTarget: target,
-                                      folderChanged: .now)
+        let created = try catalog.createItem(in: parent, name: name, kind: .symlink, size: Int64(target.utf8.count),
+                                             modified: Timestamp(seconds: entry.modified), etag: entry.etag, mode: nil, owner: owner, group: group,
+                                             state: .placeholder, onStore: true, symlinkTarget: target, folderChanged: .now)
+        return await withOwnerOnStore(created)
     }
 
     /// mknod/mkfifo/bind: a FIFO, socket or device node, on stores that can represent one (a
@@ -498,9 +500,10 @@ public final class DocFileSystem: Sendable {
                 throw FSError(error)
             }
         }
-        return try catalog.createItem(in: parent, name: name, kind: Item.Kind(special.type), modified: Timestamp(seconds: entry.modified),
-                                      etag: entry.etag, mode: mode & 0o7777, owner: owner, group: group, state: .placeholder,
-                                      onStore: true, rdev: special.rdev, folderChanged: .now)
+        let created = try catalog.createItem(in: parent, name: name, kind: Item.Kind(special.type), modified: Timestamp(seconds: entry.modified),
+                                             etag: entry.etag, mode: mode & 0o7777, owner: owner, group: group, state: .placeholder,
+                                             onStore: true, rdev: special.rdev, folderChanged: .now)
+        return await withOwnerOnStore(created)
     }
 
     // MARK: Namespace
@@ -511,9 +514,25 @@ public final class DocFileSystem: Sendable {
         let entry = try await uploader.exclusively(touching: [path]) { () async throws(FSError) -> RemoteEntry in
             do throws(StoreError) { return try await store.makeDirectory(path) } catch { throw FSError(error) }
         }
-        return try catalog.createItem(in: parent, name: name, kind: .directory, modified: entry.modified > 0 ? Timestamp(seconds: entry.modified) : .now,
-                                      mode: mode & 0o7777, owner: owner, group: group, state: .directory, onStore: true,
-                                      listedAt: Date().timeIntervalSince1970, folderChanged: .now)
+        let created = try catalog.createItem(in: parent, name: name, kind: .directory,
+                                             modified: entry.modified > 0 ? Timestamp(seconds: entry.modified) : .now,
+                                             mode: mode & 0o7777, owner: owner, group: group, state: .directory, onStore: true,
+                                             listedAt: Date().timeIntervalSince1970, folderChanged: .now)
+        return await withOwnerOnStore(created)
+    }
+
+    /// An entry made on the store belongs to the daemon's user there (a local directory) or to
+    /// no one (S3 without `x-amz-meta-uid`, read as the mounting user). When the caller is
+    /// someone else, the store that can keep owners gets the caller's, so a fresh catalog (another
+    /// machine, or s3fs) sees the same owner; in the usual case (the mounting user makes it) this
+    /// costs no request.
+    private func withOwnerOnStore(_ created: Item) async -> Item {
+        let owner = created.owner.flatMap { $0 == geteuid() ? nil : $0 }
+        let group = created.group.flatMap { $0 == getegid() ? nil : $0 }
+        guard owner != nil || group != nil else { return created }
+        await AttributeSync.push(StoreAttributes(owner: created.owner, group: created.group), of: created, to: store, catalog: catalog,
+                                 provider: provider, logger: logger)
+        return (try? catalog.item(created.inode)) ?? created
     }
 
     /// unlink / rmdir: on the store first (unless the item never got there), then the catalog.

@@ -18,14 +18,20 @@ public struct RemoteEntry: Sendable, Equatable {
     public var etag: ETag?
     /// POSIX mode bits the store carries, if any (permission bits only).
     public var mode: UInt32?
+    /// Owner and group the store carries, if any (see `StoreAttributes`).
+    public var owner: UInt32?
+    public var group: UInt32?
 
-    public init(path: StorePath, kind: Kind, size: Int64, modified: Double, etag: ETag? = nil, mode: UInt32? = nil) {
+    public init(path: StorePath, kind: Kind, size: Int64, modified: Double, etag: ETag? = nil, mode: UInt32? = nil,
+                owner: UInt32? = nil, group: UInt32? = nil) {
         self.path = path
         self.kind = kind
         self.size = size
         self.modified = modified
         self.etag = etag
         self.mode = mode
+        self.owner = owner
+        self.group = group
     }
 
     public var name: String { path.name }

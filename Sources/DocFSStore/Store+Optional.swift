@@ -5,14 +5,23 @@ public struct StoreAttributes: Sendable, Equatable {
     public var mode: UInt32?
     public var modified: Timestamp?
     public var accessed: Timestamp?
+    /// Owner and group (`chown`), where the store keeps them: a local directory for real (when
+    /// the daemon may chown), S3 as s3fs does (`x-amz-meta-uid`, `x-amz-meta-gid`).
+    public var owner: UInt32?
+    public var group: UInt32?
 
-    public init(mode: UInt32? = nil, modified: Timestamp? = nil, accessed: Timestamp? = nil) {
+    public init(mode: UInt32? = nil, modified: Timestamp? = nil, accessed: Timestamp? = nil, owner: UInt32? = nil, group: UInt32? = nil) {
         self.mode = mode
         self.modified = modified
         self.accessed = accessed
+        self.owner = owner
+        self.group = group
     }
 
-    public var isEmpty: Bool { mode == nil && modified == nil && accessed == nil }
+    public var isEmpty: Bool { mode == nil && modified == nil && accessed == nil && owner == nil && group == nil }
+
+    /// The same without owner and group, for a store that keeps only mode and times.
+    public var withoutOwner: StoreAttributes { StoreAttributes(mode: mode, modified: modified, accessed: accessed) }
 }
 
 extension Store {

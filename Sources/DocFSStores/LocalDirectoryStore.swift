@@ -295,7 +295,7 @@ public struct LocalDirectoryStore: Store {
         }
     }
 
-    /// Real attributes: the local directory carries mode and times as any file does.
+    /// Real attributes: the local directory carries mode, owner and times as any file does.
     /// Symlinks keep their own (Linux has no lchmod); their times are set without following.
     public func setAttributes(_ path: StorePath, _ attributes: StoreAttributes) async throws(StoreError) -> Bool {
         let root = self.root
@@ -307,6 +307,15 @@ public struct LocalDirectoryStore: Store {
                     throw LocalDirectoryStore.error(errno, path: path, doing: "stat")
                 }
                 let isLink = info.st_mode & S_IFMT == S_IFLNK
+                // The owner first, as chown(2) clears set-user-ID bits a mode given with it keeps.
+                // A daemon that may not give files away (not root) keeps owners in the catalog.
+                if attributes.owner != nil || attributes.group != nil {
+                    let owner = attributes.owner.map { uid_t($0) } ?? uid_t.max
+                    let group = attributes.group.map { gid_t($0) } ?? gid_t.max
+                    if fchownat(parent, name, owner, group, AT_SYMLINK_NOFOLLOW) != 0, errno != EPERM {
+                        throw LocalDirectoryStore.error(errno, path: path, doing: "chown")
+                    }
+                }
                 if let mode = attributes.mode, !isLink {
                     guard fchmodat(parent, name, mode & 0o7777, 0) == 0 else {
                         throw LocalDirectoryStore.error(errno, path: path, doing: "chmod")
@@ -384,17 +393,21 @@ public struct LocalDirectoryStore: Store {
         let mode = UInt32(info.st_mode & 0o7777)
         switch info.st_mode & S_IFMT {
         case S_IFDIR:
-            return RemoteEntry(path: path, kind: .directory, size: 0, modified: modified, etag: nil, mode: mode)
+            return RemoteEntry(path: path, kind: .directory, size: 0, modified: modified, etag: nil, mode: mode,
+                               owner: UInt32(info.st_uid), group: UInt32(info.st_gid))
         case S_IFLNK:
             var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
             let count = readlinkat(directoryFD, name, &buffer, buffer.count - 1)
             let target = count >= 0 ? String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self) : ""
-            return RemoteEntry(path: path, kind: .symlink(target: target), size: Int64(info.st_size), modified: modified, etag: nil, mode: mode)
+            return RemoteEntry(path: path, kind: .symlink(target: target), size: Int64(info.st_size), modified: modified, etag: nil, mode: mode,
+                               owner: UInt32(info.st_uid), group: UInt32(info.st_gid))
         case let type where SpecialFile.FileType(mode: UInt32(type)) != nil:
             let special = SpecialFile(type: SpecialFile.FileType(mode: UInt32(type))!, rdev: UInt64(info.st_rdev))
-            return RemoteEntry(path: path, kind: .special(special), size: 0, modified: modified, etag: etag(info), mode: mode)
+            return RemoteEntry(path: path, kind: .special(special), size: 0, modified: modified, etag: etag(info), mode: mode,
+                               owner: UInt32(info.st_uid), group: UInt32(info.st_gid))
         default:
-            return RemoteEntry(path: path, kind: .file, size: Int64(info.st_size), modified: modified, etag: etag(info), mode: mode)
+            return RemoteEntry(path: path, kind: .file, size: Int64(info.st_size), modified: modified, etag: etag(info), mode: mode,
+                               owner: UInt32(info.st_uid), group: UInt32(info.st_gid))
         }
     }
 

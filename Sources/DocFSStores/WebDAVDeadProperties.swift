@@ -119,8 +119,9 @@ actor DeadPropertySupport {
 
 extension WebDAVStore {
     /// Mode and mtime as dead properties, where the server keeps them; false (the caller keeps
-    /// them locally) where it does not.
+    /// them locally) where it does not. Owners stay in the catalog: WebDAV has no place for them.
     public func setAttributes(_ path: StorePath, _ attributes: StoreAttributes) async throws(StoreError) -> Bool {
+        let attributes = attributes.withoutOwner
         guard !attributes.isEmpty, !path.isRoot, await !deadProperties.isRefused else { return false }
         let current = try await stat(path)
         return try await deadProperties.ifKept { () throws(StoreError) in
@@ -131,6 +132,7 @@ extension WebDAVStore {
     /// A PUT, then the attributes as dead properties, for the version the PUT made.
     public func write(_ path: StorePath, fromLocalFile localFile: String, condition: WriteCondition,
                       attributes: StoreAttributes) async throws(StoreError) -> RemoteEntry {
+        let attributes = attributes.withoutOwner
         let written = try await write(path, fromLocalFile: localFile, condition: condition)
         guard !attributes.isEmpty, await !deadProperties.isRefused else { return written }
         let kept = try await deadProperties.ifKept { () throws(StoreError) in

@@ -275,6 +275,8 @@ public final class InMemoryStore: Store, Sendable {
             kept.mode = attributes.mode ?? kept.mode
             kept.modified = attributes.modified ?? kept.modified
             kept.accessed = attributes.accessed ?? kept.accessed
+            kept.owner = attributes.owner ?? kept.owner
+            kept.group = attributes.group ?? kept.group
             state.attributes[path] = kept
             return true
         }

@@ -1,7 +1,8 @@
-// S3Metadata: POSIX mode and mtime as user metadata on an object, the way s3fs keeps them —
-// `x-amz-meta-mode` (the decimal st_mode, file type bits included) and `x-amz-meta-mtime`
-// (seconds since 1970; docfs adds the fraction after a dot, which s3fs's integer parser stops
-// at) — so a bucket shared with s3fs shows the same permissions and dates in both.
+// S3Metadata: POSIX mode, owner and mtime as user metadata on an object, the way s3fs keeps
+// them — `x-amz-meta-mode` (the decimal st_mode, file type bits included), `x-amz-meta-uid` and
+// `x-amz-meta-gid` (decimal), and `x-amz-meta-mtime` (seconds since 1970; docfs adds the
+// fraction after a dot, which s3fs's integer parser stops at) — so a bucket shared with s3fs
+// shows the same permissions, owners and dates in both.
 
 import DocFSStore
 import NIOHTTP1
@@ -11,6 +12,8 @@ enum S3Metadata {
     static let mtimeHeader = "x-amz-meta-mtime"
     /// s3fs's device number of a character or block device (decimal `st_rdev`).
     static let rdevHeader = "x-amz-meta-rdev"
+    static let uidHeader = "x-amz-meta-uid"
+    static let gidHeader = "x-amz-meta-gid"
 
     /// The file type bits of `st_mode` that s3fs writes into `x-amz-meta-mode`.
     enum FileType: UInt32 {
@@ -36,7 +39,19 @@ enum S3Metadata {
         if let modified = attributes.modified {
             headers.append((mtimeHeader, modified.decimalSeconds))
         }
+        if let owner = attributes.owner { headers.append((uidHeader, String(owner))) }
+        if let group = attributes.group { headers.append((gidHeader, String(group))) }
         return headers
+    }
+
+    /// The owner from `x-amz-meta-uid`, if any.
+    static func owner(in headers: HTTPHeaders) -> UInt32? { number(uidHeader, in: headers) }
+
+    /// The group from `x-amz-meta-gid`, if any.
+    static func group(in headers: HTTPHeaders) -> UInt32? { number(gidHeader, in: headers) }
+
+    private static func number(_ name: String, in headers: HTTPHeaders) -> UInt32? {
+        headers.first(name: name).flatMap { UInt32($0.trimmingCharacters(in: .whitespaces)) }
     }
 
     /// Permission bits from a response's `x-amz-meta-mode`, if any.

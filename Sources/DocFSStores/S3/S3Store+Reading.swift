@@ -48,6 +48,7 @@ extension S3Store {
             try await self.stat(path)
         }
         return RemoteEntry(path: path, kind: .file, size: size, modified: S3Metadata.modified(in: response.headers) ?? modified,
-                           etag: headerETag, mode: S3Metadata.mode(in: response.headers))
+                           etag: headerETag, mode: S3Metadata.mode(in: response.headers),
+                           owner: S3Metadata.owner(in: response.headers), group: S3Metadata.group(in: response.headers))
     }
 }

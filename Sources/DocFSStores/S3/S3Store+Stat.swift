@@ -53,7 +53,7 @@ extension S3Store {
                     size: headers.first(name: "Content-Length").flatMap { Int64($0) } ?? 0,
                     modified: S3Metadata.modified(in: headers) ?? headers.first(name: "Last-Modified").flatMap(HTTPDate.parse) ?? 0,
                     etag: headers.first(name: "ETag").map(ETag.normalized),
-                    mode: S3Metadata.mode(in: headers))
+                    mode: S3Metadata.mode(in: headers), owner: S3Metadata.owner(in: headers), group: S3Metadata.group(in: headers))
     }
 
     /// Two ETags name the same version, an unquoted one (some servers' listings) quoted first.

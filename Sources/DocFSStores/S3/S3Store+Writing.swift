@@ -51,7 +51,7 @@ extension S3Store {
             etag = try await uploadMultipart(path, file: file, conditionHeaders: conditionHeaders, metadata: metadata, condition: condition)
         }
         return RemoteEntry(path: path, kind: .file, size: file.size, modified: attributes.modified?.seconds ?? Date().timeIntervalSince1970,
-                           etag: etag, mode: attributes.mode)
+                           etag: etag, mode: attributes.mode, owner: attributes.owner, group: attributes.group)
     }
 
     private func putObject(_ path: StorePath, file: LocalFileChunks, conditionHeaders: [(name: String, value: String)],
@@ -70,7 +70,7 @@ extension S3Store {
         return ETag.normalized(etag)
     }
 
-    /// Mode and mtime as object metadata (s3fs's keys). S3 cannot change an object's metadata in
+    /// Mode, owner and mtime as object metadata (s3fs's keys). S3 cannot change an object's metadata in
     /// place: the object is copied onto itself with the metadata replaced (its other user
     /// metadata kept). Directories without a marker object, and objects above CopyObject's 5 GiB,
     /// keep their attributes in docfs's catalog only.
