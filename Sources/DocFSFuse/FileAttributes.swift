@@ -16,7 +16,11 @@ struct FileAttributes {
         switch item.kind {
         case .directory:
             st.st_mode = S_IFDIR | access.permissions(stored: item.mode, directory: true)
-            st.st_nlink = 2
+            // 1, "not counted" (as btrfs and other FUSE file systems say): a directory's 2 +
+            // subfolders would need a count of its children for every stat, and a bare 2 says
+            // "no subfolders", which fts(3) with FTS_NOSTAT (Foundation's FileManager
+            // enumerator among others) believes and never descends.
+            st.st_nlink = 1
         case .file:
             st.st_mode = S_IFREG | access.permissions(stored: item.mode, directory: false)
             st.st_nlink = item.unlinked ? 0 : 1
