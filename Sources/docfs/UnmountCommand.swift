@@ -13,8 +13,8 @@ struct UnmountCommand: AsyncParsableCommand {
             waiting for). If the store cannot be reached, refuses unless --force: then the \
             unsynced files are kept under their names in a recovery folder (named in the \
             message), and the next mount of the same store uploads them, then removes it. With --force the mount ends \
-            even while processes are stuck in it: its FUSE connection is aborted (their calls fail) and it is \
-            unmounted lazily. Files whose upload the store refused for good (user.docfs.error says why) do not hold \
+            even while processes are stuck in it: its FUSE connection is aborted (their calls fail; \
+            /sys/fs/fuse/connections is mounted first where the system did not) and it is unmounted lazily. Files whose upload the store refused for good (user.docfs.error says why) do not hold \
             the unmount up: they are kept in the recovery folder, and named. Also cleans up a stale mount left \
             by a daemon that was killed.
 
@@ -126,13 +126,28 @@ struct UnmountCommand: AsyncParsableCommand {
 
     /// Ends the FUSE connection of the mount at `path` as `/sys/fs/fuse/connections/N/abort`
     /// does (N: the mount's device minor): every request waiting in it fails at once, the
-    /// daemon's loop ends, and the processes stuck there get their error.
+    /// daemon's loop ends, and the processes stuck there get their error. Mounts the FUSE
+    /// control filesystem first where the system did not (`FuseControl`).
     private func abortConnection(_ path: String) {
         guard let minor = MountTable.deviceMinor(at: path) else {
             printError("docfs: cannot find \(path) in /proc/self/mountinfo; unmounting it lazily")
             return
         }
-        let control = "/sys/fs/fuse/connections/\(minor)/abort"
+        let control = "\(FuseControl.directory)/\(minor)/abort"
+        switch FuseControl.ensureMounted() {
+        case .mounted:
+            break
+        case .mountedNow:
+            printError("docfs: mounted the FUSE control filesystem on \(FuseControl.directory) (it was not), "
+                       + "to abort the connection")
+        case .unavailable(let why):
+            printError("""
+                docfs: cannot abort the connection of \(path): \(why). Unmounting it lazily: processes stuck \
+                in it may stay stuck until the store answers. To free them, as root: \
+                mount -t fusectl none \(FuseControl.directory); echo 1 > \(control)
+                """)
+            return
+        }
         let fd = open(control, O_WRONLY)
         guard fd >= 0 else {
             printError("docfs: cannot abort the connection (\(control): \(String(cString: strerror(errno)))); unmounting lazily")

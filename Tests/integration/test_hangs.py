@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from fault_proxy import FaultProxy
-from helpers import abort_fuse_connection, is_mounted, pseudo_random_bytes, wait_until
+from helpers import abort_fuse_connection, docfs_bin, is_mounted, pseudo_random_bytes, wait_until
 
 pytestmark = pytest.mark.fuse
 
@@ -253,6 +253,84 @@ def test_unmount_force_ends_a_mount_with_a_stuck_caller(stalling, xdg):
         print(f"unmount --force with a caller stuck in open(): {took:.2f} s")
     finally:
         caller.finish()
+
+
+def test_unmount_force_with_a_stuck_caller_keeps_an_unsynced_file_and_names_it(stalling, xdg):
+    m, proxy, _ = stalling("--io-timeout", "60")
+    proxy.respond(503, method="PUT", body=b"down")      # the change cannot reach the store
+    data = b"not on the store yet\n" * 500
+    target = m / "unsynced.txt"
+    target.write_bytes(data)
+    wait_until(lambda: _xattr(target, "user.docfs.error"), 20, "user.docfs.error on the unsynced file")
+    stall_gets(proxy, "small.bin")
+    caller = Caller.cat(m / "small.bin", m.path)
+    try:
+        wait_until(lambda: proxy.count("GET", r"/small\.bin$") >= 1, 10, "the stalled GET")
+        time.sleep(1.0)
+        assert caller.proc.poll() is None
+        started = time.monotonic()
+        result = xdg.docfs("unmount", "--force", m.path, timeout=60)
+        took = time.monotonic() - started
+        print(f"unmount --force, stuck caller, unsynced file: {took:.2f} s\n{result.stderr}")
+        assert result.returncode == 0, f"unmount --force exited {result.returncode}: {result.stderr}"
+        assert not is_mounted(m.path), "still mounted after `docfs unmount --force`"
+        assert took < 20, f"`docfs unmount --force` took {took:.1f} s"
+        assert caller.wait(timeout=5) is not None, "the stuck cat did not end when the mount went away"
+        assert "unsynced.txt" in result.stderr, f"the message does not name the kept file: {result.stderr}"
+        kept = list(xdg.state_home.glob("docfs/*/recovery/*/unsynced.txt"))
+        assert kept, f"no recovery copy of unsynced.txt under {xdg.state_home}; stderr: {result.stderr}"
+        assert kept[0].read_bytes() == data
+    finally:
+        caller.finish()
+
+
+def _fusectl_mounted() -> bool:
+    with open("/proc/self/mounts") as f:
+        return any(line.split()[1:3] == ["/sys/fs/fuse/connections", "fusectl"] for line in f)
+
+
+def test_unmount_force_mounts_fusectl_where_it_is_not_mounted(tmp_path, rclone_serve, mount, xdg):
+    """`docfs unmount --force` runs in a mount namespace of its own where fusectl is not mounted
+    (as on a system that never mounts it); the stuck mount lives under a shared tmpfs, so its
+    unmount there reaches this namespace too. The machine's own fusectl mount is never touched."""
+    if not _fusectl_mounted():
+        pytest.skip("fusectl is not mounted here: this test unmounts it only in a namespace of its own")
+    root = tmp_path / "store"
+    root.mkdir()
+    (root / "small.bin").write_bytes(pseudo_random_bytes(SMALL, 1))
+    server = rclone_serve(root)
+    proxy = FaultProxy(upstream_port=server.port).start()
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "none", str(shared)], check=True, timeout=30)
+    caller = None
+    try:
+        subprocess.run(["mount", "--make-shared", str(shared)], check=True, timeout=30)
+        m = mount(proxy.url, "--io-timeout", "60", mountpoint=shared / "mnt")
+        stall_gets(proxy, "small.bin")
+        caller = Caller.cat(m / "small.bin", m.path)
+        wait_until(lambda: proxy.count("GET", r"/small\.bin$") >= 1, 10, "the stalled GET")
+        time.sleep(1.0)
+        assert caller.proc.poll() is None
+        # In the new namespace fusectl is a private copy: unmounting it there leaves ours alone.
+        script = 'umount /sys/fs/fuse/connections && exec "$0" unmount --force "$1"'
+        result = subprocess.run(["unshare", "--mount", "--propagation", "unchanged", "sh", "-c", script,
+                                 docfs_bin(), str(m.path)], env=xdg.env, capture_output=True, text=True, timeout=60)
+        print(f"unmount --force without fusectl: exit {result.returncode}\n{result.stderr}")
+        assert _fusectl_mounted(), "the machine's fusectl mount was touched"
+        assert result.returncode == 0, f"unmount --force exited {result.returncode}: {result.stderr}"
+        assert "mounted the FUSE control filesystem" in result.stderr, result.stderr
+        assert "aborted the FUSE connection" in result.stderr, result.stderr
+        assert caller.wait(timeout=5) is not None, "the stuck cat did not end: the connection was not aborted"
+        wait_until(lambda: not is_mounted(m.path), 10, "the mount to be gone here too")
+    finally:
+        if caller is not None:
+            caller.finish()
+        if is_mounted(shared / "mnt"):
+            abort_fuse_connection(shared / "mnt")
+            subprocess.run(["fusermount3", "-uz", str(shared / "mnt")], timeout=30)
+        subprocess.run(["umount", "-l", str(shared)], timeout=30)
+        proxy.stop()
 
 
 # --- permanent upload failures ------------------------------------------------------------
