@@ -428,3 +428,50 @@ def test_an_etag_that_changes_in_the_middle_of_a_streamed_read_is_never_served(s
     wait_until(lambda: not m.xdg.cache_files(), 15, "the local copy to be evicted after close")
     outcome, _ = read_in_child(m / "big.bin", timeout=120)
     assert outcome == f"sha:{BIG_SHA}:{len(BIG)}", outcome
+
+
+# --- a conflict copy whose name the store cannot take ------------------------------------------
+
+def test_a_conflict_copy_name_over_255_bytes_is_not_retried_forever(tmp_path, docfs_serve, mount, xdg):
+    """A file with a 250-byte name, changed on both sides: its conflict copy's name (the name plus
+    " (conflict DATE)") is over 255 bytes. The upload is not sent again and again; the change is
+    kept (readable, and in the recovery folder at unmount, named) and user.docfs.error says why."""
+    name = "n" * 246 + ".txt"
+    assert len(name.encode()) == 250
+    old = b"the version both sides started from\n" * 40
+    theirs = b"their version, written by another client\n" * 30
+    root = tmp_path / "store"
+    root.mkdir()
+    (root / name).write_bytes(old)
+    server = docfs_serve(root)
+    proxy = FaultProxy(server.port, log_path=tmp_path / "proxy.log").start()
+    try:
+        m = mount(proxy.url, "--dir-cache-ttl", "0")
+        target = m / name
+        fd = os.open(target, os.O_RDWR)
+        try:
+            assert os.pread(fd, 1, 0) == old[:1]
+            (root / name).write_bytes(theirs)          # another client changes it on the store
+            os.utime(root / name, (1_700_000_000, 1_700_000_000))
+            os.listdir(m.path)
+            os.pwrite(fd, b"OURS", 0)
+        finally:
+            os.close(fd)
+        ours = b"OURS" + old[4:]
+        error = wait_until(lambda: error_of(target), 30, "user.docfs.error on the file")
+        sent = len([r for r in proxy.requests() if r.method == "PUT"])
+        time.sleep(8)
+        puts = [(r.target[:40] + "…", r.outcome) for r in proxy.requests() if r.method == "PUT"]
+        print(f"250-byte name in conflict: user.docfs.error {error!r}; PUTs {puts}")
+        assert len(puts) <= sent + 1, f"the upload goes on being sent: {len(puts)} PUTs, {sent} when the error showed"
+        assert "conflict" not in "".join(n for n in os.listdir(root) if n != name), os.listdir(root)
+        assert (root / name).read_bytes() == theirs, "their version was overwritten"
+        assert target.read_bytes() == ours, "the change is not readable through the mount"
+        result = m.unmount(timeout=60)
+        print(result.stderr)
+        assert result.returncode == 0, f"docfs unmount exited {result.returncode}: {result.stderr}"
+        assert name in result.stderr, f"the unmount message does not name the kept file: {result.stderr}"
+        kept = list(xdg.state_home.glob(f"docfs/*/recovery/*/{name}"))
+        assert kept and kept[0].read_bytes() == ours, f"no recovery copy with our change; stderr: {result.stderr}"
+    finally:
+        proxy.stop()
