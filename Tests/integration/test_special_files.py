@@ -118,6 +118,20 @@ def test_every_type_survives_a_remount_with_a_fresh_catalog_on_s3(s3, s3_mount, 
     # A folder on S3 is a key prefix: docfs keeps no mode or owner for it there (a known gap,
     # not this issue's), so another machine sees the default 0755 and the mounting user.
     assert shown(again.path) == EXPECTED_OWNED | {"dir": "dir mode=0755 uid=0 gid=0"}
+    # Used, a special file is never content: a FIFO passes bytes through the kernel, and a
+    # chmod of one copies its empty object onto itself; no GET of it, no PUT of content.
+    s3.mark()
+    reader = os.open(again / "pipe", os.O_RDONLY | os.O_NONBLOCK)
+    writer = os.open(again / "pipe", os.O_WRONLY | os.O_NONBLOCK)
+    os.write(writer, b"piped")
+    assert os.read(reader, 10) == b"piped"
+    os.close(writer)
+    os.close(reader)
+    os.chmod(again / "sock", 0o640)
+    specials = {f"/{s3.name}/{name}" for name in ENTRIES}
+    touched = [(r.method, r.path) for r in s3.requests() if r.path in specials]
+    assert all(method in ("HEAD", "PUT") for method, _ in touched), touched
+    assert len([t for t in touched if t[0] == "PUT"]) <= 1, touched  # the chmod's copy onto itself
 
 
 def test_s3fs_and_docfs_see_each_others_special_files(s3, s3_mount, s3fs_mount, xdg):
