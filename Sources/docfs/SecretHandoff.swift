@@ -22,7 +22,8 @@ struct SecretHandoff: Equatable {
     /// Takes the secrets out of this process: the store argument `store` (when it carries
     /// credentials) is replaced by its redacted form in the argv memory, and the secret
     /// variables are unset and their bytes zeroed in the environment memory. No core file is
-    /// written afterwards, so the secrets kept in memory do not reach one either.
+    /// written afterwards and the process is not dumpable (`noCoreFiles`), so the secrets kept
+    /// in memory do not reach a core file or another process of the same user either.
     static func take(storeArgument store: String) -> SecretHandoff {
         var handoff = SecretHandoff()
         let redacted = StoreLocator.redacted(store)
@@ -94,6 +95,20 @@ struct SecretHandoff: Equatable {
     private static func noCoreFiles() {
         var none = rlimit(rlim_cur: 0, rlim_max: 0)
         setrlimit(__rlimit_resource_t(RLIMIT_CORE.rawValue), &none)
+        // RLIMIT_CORE does not stop a core_pattern pipe (systemd-coredump) from taking a dump,
+        // nor a process of the same user from attaching with ptrace or reading /proc/PID/mem,
+        // where the secrets kept in memory are. Not dumpable stops all three.
+        setNotDumpable()
+    }
+
+    /// `prctl(PR_SET_DUMPABLE, 0)`. prctl is variadic, which Swift does not import; it is called
+    /// through a pointer typed with its four optional arguments, which is how the Linux calling
+    /// conventions pass them to a variadic function too (integers in registers).
+    private static func setNotDumpable() {
+        typealias Prctl = @convention(c) (Int32, UInt, UInt, UInt, UInt) -> Int32
+        let setDumpable: Int32 = 4      // PR_SET_DUMPABLE (<linux/prctl.h>, not imported either)
+        guard let symbol = dlsym(nil, "prctl") else { return }
+        _ = unsafeBitCast(symbol, to: Prctl.self)(setDumpable, 0, 0, 0, 0)
     }
 }
 

@@ -164,3 +164,26 @@ def test_error_messages_do_not_show_the_password(tmp_path, xdg, auth_server, sec
     if log.exists():
         assert not leaks(log.read_bytes(), secret)
     assert not pids_for(str(mountpoint)), "no daemon left behind"
+
+
+def test_a_daemon_holding_a_handed_off_secret_is_not_dumpable(tmp_path, monkeypatch, mount, auth_server, secret):
+    """With a secret handed off, the daemon sets PR_SET_DUMPABLE 0 (no core dump through a
+    core_pattern pipe, no ptrace or /proc/PID/mem by the same user); without one it does not.
+    Seen from outside as the kernel shows a non-dumpable process: its /proc/PID files are owned by
+    root:root rather than by its credentials. The daemons run with group 4321 (as root still,
+    which FUSE mounting needs) so that the difference shows."""
+    wrapper = tmp_path / "docfs-gid"
+    wrapper.write_text(f"#!/bin/sh\nexec setpriv --regid=4321 --clear-groups {docfs_bin()} \"$@\"\n")
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("DOCFS_BIN", str(wrapper))
+    with_secret = mount(url_with_password(auth_server, secret))
+    open_store = mount(make_store(tmp_path / "plain", {"a.txt": b"a\n"}))
+    # (Not read through here: FUSE lets in only processes with the mounting uid and gid.)
+    groups = {}
+    for name, m in (("with a secret", with_secret), ("without", open_store)):
+        pids = m.daemon_pids()
+        assert pids, f"no daemon for the mount {name}"
+        groups[name] = {pid: os.stat(f"/proc/{pid}/status").st_gid for pid in pids}
+    print(f"/proc/PID/status group of the daemons: {groups}")
+    assert set(groups["without"].values()) == {4321}, f"the daemon does not run with group 4321: {groups}"
+    assert set(groups["with a secret"].values()) == {0}, f"a daemon holding a secret is dumpable: {groups}"
