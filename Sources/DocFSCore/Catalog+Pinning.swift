@@ -57,6 +57,23 @@ extension Catalog {
         }
     }
 
+    /// The pinned children of `directory` that are not as the store has them: files with no
+    /// copy or a copy of an older version than the store's, and folders never listed (what
+    /// `PinnedRefresher` fetches after a listing of a pinned folder).
+    public func pinnedToRefresh(in directory: Inode) throws(FSError) -> (files: [Inode], folders: [Inode]) {
+        try read { db in
+            let files = try Int64.fetchAll(db, sql: """
+                SELECT inode FROM item WHERE parent = ? AND pinned = 1 AND kind = ? AND uncommitted = 0 AND onStore = 1
+                    AND (state = 'placeholder' OR (state = 'local' AND baseEtag IS NOT NULL AND etag IS NOT NULL AND baseEtag != etag))
+                ORDER BY name
+                """, arguments: [Int64(bitPattern: directory), Item.Kind.file.rawValue])
+            let folders = try Int64.fetchAll(db, sql: """
+                SELECT inode FROM item WHERE parent = ? AND pinned = 1 AND kind = ? AND listedAt IS NULL ORDER BY name
+                """, arguments: [Int64(bitPattern: directory), Item.Kind.directory.rawValue])
+            return (files.map { Inode(bitPattern: $0) }, folders.map { Inode(bitPattern: $0) })
+        }
+    }
+
     /// How many children of `directory` are in each state, in one query: what a folder's
     /// `user.docfs.state` shows (`local=3 modified=1`). Pinned complete copies count as
     /// `pinned`, not `local`; an upload that keeps failing counts as `error`; subfolders are

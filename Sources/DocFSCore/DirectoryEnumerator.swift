@@ -27,6 +27,8 @@ public actor DirectoryEnumerator {
     private nonisolated let confirmations: KindConfirmations
     /// Objects above this size are never links (nil: the store's listings show every kind).
     private nonisolated let maximumLinkSize: Int64?
+    /// Told about each directory whose listing reached the catalog (`whenListed`).
+    private nonisolated let listedHandler = Mutex<(@Sendable (Item) -> Void)?>(nil)
 
     public init(store: any Store, catalog: Catalog, ttl: Double, retry: RetryPolicy = .interactive, logger: Logger) {
         self.store = store
@@ -36,6 +38,12 @@ public actor DirectoryEnumerator {
         self.logger = logger
         self.confirmations = KindConfirmations(store: store, catalog: catalog, retry: retry, logger: logger)
         self.maximumLinkSize = SymlinkProbe.maximumSize(of: store)
+    }
+
+    /// Calls `handler` after each listing that reached the catalog whole (on the listing's
+    /// task: it must not wait for anything).
+    public nonisolated func whenListed(_ handler: @escaping @Sendable (Item) -> Void) {
+        listedHandler.withLock { $0 = handler }
     }
 
     /// `item`, when its kind is still to be confirmed before a lookup answers with it (see
@@ -116,9 +124,11 @@ public actor DirectoryEnumerator {
 
     private func listing(_ directory: Item) -> Task<Void, any Error> {
         if let task = inFlight[directory.inode] { return task }
+        let handler = listedHandler.withLock { $0 }
         let task = Task { [store, catalog, retry, logger] in
             defer { self.finished(directory.inode) }
             try await Self.list(directory, store: store, catalog: catalog, retry: retry, logger: logger)
+            handler?(directory)
         }
         inFlight[directory.inode] = task
         return task

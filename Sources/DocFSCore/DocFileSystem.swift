@@ -13,6 +13,8 @@ public final class DocFileSystem: Sendable {
     private let provider: Provider
     private let enumerator: DirectoryEnumerator
     private let uploader: Uploader
+    /// Downloads pinned files a listing shows new or changed on the store.
+    private let pinnedRefresher: PinnedRefresher
     public let readOnly: Bool
     private let store: any Store
     private let cacheDirectory: String
@@ -99,6 +101,15 @@ public final class DocFileSystem: Sendable {
                                  ioTimeout: ioTimeout, retention: retention, logger: logger)
         self.enumerator = DirectoryEnumerator(store: store, catalog: catalog, ttl: directoryTTL, retry: retry, logger: logger)
         self.uploader = Uploader(store: store, catalog: catalog, provider: provider, maximumBackoff: uploadBackoff, logger: logger)
+        let pinnedRefresher = PinnedRefresher(catalog: catalog, provider: provider, enumerator: enumerator, logger: logger)
+        self.pinnedRefresher = pinnedRefresher
+        enumerator.whenListed { directory in pinnedRefresher.listed(directory) }
+    }
+
+    /// Calls `handler` with each pinned file whose copy a listing's refresh replaced with the
+    /// store's newer version (its size and times may have changed under the kernel's cache).
+    public func whenPinnedCopyRefreshed(_ handler: @escaping @Sendable (Inode) -> Void) {
+        pinnedRefresher.refreshed.withLock { $0 = handler }
     }
 
     // MARK: Metadata
@@ -674,6 +685,7 @@ public final class DocFileSystem: Sendable {
     /// The mount is going away: wait (at most `uploadGrace`) for pending uploads, then evict
     /// every clean local copy. Unsynced copies stay in the cache and the journal for the next mount.
     public func shutdown(uploadGrace: Duration = .seconds(10)) async {
+        pinnedRefresher.stop()
         let handlesLeft = handles.withLock { table in
             defer { table.open.removeAll() }
             return Array(table.open.values)

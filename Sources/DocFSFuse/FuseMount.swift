@@ -42,6 +42,8 @@ public final class FuseMount: @unchecked Sendable {
         self.adapter = FuseAdapter(fs: filesystem, cacheDirectory: cacheDirectory, entryTimeout: entryTimeout,
                                    attributeTimeout: attributeTimeout, access: access, fetchPolicy: fetchPolicy, logger: logger)
         self.retained = Unmanaged.passRetained(adapter)
+        // A pinned copy refreshed in the background may have another size: drop the kernel's.
+        filesystem.whenPinnedCopyRefreshed { [weak adapter] inode in adapter?.invalidateAttributes(of: inode) }
         self.mountpoint = mountpoint
         self.options = options
     }

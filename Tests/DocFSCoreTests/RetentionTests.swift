@@ -49,6 +49,46 @@ struct RetentionTests {
         #expect(try !again.catalog.isPinned(item.inode))
     }
 
+    @Test func aListingOfAPinnedFolderDownloadsWhatTheStoreAddedOrChanged() async throws {
+        let fixture = try CoreFixture()
+        fixture.store.addFile("keep/a.txt", Array("v1".utf8))
+        fixture.store.addFile("free/b.txt", Array("b".utf8))
+        let folder = try await fixture.lookup("keep")
+        let free = try await fixture.lookup("free")
+        try await fixture.fs.pin(folder.inode)
+        _ = try await fixture.fs.children(of: free.inode)
+        #expect(fixture.store.readCount("keep/a.txt") == 1)
+
+        // Another client changes one, adds a file and a folder; and adds to a folder not pinned.
+        let added = randomBytes(20_000)
+        fixture.store.addFile("keep/a.txt", Array("version 2".utf8))
+        fixture.store.addFile("keep/new.bin", added)
+        fixture.store.addFile("keep/sub/deep.txt", Array("deep".utf8))
+        fixture.store.addFile("free/c.txt", Array("c".utf8))
+        try await fixture.fs.refresh(directory: folder.inode)
+        try await fixture.fs.refresh(directory: free.inode)
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < deadline, fixture.store.readCount("keep/new.bin") == 0 || fixture.store.readCount("keep/a.txt") < 2
+                || fixture.store.readCount("keep/sub/deep.txt") == 0 {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(fixture.store.readCount("keep/a.txt") == 2)
+        #expect(fixture.store.readCount("keep/new.bin") == 1)
+        #expect(fixture.store.readCount("keep/sub/deep.txt") == 1)
+        #expect(fixture.store.readCount("free/c.txt") == 0 && fixture.store.readCount("free/b.txt") == 0)
+        for path in ["keep/a.txt", "keep/new.bin", "keep/sub/deep.txt"] {
+            let item = try await fixture.lookup(path)
+            #expect(try fixture.catalog.isPinned(item.inode), "\(path)")
+            #expect(item.state == .local && item.baseEtag == item.etag, "\(path): \(item.state)")
+        }
+        #expect(fixture.cachedFiles().count == 3)
+        let new = try await fixture.lookup("keep/new.bin")
+        let handle = try await fixture.fs.open(new.inode, mode: .read)
+        #expect(try fixture.readAll(handle: handle, size: 20_000) == added)
+        await fixture.fs.release(handle: handle)
+        #expect(fixture.store.readCount("keep/new.bin") == 1, "read from the copy the refresh made")
+    }
+
     @Test func evictRefusesAModifiedFile() async throws {
         let fixture = try CoreFixture.writable()
         fixture.store.addFile("a.txt", Array("abc".utf8))
