@@ -297,6 +297,9 @@ def test_pin_through_setfattr_and_evict_refuses_open_and_modified(tmp_path, docf
         assert xattr_state(m / "a.txt") == "placeholder"
         proxy.clear()
         wait_until(lambda: (root / "b.txt").read_bytes() == b"b" * 1000 + b"more", 40, "the upload once PUT works")
+        # The upload ends after the PUT (docfs then asks for the new version): only then may the
+        # proxy go, or unmount finds the upload unfinished and the store unreachable.
+        wait_until(lambda: xattr_state(m / "b.txt") not in ("modified", "uploading"), 30, "the upload to be recorded")
     finally:
         proxy.clear()
         proxy.stop()
