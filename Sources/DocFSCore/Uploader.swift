@@ -42,6 +42,9 @@ public actor Uploader {
     private var forced: Set<Inode> = []
     /// Transient failures in a row of each item's upload (what its next wait grows from).
     private var failures: [Inode: Int] = [:]
+    /// Until when the store asked us not to send an item's upload again (`Retry-After`): a new
+    /// change meanwhile waits for the retry already due, which sends the latest commit.
+    private var notBefore: [Inode: ContinuousClock.Instant] = [:]
     /// Namespace operations under way, with the paths they touch (see `exclusively`).
     private var exclusiveHolders: [Int: [StorePath]] = [:]
     private var nextHolder = 0
@@ -82,6 +85,7 @@ public actor Uploader {
     /// Queues an upload of `inode`'s copy.
     public func enqueue(_ inode: Inode) {
         guard !stopped else { return }
+        if retryTasks[inode] != nil, let until = notBefore[inode], ContinuousClock.now < until { return }
         retryTasks.removeValue(forKey: inode)?.cancel()
         refused[inode] = nil
         if !queued.contains(inode) {
@@ -95,6 +99,7 @@ public actor Uploader {
     public func sync(_ inode: Inode) async throws(FSError) {
         retryTasks.removeValue(forKey: inode)?.cancel()
         failures[inode] = nil
+        notBefore[inode] = nil
         forced.insert(inode)
         enqueue(inode)
         while queued.contains(inode) || inFlight[inode] != nil {
@@ -138,6 +143,7 @@ public actor Uploader {
         retryTasks.removeValue(forKey: inode)?.cancel()
         if queued.remove(inode) != nil { queue.removeAll { $0 == inode } }
         failures[inode] = nil
+        notBefore[inode] = nil
         folderRemakes[inode] = nil
         refused[inode] = nil
         forced.remove(inode)
@@ -454,6 +460,7 @@ public actor Uploader {
         let failed = (failures[inode] ?? 0) + 1
         failures[inode] = failed
         let delay = retryDelays.delay(afterFailures: failed, retryAfter: retryAfter, using: &jitter)
+        notBefore[inode] = retryAfter == nil ? nil : ContinuousClock.now + delay
         logger.debug("upload retry scheduled", metadata: ["inode": "\(inode)", "after": "\(delay)",
                                                          "retry-after": "\(retryAfter.map { "\($0)" } ?? "-")"])
         retryTasks[inode] = Task {
@@ -465,6 +472,7 @@ public actor Uploader {
 
     private func retryDue(_ inode: Inode) {
         retryTasks[inode] = nil
+        notBefore[inode] = nil
         enqueue(inode)
     }
 

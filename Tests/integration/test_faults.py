@@ -207,6 +207,26 @@ def test_put_answered_503_with_retry_after_waits_that_long(faulty):
     assert len(tries) <= 4, f"{len(tries)} PUTs for an outage of 9 s with Retry-After: {asked}: {outcomes}"
 
 
+def test_a_new_change_during_retry_after_waits_too(faulty):
+    """A change saved again while the store's Retry-After runs is not sent before it ends: the
+    retry that is due sends it (the latest content), once."""
+    m, proxy, root = faulty
+    asked = 5
+    proxy.respond(503, headers={"Retry-After": str(asked)}, method="PUT", path=r"again\.bin", count=1)
+    first = pseudo_random_bytes(100_000, seed=13)
+    (m / "again.bin").write_bytes(first)
+    wait_until(lambda: puts(proxy, "again.bin"), 20, "the first PUT of again.bin")
+    time.sleep(1)
+    second = pseudo_random_bytes(120_000, seed=14)
+    (m / "again.bin").write_bytes(second)        # saved again while Retry-After runs
+    wait_for_store(root, "again.bin", second, proxy, m)
+    tries = puts(proxy, "again.bin")
+    gaps = [round(b.at - a.at, 2) for a, b in zip(tries, tries[1:])]
+    print(f"PUTs of again.bin: {[r.outcome for r in tries]}, gaps {gaps} s")
+    assert tries[0].outcome == "503"
+    assert gaps and gaps[0] >= asked - 0.1, f"a new change was sent before Retry-After: {asked} s ended: gaps {gaps}"
+
+
 # --- changes made during a transient fault on PUT reach the store once it ends ---------------
 
 PUT_FAULT_SECONDS = 8
