@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import Synchronization
 
 /// Which processes may make docfs download content (`--no-fetch-for`).
 ///
@@ -59,26 +60,39 @@ public struct FetchPolicy: Sendable, Equatable {
         return Self.names(of: pid).allSatisfy { !blockedNames.contains($0) }
     }
 
-    /// The thread's name and, when it is not the process's main thread, the process's.
+    /// The thread's name and, when it is not the process's main thread, the process's. A
+    /// process that opens many files in a row (`cat *`, a file manager) is read once a second,
+    /// not for each open: /proc reads were most of the daemon's own time in an open.
     static func names(of pid: pid_t) -> [String] {
+        let now = ContinuousClock.now
+        if let known = recent.withLock({ $0[pid] }), now - known.readAt < Self.rereadAfter { return known.names }
         var names: [String] = []
         if let name = comm(of: pid) { names.append(name) }
         if let group = threadGroup(of: pid), group != pid, let name = comm(of: group) { names.append(name) }
+        recent.withLock { recent in
+            if recent.count >= Self.remembered { recent.removeAll(keepingCapacity: true) }
+            recent[pid] = (now, names)
+        }
         return names
     }
+
+    /// How long a process's names are reused. A pid taken again by another process within it
+    /// (the kernel hands pids out in order and wraps only after `pid_max`) is the cost.
+    static let rereadAfter = Duration.seconds(1)
+    private static let remembered = 256
+    private static let recent = Mutex<[pid_t: (readAt: ContinuousClock.Instant, names: [String])]>([:])
 
     private static func comm(of pid: pid_t) -> String? {
         guard let text = smallFile("/proc/\(pid)/comm") else { return nil }
         return text.hasSuffix("\n") ? String(text.dropLast()) : text
     }
 
-    /// The process a thread belongs to (`Tgid:` of /proc/PID/status).
+    /// The process a thread belongs to (`Tgid:` of /proc/PID/status, its fourth line).
     private static func threadGroup(of pid: pid_t) -> pid_t? {
         guard let status = smallFile("/proc/\(pid)/status") else { return nil }
-        for line in status.split(separator: "\n") where line.hasPrefix("Tgid:") {
-            return pid_t(line.dropFirst(5).trimmingCharacters(in: .whitespaces))
-        }
-        return nil
+        guard let line = status.utf8.split(separator: UInt8(ascii: "\n"), maxSplits: 8).first(where: { $0.starts(with: "Tgid:".utf8) })
+        else { return nil }
+        return pid_t(String(decoding: line.dropFirst(5), as: UTF8.self).trimmingCharacters(in: .whitespaces))
     }
 
     /// The first 4 KiB of a /proc file (all of comm and the top of status).
