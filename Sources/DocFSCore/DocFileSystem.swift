@@ -786,8 +786,13 @@ public final class DocFileSystem: Sendable {
     }
 
     public func extendedAttribute(_ name: String, of inode: Inode) throws(FSError) -> [UInt8] {
-        // `ls -l` asks every file for ACLs and SELinux labels: answer those without the catalog.
-        guard name.hasPrefix("user.docfs.") else { throw .noAttribute }
+        // Only docfs's own attributes exist (setxattr of any other name is refused as not
+        // supported): for every other name "not supported", not "no such attribute", answered
+        // without the catalog. `ls -l` asks each file for its SELinux label and its ACL; told
+        // once that the file system supports neither, it stops asking for the rest of the
+        // device (coreutils caches ENOTSUP per st_dev), where "no such attribute" cost two
+        // round trips through the kernel for every file listed.
+        guard name.hasPrefix("user.docfs.") else { throw .notSupported }
         let item = try item(inode)
         let value: String?
         switch name {

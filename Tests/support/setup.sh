@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what docfs needs to build, run and test, and only what is missing:
 # Debian packages (FUSE 3, its headers, pkg-config, rclone and s3fs for interop tests, attr for getfattr,
-# libglib2.0-bin for gio, what file managers browse with: test_file_managers.py)
+# libglib2.0-bin for gio, what file managers browse with: test_file_managers.py; strace, to count
+# what a tool asks of the mount: test_metadata.py)
 # and Python's pytest. Idempotent; silent when everything is there.
 set -euo pipefail
 
-packages=(fuse3 libfuse3-dev pkg-config rclone s3fs attr libglib2.0-bin)
+packages=(fuse3 libfuse3-dev pkg-config rclone s3fs attr libglib2.0-bin strace)
 
 missing=()
 for p in "${packages[@]}"; do
