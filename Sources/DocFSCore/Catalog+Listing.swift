@@ -154,7 +154,7 @@ extension Catalog {
                                  entry.etag?.value, target(of: entry), entry.mode.map { Int64($0) },
                                  kind == .directory ? ItemState.directory.rawValue : ItemState.placeholder.rawValue,
                                  kindUnknown.contains(key) ? nil : entry.etag?.value, rdev(of: entry),
-                                 entry.owner.map { Int64($0) }, entry.group.map { Int64($0) }])
+                                 storeOwner(of: entry), storeGroup(of: entry)])
         }
     }
 
@@ -221,7 +221,7 @@ extension Catalog {
             WHERE inode = ?
             """, arguments: [entry.size, exactTime, entry.etag?.value, time, entry.etag?.value,
                              target(of: entry), entry.mode.map { Int64($0) }, entry.etag?.value, rdev(of: entry),
-                             entry.owner.map { Int64($0) }, entry.group.map { Int64($0) }, row["inode"] as Int64])
+                             storeOwner(of: entry), storeGroup(of: entry), row["inode"] as Int64])
     }
 
     /// The store's version moves; the copy's base does not. A clean copy shows its own size

@@ -246,7 +246,7 @@ public final class Catalog: Sendable {
                     etag = COALESCE(?, etag), mode = COALESCE(?, mode), owner = COALESCE(?, owner), "group" = COALESCE(?, "group")
                 WHERE inode = ?
                 """, arguments: [entry.size, entry.etag?.value, Timestamp(seconds: entry.modified).nanoseconds, entry.etag?.value,
-                                 entry.mode.map { Int64($0) }, entry.owner.map { Int64($0) }, entry.group.map { Int64($0) },
+                                 entry.mode.map { Int64($0) }, Catalog.storeOwner(of: entry), Catalog.storeGroup(of: entry),
                                  Int64(bitPattern: inode)])
         }
     }
@@ -586,6 +586,22 @@ public final class Catalog: Sendable {
         return 0
     }
 
+    /// Whether owners the store reports (S3's `x-amz-meta-uid`, a local directory's files)
+    /// become the items' owners: only for a daemon running as root. The kernel checks access
+    /// against the owner docfs shows (`default_permissions`), and a daemon that is not root
+    /// can neither give files away nor take them back: its user's mount would show files of
+    /// other uids that it may not change, and a chown kept in the catalog would be undone by
+    /// the next listing. Such a mount shows the mounting user, as before owners were stored.
+    static let takesOwnersFromStore = geteuid() == 0
+
+    static func storeOwner(of entry: RemoteEntry) -> Int64? {
+        takesOwnersFromStore ? entry.owner.map { Int64($0) } : nil
+    }
+
+    static func storeGroup(of entry: RemoteEntry) -> Int64? {
+        takesOwnersFromStore ? entry.group.map { Int64($0) } : nil
+    }
+
     static func target(of entry: RemoteEntry) -> String? {
         if case .symlink(let target) = entry.kind { return target }
         return nil
@@ -599,8 +615,8 @@ public final class Catalog: Sendable {
               (row["kindKnownFor"] as String?) == etag, (row["onStore"] as Int64) == 1,
               (row["symlinkTarget"] as String?) == target(of: entry), (row["rdev"] as Int64) == rdev(of: entry) else { return false }
         if let mode = entry.mode, (row["mode"] as Int64?) != Int64(mode) { return false }
-        if let owner = entry.owner, (row["owner"] as Int64?) != Int64(owner) { return false }
-        if let group = entry.group, (row["group"] as Int64?) != Int64(group) { return false }
+        if let owner = storeOwner(of: entry), (row["owner"] as Int64?) != owner { return false }
+        if let group = storeGroup(of: entry), (row["group"] as Int64?) != group { return false }
         // The time is kept while the version is the same (a time set here); else it follows.
         return etag != nil || (row["modifiedNs"] as Int64) == Timestamp(seconds: entry.modified).nanoseconds
     }
