@@ -57,14 +57,12 @@ extension Catalog {
         }
     }
 
-    /// The pinned children of `directory` that are not as the store has them: files with no
-    /// copy or a copy of an older version than the store's, and folders never listed (what
-    /// `PinnedRefresher` fetches after a listing of a pinned folder).
+    /// The pinned children of `directory` that may need fetching after a listing of it: files
+    /// with no copy and folders never listed (`PinnedRefresher` decides which it fetches).
     public func pinnedToRefresh(in directory: Inode) throws(FSError) -> (files: [Inode], folders: [Inode]) {
         try read { db in
             let files = try Int64.fetchAll(db, sql: """
-                SELECT inode FROM item WHERE parent = ? AND pinned = 1 AND kind = ? AND uncommitted = 0 AND onStore = 1
-                    AND (state = 'placeholder' OR (state = 'local' AND baseEtag IS NOT NULL AND etag IS NOT NULL AND baseEtag != etag))
+                SELECT inode FROM item WHERE parent = ? AND pinned = 1 AND kind = ? AND state = 'placeholder'
                 ORDER BY name
                 """, arguments: [Int64(bitPattern: directory), Item.Kind.file.rawValue])
             let folders = try Int64.fetchAll(db, sql: """

@@ -2,12 +2,16 @@ import DocFSStore
 import Logging
 import Synchronization
 
-/// "Keep downloaded" for what changes on the store meanwhile. After a listing of a pinned
+/// "Keep downloaded" for what is added on the store meanwhile. After a listing of a pinned
 /// folder, its pinned files that have no copy (added on the store, by another client: they
-/// are pinned by the catalog's `item_inherits_pin` trigger) or whose copy is of an older
-/// version than the store's (changed there) are downloaded in the background and kept, and
-/// its pinned subfolders never listed are listed (their files then follow the same way).
-/// Without it such files were fetched only at their next open.
+/// are pinned by the catalog's `item_inherits_pin` trigger) are downloaded in the background
+/// and kept, and its pinned subfolders never listed are listed (their files then follow the
+/// same way). Without it such files were fetched only at their next open.
+///
+/// A kept copy of an older version than the store's (changed there) stays as it is until the
+/// file is next opened, which fetches the new version: replacing it here would drop the copy
+/// before the new version had arrived, and a download that failed (the store gone, a large
+/// file over a slow link) would leave a pinned file with no copy at all.
 ///
 /// One at a time, in the order the listings named them: a listing of a big pinned folder never
 /// starts a download per file at once. A file open here, holding changes, or with a kind still
@@ -83,6 +87,7 @@ final class PinnedRefresher: Sendable {
                 try? await enumerator.refresh(folder)  // its listing queues its files in turn
             case .file(let inode):
                 guard let file = try? catalog.item(inode), Self.needsDownload(file),
+                      provider.presentCopies.withLock({ $0[inode] }) == nil,  // open here: its handles decide
                       (try? catalog.isPinned(inode)) == true else { continue }
                 do {
                     _ = try await provider.open(file, intent: .content)
@@ -96,14 +101,8 @@ final class PinnedRefresher: Sendable {
         }
     }
 
-    /// A pinned file whose copy is missing or older than the store's version, and that nobody
-    /// here is changing.
+    /// A pinned file with no copy, that nobody here is changing.
     static func needsDownload(_ item: Item) -> Bool {
-        guard item.kind == .file, item.kindConfirmed, !item.hasUnsyncedChanges, item.onStore else { return false }
-        switch item.state {
-        case .placeholder: return true
-        case .local: return item.baseEtag != nil && item.etag != nil && item.baseEtag != item.etag
-        default: return false
-        }
+        item.kind == .file && item.kindConfirmed && !item.hasUnsyncedChanges && item.onStore && item.state == .placeholder
     }
 }
