@@ -208,6 +208,9 @@ public actor Uploader {
             folderRemakes[inode] = nil
             forced.remove(inode)
         case .retryLater(let retryAfter):
+            // A change saved during the attempt queued the item again: the retry sends it,
+            // after the wait (an fsync's own attempt stays queued: it asked for one now).
+            if !forced.contains(inode), queued.remove(inode) != nil { queue.removeAll { $0 == inode } }
             scheduleRetry(inode, retryAfter: retryAfter)
         case .refused:
             failures[inode] = nil
@@ -289,9 +292,11 @@ public actor Uploader {
                 // Changed, created, or made a folder elsewhere meanwhile: ours goes next to it.
                 return await keepBoth(item, copy, commit: commit, snapshot: snapshot)
             default:
+                folderRemakes[item.inode] = nil  // "in a row": another failure breaks the run
                 return await failed(item, copy, error)
             }
         } catch {
+            folderRemakes[item.inode] = nil
             return await failed(item, copy, error)
         }
     }
@@ -407,9 +412,11 @@ public actor Uploader {
                     status: 404, message: "PUT \(item.path): the store found no folder for it \(remakes) times, "
                         + "each time after it was made again (\(error))"))
             default:
+                folderRemakes[item.inode] = nil  // "in a row": another failure breaks the run
                 return await failed(item, copy, error)
             }
         } catch {
+            folderRemakes[item.inode] = nil
             return await failed(item, copy, error)
         }
     }
@@ -463,6 +470,8 @@ public actor Uploader {
         notBefore[inode] = retryAfter == nil ? nil : ContinuousClock.now + delay
         logger.debug("upload retry scheduled", metadata: ["inode": "\(inode)", "after": "\(delay)",
                                                          "retry-after": "\(retryAfter.map { "\($0)" } ?? "-")"])
+        // One retry per item: a retry still waiting would clear this one's wait when it ran.
+        retryTasks.removeValue(forKey: inode)?.cancel()
         retryTasks[inode] = Task {
             try? await Task.sleep(for: delay)
             guard !Task.isCancelled else { return }
