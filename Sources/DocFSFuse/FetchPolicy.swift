@@ -60,27 +60,33 @@ public struct FetchPolicy: Sendable, Equatable {
         return Self.names(of: pid).allSatisfy { !blockedNames.contains($0) }
     }
 
-    /// The thread's name and, when it is not the process's main thread, the process's. A
-    /// process that opens many files in a row (`cat *`, a file manager) is read once a second,
-    /// not for each open: /proc reads were most of the daemon's own time in an open.
+    /// The thread's name and, when it is not the process's main thread, the process's. Names
+    /// are read at every open (a process may exec or rename a thread at any time); which
+    /// process a thread belongs to never changes, so that is read once a second: splitting
+    /// /proc/PID/status for every open was most of the daemon's own time in `cat *`.
     static func names(of pid: pid_t) -> [String] {
-        let now = ContinuousClock.now
-        if let known = recent.withLock({ $0[pid] }), now - known.readAt < Self.rereadAfter { return known.names }
         var names: [String] = []
         if let name = comm(of: pid) { names.append(name) }
-        if let group = threadGroup(of: pid), group != pid, let name = comm(of: group) { names.append(name) }
-        recent.withLock { recent in
-            if recent.count >= Self.remembered { recent.removeAll(keepingCapacity: true) }
-            recent[pid] = (now, names)
-        }
+        if let group = threadGroupRemembered(of: pid), group != pid, let name = comm(of: group) { names.append(name) }
         return names
     }
 
-    /// How long a process's names are reused. A pid taken again by another process within it
-    /// (the kernel hands pids out in order and wraps only after `pid_max`) is the cost.
+    private static func threadGroupRemembered(of pid: pid_t) -> pid_t? {
+        let now = ContinuousClock.now
+        if let known = recent.withLock({ $0[pid] }), now - known.readAt < Self.rereadAfter { return known.group }
+        guard let group = threadGroup(of: pid) else { return nil }
+        recent.withLock { recent in
+            if recent.count >= Self.remembered { recent.removeAll(keepingCapacity: true) }
+            recent[pid] = (now, group)
+        }
+        return group
+    }
+
+    /// How long a thread's process is reused. A thread id taken again by another process
+    /// within it (the kernel hands ids out in order and wraps only after `pid_max`) is the cost.
     static let rereadAfter = Duration.seconds(1)
     private static let remembered = 256
-    private static let recent = Mutex<[pid_t: (readAt: ContinuousClock.Instant, names: [String])]>([:])
+    private static let recent = Mutex<[pid_t: (readAt: ContinuousClock.Instant, group: pid_t)]>([:])
 
     private static func comm(of pid: pid_t) -> String? {
         guard let text = smallFile("/proc/\(pid)/comm") else { return nil }
