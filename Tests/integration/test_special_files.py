@@ -89,12 +89,7 @@ def test_every_type_survives_a_remount_with_a_fresh_catalog_on_the_local_store(m
     again = mount(store)
     assert shown(again.path) == EXPECTED_OWNED
     # A FIFO on the mount is a FIFO: what goes in comes out, through the kernel.
-    reader = os.open(again / "pipe", os.O_RDONLY | os.O_NONBLOCK)
-    writer = os.open(again / "pipe", os.O_WRONLY | os.O_NONBLOCK)
-    os.write(writer, b"piped")
-    assert os.read(reader, 10) == b"piped"
-    os.close(writer)
-    os.close(reader)
+    assert through_the_pipe(again / "pipe", b"piped") == b"piped"
 
 
 def test_every_type_survives_a_remount_with_a_fresh_catalog_on_s3(s3, s3_mount, xdg):
@@ -121,12 +116,7 @@ def test_every_type_survives_a_remount_with_a_fresh_catalog_on_s3(s3, s3_mount, 
     # Used, a special file is never content: a FIFO passes bytes through the kernel, and a
     # chmod of one copies its empty object onto itself; no GET of it, no PUT of content.
     s3.mark()
-    reader = os.open(again / "pipe", os.O_RDONLY | os.O_NONBLOCK)
-    writer = os.open(again / "pipe", os.O_WRONLY | os.O_NONBLOCK)
-    os.write(writer, b"piped")
-    assert os.read(reader, 10) == b"piped"
-    os.close(writer)
-    os.close(reader)
+    assert through_the_pipe(again / "pipe", b"piped") == b"piped"
     os.chmod(again / "sock", 0o640)
     specials = {f"/{s3.name}/{name}" for name in ENTRIES}
     touched = [(r.method, r.path) for r in s3.requests() if r.path in specials]
@@ -165,6 +155,18 @@ def test_s3fs_and_docfs_see_each_others_special_files(s3, s3_mount, s3fs_mount, 
         assert without_rdev(seen[name]) == without_rdev(owned(EXPECTED[name], other)), f"docfs shows s3fs's {name} as {seen[name]!r}"
     # What docfs made is still what it was, device numbers included, for docfs on another machine.
     assert shown(again / "by-docfs") == EXPECTED_OWNED | {"dir": "dir mode=0755 uid=0 gid=0"}
+
+
+def through_the_pipe(fifo, data: bytes) -> bytes:
+    """Writes `data` into a FIFO and reads it back (both ends non-blocking)."""
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        os.write(writer, data)
+        return os.read(reader, len(data) + 10)
+    finally:
+        os.close(writer)
+        os.close(reader)
 
 
 def without_rdev(description: str) -> str:
