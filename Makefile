@@ -7,6 +7,9 @@
 #               rclone mount, davfs2, s3fs, curl and local disk on docfs serve, rclone serve webdav and
 #               SeaweedFS; cold medians and ratios written to Tests/bench/RESULTS.md and results.json.
 #               BENCH_QUICK=1 checks the script in a minute or two; BENCH_ONLY=ls5k,ttfb picks workloads
+#   make fuzz   the parsers of what servers and clients write, under libFuzzer, for FUZZ_SECONDS (60);
+#               a build of its own in .build-fuzz (every module instrumented), inputs kept in
+#               .build-fuzz/corpus, a crash saved as crash-* (rerun: .build/debug/DocFSFuzz FILE)
 #   make install   build release, install docfs, the mount.docfs helper and the docfs(1) man page;
 #               PREFIX (default /usr/local), DESTDIR (staging), BIN (the binary to install, e.g.
 #               BIN=.build/debug/docfs: no release build). `make uninstall` takes the same variables
@@ -14,7 +17,7 @@
 SWIFT  ?= swift
 PYTHON ?= python3
 
-.PHONY: all setup build release run test unit-test integration-test fsx bench clean install uninstall manual-tool
+.PHONY: all setup build release run test unit-test integration-test fsx fuzz bench clean install uninstall manual-tool
 
 all: build
 
@@ -39,7 +42,7 @@ unit-test:
 	$(SWIFT) test
 
 integration-test:
-	DOCFS_BIN="$(CURDIR)/.build/debug/docfs" $(PYTHON) -m pytest -v Tests/integration
+	DOCFS_BIN="$(CURDIR)/.build/debug/docfs" $(PYTHON) -m pytest -v --durations=25 Tests/integration
 
 SEEDS ?= 10
 
@@ -47,6 +50,13 @@ fsx: setup
 	$(SWIFT) build
 	DOCFS_BIN="$(CURDIR)/.build/debug/docfs" FSX_SEEDS="$(SEEDS)" DOCFS_TEST_TIMEOUT="$$(( $(SEEDS) * 120 + 300 ))" \
 		$(PYTHON) -m pytest -v Tests/integration/test_fsx.py -k test_fsx
+
+FUZZ_SECONDS ?= 60
+
+fuzz: setup
+	$(SWIFT) build --scratch-path .build-fuzz --product DocFSFuzz -Xswiftc -sanitize=fuzzer -Xswiftc -DFUZZING
+	mkdir -p .build-fuzz/corpus
+	cd .build-fuzz && ./debug/DocFSFuzz -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 corpus
 
 bench: setup release
 	DOCFS_BIN="$(CURDIR)/.build/release/docfs" $(PYTHON) Tests/bench/record.py

@@ -85,6 +85,12 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // The parsers of what another party wrote, under libFuzzer (`make fuzz`); without
+        // -DFUZZING a replayer of saved inputs.
+        .executableTarget(
+            name: "DocFSFuzz",
+            dependencies: ["DocFSStores", "DocFSServe"]
+        ),
         // Fakes for tests: an in-memory, failure-injecting store.
         .target(
             name: "DocFSTesting",
