@@ -103,7 +103,8 @@ public final class DocFileSystem: Sendable {
         self.uploader = Uploader(store: store, catalog: catalog, provider: provider, maximumBackoff: uploadBackoff, logger: logger)
         let pinnedRefresher = PinnedRefresher(catalog: catalog, provider: provider, enumerator: enumerator, logger: logger)
         self.pinnedRefresher = pinnedRefresher
-        enumerator.whenListed { directory in pinnedRefresher.listed(directory) }
+        // Weakly: the refresher holds the enumerator, and a cycle would keep the catalog open.
+        enumerator.whenListed { [weak pinnedRefresher] directory in pinnedRefresher?.listed(directory) }
     }
 
     /// Calls `handler` with each pinned file whose copy a listing's refresh replaced with the
