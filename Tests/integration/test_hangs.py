@@ -125,6 +125,27 @@ class Caller:
                 self.proc.wait(timeout=10)
 
 
+def stuck_cat(m, proxy: FaultProxy) -> "Caller":
+    """A `cat` of small.bin stuck in open(): its GET stalls (the caller is checked still there)."""
+    stall_gets(proxy, "small.bin")
+    caller = Caller.cat(m / "small.bin", m.path)
+    try:
+        wait_until(lambda: proxy.count("GET", r"/small\.bin$") >= 1, 10, "the stalled GET")
+        time.sleep(1.0)
+        assert caller.proc.poll() is None
+    except BaseException:
+        caller.finish()
+        raise
+    return caller
+
+
+def timed_force_unmount(m, xdg):
+    """`docfs unmount --force` of `m`: its result and how long it took."""
+    started = time.monotonic()
+    result = xdg.docfs("unmount", "--force", m.path, timeout=60)
+    return result, time.monotonic() - started
+
+
 def stall_gets(proxy: FaultProxy, name: str):
     """Every GET of `name` from now on: the head, then a body byte every 5 s."""
     return proxy.stall(every=5.0, method="GET", path=rf"/{name}$")
@@ -235,15 +256,9 @@ def test_sigint_ends_a_read_blocked_on_a_stalled_range(stalling):
 
 def test_unmount_force_ends_a_mount_with_a_stuck_caller(stalling, xdg):
     m, proxy, _ = stalling("--io-timeout", "60")
-    stall_gets(proxy, "small.bin")
-    caller = Caller.cat(m / "small.bin", m.path)
+    caller = stuck_cat(m, proxy)
     try:
-        wait_until(lambda: proxy.count("GET", r"/small\.bin$") >= 1, 10, "the stalled GET")
-        time.sleep(1.0)
-        assert caller.proc.poll() is None
-        started = time.monotonic()
-        result = xdg.docfs("unmount", "--force", m.path, timeout=60)
-        took = time.monotonic() - started
+        result, took = timed_force_unmount(m, xdg)
         assert result.returncode == 0, f"unmount --force exited {result.returncode}: {result.stderr}"
         assert not is_mounted(m.path), "still mounted after `docfs unmount --force`"
         assert took < 20, f"`docfs unmount --force` took {took:.1f} s"
@@ -262,15 +277,9 @@ def test_unmount_force_with_a_stuck_caller_keeps_an_unsynced_file_and_names_it(s
     target = m / "unsynced.txt"
     target.write_bytes(data)
     wait_until(lambda: _xattr(target, "user.docfs.error"), 20, "user.docfs.error on the unsynced file")
-    stall_gets(proxy, "small.bin")
-    caller = Caller.cat(m / "small.bin", m.path)
+    caller = stuck_cat(m, proxy)
     try:
-        wait_until(lambda: proxy.count("GET", r"/small\.bin$") >= 1, 10, "the stalled GET")
-        time.sleep(1.0)
-        assert caller.proc.poll() is None
-        started = time.monotonic()
-        result = xdg.docfs("unmount", "--force", m.path, timeout=60)
-        took = time.monotonic() - started
+        result, took = timed_force_unmount(m, xdg)
         print(f"unmount --force, stuck caller, unsynced file: {took:.2f} s\n{result.stderr}")
         assert result.returncode == 0, f"unmount --force exited {result.returncode}: {result.stderr}"
         assert not is_mounted(m.path), "still mounted after `docfs unmount --force`"
