@@ -38,8 +38,13 @@ public actor Uploader {
     private var queued: Set<Inode> = []
     /// Uploads under way, with the path each one writes.
     private var inFlight: [Inode: StorePath] = [:]
-    /// Items an fsync waits for: their pending writes are committed and sent.
-    private var forced: Set<Inode> = []
+    /// Items an fsync waits for right now, with how many fsyncs wait: an attempt started
+    /// meanwhile commits the copy's pending writes before its snapshot, so the fsync is not
+    /// answered with nothing sent. Only while the fsync waits: once it has returned (also with
+    /// a failure, the upload then waiting for a retry), writes no close or fsync handed over
+    /// are never committed by the uploader, since they may be a state the user never meant to
+    /// keep (an `O_TRUNC` not refilled yet).
+    private var forced: [Inode: Int] = [:]
     /// Transient failures in a row of each item's upload (what its next wait grows from).
     private var failures: [Inode: Int] = [:]
     /// Until when the store asked us not to send an item's upload again (`Retry-After`): a new
@@ -65,11 +70,17 @@ public actor Uploader {
     /// refused for good: `docfs unmount` keeps such files rather than waiting for them.
     public static let refusedPrefix = "refused by the store: "
 
-    public init(store: any Store, catalog: Catalog, provider: Provider, maximumBackoff: Duration = .seconds(15), logger: Logger) {
+    /// The time conflict copies and conflict folders are named after.
+    private let clock: @Sendable () -> Date
+
+    /// `clock` names conflict copies (tests stop it, so names do not depend on the second a run crosses).
+    public init(store: any Store, catalog: Catalog, provider: Provider, maximumBackoff: Duration = .seconds(15),
+                clock: @escaping @Sendable () -> Date = { Date() }, logger: Logger) {
         self.store = store
         self.catalog = catalog
         self.provider = provider
         self.retryDelays = RetryPolicy(attempts: .max, initialDelay: .milliseconds(500), maximumDelay: maximumBackoff)
+        self.clock = clock
         self.logger = logger
     }
 
@@ -100,7 +111,11 @@ public actor Uploader {
         retryTasks.removeValue(forKey: inode)?.cancel()
         failures[inode] = nil
         notBefore[inode] = nil
-        forced.insert(inode)
+        forced[inode, default: 0] += 1
+        defer {
+            let waiting = (forced[inode] ?? 1) - 1
+            forced[inode] = waiting > 0 ? waiting : nil
+        }
         enqueue(inode)
         while queued.contains(inode) || inFlight[inode] != nil {
             await withCheckedContinuation { itemWaiters[inode, default: []].append($0) }
@@ -146,7 +161,6 @@ public actor Uploader {
         notBefore[inode] = nil
         folderRemakes[inode] = nil
         refused[inode] = nil
-        forced.remove(inode)
         wakeItemWaiters(inode)
         wakeIdleWaitersIfIdle()
     }
@@ -206,16 +220,14 @@ public actor Uploader {
         case .done:
             failures[inode] = nil
             folderRemakes[inode] = nil
-            forced.remove(inode)
         case .retryLater(let retryAfter):
             // A change saved during the attempt queued the item again: the retry sends it,
             // after the wait (an fsync's own attempt stays queued: it asked for one now).
-            if !forced.contains(inode), queued.remove(inode) != nil { queue.removeAll { $0 == inode } }
+            if forced[inode] == nil, queued.remove(inode) != nil { queue.removeAll { $0 == inode } }
             scheduleRetry(inode, retryAfter: retryAfter)
         case .refused:
             failures[inode] = nil
             folderRemakes[inode] = nil
-            forced.remove(inode)
         }
         for waiter in exclusiveWaiters { waiter.resume() }
         exclusiveWaiters.removeAll()
@@ -249,7 +261,7 @@ public actor Uploader {
         }
         let commit: UInt64
         do {
-            let committingPending = forced.contains(inode)
+            let committingPending = forced[inode] != nil
             guard let started = try await Blocking.run({ () throws(FSError) -> UInt64? in
                 try copy.startUpload(snapshotTo: snapshot, committingPending: committingPending)
             }) else {
@@ -380,9 +392,7 @@ public actor Uploader {
             for (index, name) in folders.enumerated() {
                 var folder = try target.appending(name)
                 if try await !ensureFolder(folder) {
-                    let renamed = ConflictName.make(for: name, at: Date())
-                    folder = try target.appending(renamed)
-                    _ = try await ensureFolder(folder)
+                    folder = try await conflictFolder(for: name, in: target)
                     logger.warning("a folder became a file on the store; changes below it kept in a conflict folder",
                                    metadata: ["path": "\(item.path)", "kept under": "\(folder)", "depth": "\(index)"])
                 }
@@ -431,6 +441,20 @@ public actor Uploader {
         }
     }
 
+    /// `FOLDER (conflict DATE)` in `parent`, made unless a folder of that name is there already
+    /// (kept there by another item of the same folder). A *file* may hold the name: the conflict
+    /// copy of a file named like the folder, kept in the same second (the name was a file here
+    /// and a folder on the store, then a folder here and a file on the store). Then "… 2", "… 3":
+    /// never a name below which no PUT can succeed.
+    private func conflictFolder(for name: String, in parent: StorePath) async throws(StoreError) -> StorePath {
+        let now = clock()
+        for attempt in 1...100 {
+            let folder = try parent.appending(ConflictName.make(for: name, at: now, attempt: attempt))
+            if try await ensureFolder(folder) { return folder }
+        }
+        throw .alreadyExists(try parent.appending(name))
+    }
+
     /// Makes `folder` on the store unless it is there. Returns false when a file stands there.
     private func ensureFolder(_ folder: StorePath) async throws(StoreError) -> Bool {
         do {
@@ -449,7 +473,7 @@ public actor Uploader {
     /// Uploads `localFile` next to `item` under the first free conflict name: two conflicts in
     /// the same second get "… 2", "… 3", so a kept copy is never replaced.
     private func uploadConflictCopy(of item: Item, in directory: StorePath, from localFile: String) async throws(StoreError) -> (String, RemoteEntry) {
-        let now = Date()
+        let now = clock()
         for attempt in 1...100 {
             let name = ConflictName.make(for: item.name, at: now, attempt: attempt)
             do throws(StoreError) {

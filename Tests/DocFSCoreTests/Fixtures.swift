@@ -13,22 +13,26 @@ struct CoreFixture {
     let fs: DocFileSystem
     /// How the core streams large files (a tiny policy makes every file of a test streamed).
     var streaming: StreamingPolicy
+    /// The time the core names conflict copies after.
+    var conflictClock: @Sendable () -> Date
     var cacheDirectory: String { directory + "/cache" }
 
     /// `proxy`: the way the core reaches `store` (a `CrashableStore`), if not directly.
     init(store: InMemoryStore = InMemoryStore(), through proxy: (any Store)? = nil, ttl: Double = 30, readOnly: Bool = true,
-         streaming: StreamingPolicy = .default, retention: RetentionPolicy = .onLastRelease, reuse directory: String? = nil) throws {
+         streaming: StreamingPolicy = .default, retention: RetentionPolicy = .onLastRelease,
+         conflictClock: @escaping @Sendable () -> Date = { Date() }, reuse directory: String? = nil) throws {
         let directory = directory ?? FileManager.default.temporaryDirectory.appendingPathComponent("docfs-core-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: directory + "/cache", withIntermediateDirectories: true)
         self.directory = directory
         self.store = store
         self.streaming = streaming
+        self.conflictClock = conflictClock
         catalog = try Catalog(path: directory + "/catalog.sqlite")
         var logger = Logger(label: "test")
         logger.logLevel = .critical
         fs = DocFileSystem(store: proxy ?? store, catalog: catalog, cacheDirectory: directory + "/cache", directoryTTL: ttl,
                            readOnly: readOnly, uploadBackoff: .milliseconds(200), streaming: streaming,
-                           retry: Self.quickRetry, retention: retention, logger: logger)
+                           retry: Self.quickRetry, retention: retention, conflictClock: conflictClock, logger: logger)
     }
 
     /// A few quick tries: the tests' outages are switched on and off by the test itself, and

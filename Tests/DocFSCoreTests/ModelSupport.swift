@@ -11,8 +11,10 @@ import Synchronization
 extension CoreFixture {
     /// A writable fixture whose core reaches `store` through `proxy` (a `CrashableStore` that
     /// can be crashed or taken down); `store` stays the test's handle for arranging changes.
-    init(store: InMemoryStore, through proxy: any Store, streaming: StreamingPolicy = .default, reuse directory: String? = nil) throws {
-        try self.init(store: store, through: proxy as (any Store)?, readOnly: false, streaming: streaming, reuse: directory)
+    init(store: InMemoryStore, through proxy: any Store, streaming: StreamingPolicy = .default,
+         conflictClock: @escaping @Sendable () -> Date = { Date() }, reuse directory: String? = nil) throws {
+        try self.init(store: store, through: proxy as (any Store)?, readOnly: false, streaming: streaming, conflictClock: conflictClock,
+                      reuse: directory)
         self.streaming = streaming
     }
 
@@ -35,7 +37,7 @@ extension CoreFixture {
     /// The daemon starting on the catalog and cache a killed daemon left in `directory`, with
     /// the store reached through `proxy`: what `docfs mount` does before it serves anything.
     func restart(from directory: String, through proxy: any Store) async throws -> CoreFixture {
-        let next = try CoreFixture(store: store, through: proxy, streaming: streaming, reuse: directory)
+        let next = try CoreFixture(store: store, through: proxy, streaming: streaming, conflictClock: conflictClock, reuse: directory)
         try await next.fs.start()
         return next
     }
@@ -88,6 +90,10 @@ enum ModelOp: Sendable, CustomStringConvertible {
     case crashAndRestart
     /// Wait until every queued upload was tried.
     case settle
+    /// Wait until no upload is queued, under way or waiting for a retry: the retries of uploads
+    /// that failed run meanwhile (the server must be up). Not drawn by the generator; scripted
+    /// sequences use it to place a retry between two operations.
+    case waitForRetries
 
     var description: String {
         switch self {
@@ -111,6 +117,7 @@ enum ModelOp: Sendable, CustomStringConvertible {
         case .serverUp: return ".serverUp"
         case .crashAndRestart: return ".crashAndRestart"
         case .settle: return ".settle"
+        case .waitForRetries: return ".waitForRetries"
         }
     }
 

@@ -159,6 +159,30 @@ struct ModelScenario: Sendable, CustomTestStringConvertible {
             .write(handle: 0, offset: 0, count: 5),
             .crashAndRestart,
         ]),
+        ModelScenario(name: "seed 139: the retry of an fsync that failed (server down) committed the file as it was then, an O_TRUNC no close had handed over, and kept it as a 0-byte conflict copy", operations: [
+            .open("a.txt", .readWrite),
+            .write(handle: 0, offset: 0, count: 4),
+            .serverDown,
+            .fsync(handle: 0),
+            .open("a.txt", .truncate),
+            .remoteChange("a.txt", size: 20),
+            .serverUp,
+            .waitForRetries,
+            .write(handle: 1, offset: 0, count: 6),
+            .close(handle: 1),
+            .close(handle: 0),
+        ]),
+        ModelScenario(name: "seed 991: a folder that became a file is kept as FOLDER (conflict DATE); a file's conflict copy of that second had the name, and the upload below it failed until refused", operations: [
+            .open("a.txt", .truncate),
+            .remoteKindChange("a.txt"),
+            .fsync(handle: 0),
+            .close(handle: 0),
+            .refresh("/"),
+            .create("a.txt/inner.txt"),
+            .write(handle: 1, offset: 0, count: 5),
+            .remoteKindChange("a.txt"),
+            .close(handle: 1),
+        ]),
     ]
 }
 
@@ -233,15 +257,18 @@ final class ModelRun {
     /// Every catalog-and-cache directory of the run (a crash leaves one, the restart takes a copy).
     private var directories: [String] = []
 
-    private init(seed: UInt64, streaming: StreamingPolicy) throws {
+    private init(seed: UInt64, streaming: StreamingPolicy, conflictClock: @escaping @Sendable () -> Date) throws {
         self.seed = seed
         random = SeededGenerator(seed: seed)
         proxy = CrashableStore(wrapping: store)
-        fixture = try CoreFixture(store: store, through: proxy, streaming: streaming)
+        fixture = try CoreFixture(store: store, through: proxy, streaming: streaming, conflictClock: conflictClock)
         directories.append(fixture.directory)
     }
 
     /// Runs `operations` random operations from `seed` (or `script` instead), then checks.
+    /// A script runs with the core's clock for conflict names stopped, so that two conflicts
+    /// of one run are always kept in "the same second" (names such as `a (conflict DATE).txt`
+    /// meet whatever second the run crosses).
     static func run(seed: UInt64, operations: Int = 40, script: [ModelOp]? = nil,
                     streaming: StreamingPolicy = .default) async -> ModelReport {
         let marker = FileManager.default.temporaryDirectory.appendingPathComponent("docfs-model-seeds").path
@@ -254,7 +281,14 @@ final class ModelRun {
             try? file.close()
         }
         let run: ModelRun
-        do { run = try ModelRun(seed: seed, streaming: streaming) } catch {
+        let clock: @Sendable () -> Date
+        if script == nil {
+            clock = { Date() }
+        } else {
+            let stopped = Date()
+            clock = { stopped }
+        }
+        do { run = try ModelRun(seed: seed, streaming: streaming, conflictClock: clock) } catch {
             return ModelReport(seed: seed, operations: 0, problems: ["cannot make the fixture: \(error)"], trace: [])
         }
         await run.arrange()
@@ -668,6 +702,11 @@ final class ModelRun {
 
         case .settle:
             guard let result = await call({ await fixture.settle() }) else { return "hung" }
+            return Self.failure(result)
+
+        case .waitForRetries:
+            guard !down else { return "skipped: the server is down" }
+            guard let result = await call({ await fixture.fs.waitForUploads(untilStalled: false) }) else { return "hung" }
             return Self.failure(result)
         }
     }
