@@ -45,6 +45,8 @@ public actor Uploader {
     /// are never committed by the uploader, since they may be a state the user never meant to
     /// keep (an `O_TRUNC` not refilled yet).
     private var forced: [Inode: Int] = [:]
+    /// What uploads sent whose answer never came (see `SentVersions`).
+    private var sent = SentVersions()
     /// Transient failures in a row of each item's upload (what its next wait grows from).
     private var failures: [Inode: Int] = [:]
     /// Until when the store asked us not to send an item's upload again (`Retry-After`): a new
@@ -291,6 +293,7 @@ public actor Uploader {
             }
             let confirmed = await withAttributesChangedDuringUpload(of: item, copy, commit: commit, uploaded: entry)
             logger.debug("upload confirmed", metadata: ["path": "\(item.path)", "commit": "\(commit)", "etag": "\(confirmed.etag?.value ?? "-")"])
+            sent.forget(inode)
             if try await provider.uploaded(copy, commit: commit, as: confirmed) {
                 logger.info("uploaded", metadata: ["path": "\(item.path)", "bytes": "\(confirmed.size)"])
             } else {
@@ -305,6 +308,7 @@ public actor Uploader {
                 return await keepBoth(item, copy, commit: commit, snapshot: snapshot)
             default:
                 folderRemakes[item.inode] = nil  // "in a row": another failure breaks the run
+                await rememberSent(snapshot, of: inode, ifItMayHaveArrived: error)
                 return await failed(item, copy, error)
             }
         } catch {
@@ -363,6 +367,7 @@ public actor Uploader {
         guard let parentPath = item.path.parent, let parent = item.parent else {
             return await failed(item, copy, FSError.invalidArgument)
         }
+        if let settled = await ownVersionOnStore(item, copy, commit: commit, snapshot: snapshot) { return settled }
         do {
             let (conflictName, kept) = try await uploadConflictCopy(of: item, in: parentPath, from: snapshot)
             _ = try? catalog.createItem(in: parent, name: conflictName, kind: .file, size: kept.size, modified: Timestamp(seconds: kept.modified),
@@ -373,6 +378,63 @@ public actor Uploader {
                            metadata: ["path": "\(item.path)", "conflict copy": "\(conflictName)"])
             if copy.life.isDirty && copy.life.openCount == 0 { enqueue(item.inode) }
             return .done
+        } catch {
+            return await failed(item, copy, error)
+        }
+    }
+
+    /// An upload failed in a way that leaves open whether the store took it (its answer was
+    /// lost): the snapshot's hash is kept, so that finding that version on the store later is
+    /// not taken for someone else's change.
+    private func rememberSent(_ snapshot: String, of inode: Inode, ifItMayHaveArrived error: StoreError) async {
+        guard SentVersions.mayHaveReachedTheStore(error) else { return }
+        do {
+            let digest = try await Blocking.run { () throws(FSError) in try SentVersions.digest(ofFile: snapshot) }
+            sent.remember(digest, for: inode)
+        } catch {
+            logger.info("cannot hash an upload whose answer was lost", metadata: ["inode": "\(inode)", "error": "\(error)"])
+        }
+    }
+
+    /// The store holds a version of `item` that this upload did not start from. Before keeping
+    /// both, one GET of it tells whether it is ours after all:
+    /// - the very bytes being sent (an earlier try of this commit went through and its answer was
+    ///   lost): nothing to send, the upload is confirmed as that version;
+    /// - the bytes of an earlier try whose answer was lost (`SentVersions`): our own older
+    ///   content, which this commit replaces (conditionally on that version, so a change made
+    ///   meanwhile is still kept as a conflict).
+    /// Nil: someone else's, or it could not be told (then both are kept, as before).
+    private func ownVersionOnStore(_ item: Item, _ copy: LocalCopy, commit: UInt64, snapshot: String) async -> Outcome? {
+        let inode = item.inode
+        guard let comparison = try? SnapshotComparison(snapshot: snapshot),
+              let current = try? await store.stat(item.path), current.kind == .file else { return nil }
+        // Only a version of the snapshot's size can be it, unless an earlier try's bytes may be there.
+        guard current.size == (try? Snapshot.length(of: snapshot)) || sent.sentAny(inode) else { return nil }
+        guard let read = try? await store.read(item.path, range: nil, ifMatch: nil, into: comparison) else { return nil }
+        let (identical, digest) = comparison.result(size: read.size)
+        if identical {
+            sent.forget(inode)
+            logger.info("the store already holds this version (an answer was lost on the way): no conflict",
+                        metadata: ["path": "\(item.path)", "etag": "\(read.etag?.value ?? "-")"])
+            do {
+                if try await !provider.uploaded(copy, commit: commit, as: read) { enqueue(inode) }
+            } catch {
+                return await failed(item, copy, error)
+            }
+            return .done
+        }
+        guard let digest, sent.sent(digest, for: inode), let version = read.etag else { return nil }
+        logger.info("the store holds what an earlier upload of this file sent (its answer was lost): replaced",
+                    metadata: ["path": "\(item.path)", "etag": "\(version.value)"])
+        do {
+            guard let entry = try await writeUnlessFolderGone(item, from: snapshot, condition: .ifMatch(version)) else { return nil }
+            sent.forget(inode)
+            if try await !provider.uploaded(copy, commit: commit, as: entry) { enqueue(inode) }
+            return .done
+        } catch let error as StoreError {
+            if case .versionMismatch = error { return nil }   // changed again meanwhile: someone else's
+            await rememberSent(snapshot, of: inode, ifItMayHaveArrived: error)
+            return await failed(item, copy, error)
         } catch {
             return await failed(item, copy, error)
         }

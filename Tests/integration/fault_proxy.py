@@ -18,6 +18,7 @@ slow, stalled, cut off, rude or broken on demand.
     proxy.unframed(method="GET", extra=b"junk")                # no Content-Length: body until close
     proxy.unframed(method="GET", keep=1000)                    # ... and only its first 1000 bytes
     proxy.etag('"changed"', method="GET")                      # rewrite the answer's ETag
+    proxy.lose_answer(method="PUT")                            # the server does it; the answer never comes
     proxy.remove(f); proxy.clear()                             # turn faults off
     proxy.count("PUT", r"^/a\\.txt$")                           # requests seen (faulted or not)
     proxy.stop()
@@ -52,6 +53,9 @@ Actions:
   `extra` appended (or cut to its first `keep` bytes), ended by closing the connection: a client
   cannot tell from the framing whether it got all of it.
 - etag(value): the answer with its ETag header replaced.
+- lose_answer(): relays the request, reads the server's whole answer, then closes the client
+  connection with RST instead of relaying it: the server did the work (a PUT stored), and the
+  client cannot know (a reply lost to a network failure or a timeout).
 
 The request log (`proxy.requests()`: method, target, status or what was done, time) counts
 every request that reached the proxy, so a test can count PUTs even when none reaches the server.
@@ -324,6 +328,9 @@ class FaultProxy:
     def etag(self, value: str, **select) -> Fault:
         return self.add("etag", value=value, **select)
 
+    def lose_answer(self, **select) -> Fault:
+        return self.add("lose_answer", **select)
+
     def remove(self, fault: Fault) -> None:
         with self._lock:
             if fault in self._faults:
@@ -501,6 +508,11 @@ class FaultProxy:
             return uin.to_eof()
 
         action = fault.action if fault else "relay"
+        if action == "lose_answer":
+            read_body()
+            self._record(method, target, f"answer lost ({status})", at)
+            _reset(client)
+            raise _Close()
         if action == "etag":
             rheaders = [(k, fault.value if k.lower() == "etag" else v) for k, v in rheaders]
             if _get(rheaders, "etag") is None:

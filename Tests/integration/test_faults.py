@@ -9,9 +9,9 @@ What they prove, through a real mount:
 - a 413 on every PUT is not sent again and again;
 - a PUT answered 503 with Retry-After is not sent again sooner than asked, and reaches the store
   once the outage ends;
-- changes made while every PUT fails transiently (503, a reset, a body cut off mid-way), on
-  WebDAV (`docfs serve`) and S3 (moto), all reach the store once the fault ends, byte for byte,
-  and no conflict copy is made;
+- changes made while every PUT fails transiently (503, a reset, a body cut off mid-way, or an
+  answer lost after the store took the PUT), on WebDAV (`docfs serve`) and S3 (moto), all reach
+  the store once the fault ends, byte for byte, and no conflict copy is made;
 - latency slows reads but every caller has its bytes within --io-timeout (plus a margin);
 - a 500, or a reset with no answer at all, is retried until it clears; one that does not clear
   fails the read with EIO/ETIMEDOUT within --io-timeout (plus a margin);
@@ -234,8 +234,12 @@ PUT_FAULTS = {
     "503": lambda proxy: proxy.respond(503, method="PUT", body=b"down", seconds=PUT_FAULT_SECONDS),
     "reset": lambda proxy: proxy.reset(method="PUT", seconds=PUT_FAULT_SECONDS),
     "cut mid-body": lambda proxy: proxy.cut_upload(after=40_000, rst=True, method="PUT", seconds=PUT_FAULT_SECONDS),
+    # The store takes each PUT, and docfs never hears so: its next try finds a version it does
+    # not know. That version is its own (the same bytes, or an earlier commit of the same file
+    # it sent), so it is no conflict: no copy is kept, and the latest content replaces it.
+    "answer lost": lambda proxy: proxy.lose_answer(method="PUT", seconds=PUT_FAULT_SECONDS),
 }
-FAULT_OUTCOME = {"503": "503", "reset": "reset", "cut mid-body": "upload cut after"}
+FAULT_OUTCOME = {"503": "503", "reset": "reset", "cut mid-body": "upload cut after", "answer lost": "answer lost"}
 
 
 def changes_during_put_fault(m, proxy, fault: str, has, names) -> None:
