@@ -463,6 +463,16 @@ public final class Catalog: Sendable {
         }
     }
 
+    /// Flushes the catalog to disk (a full WAL checkpoint): at a mount's end, so the journal the
+    /// next mount reads is the latest whatever happens to the machine meanwhile.
+    public func makeDurable() throws(FSError) {
+        do {
+            try db.writeWithoutTransaction { db in try db.checkpoint(.full) }
+        } catch {
+            throw .io("cannot flush the catalog: \(error)")
+        }
+    }
+
     /// Items whose copy holds writes no close or fsync handed over (open when the daemon died).
     public func itemsWithUncommittedWrites() throws(FSError) -> [Item] {
         try read { db in try Row.fetchAll(db, sql: "SELECT \(Catalog.itemColumns) FROM item WHERE uncommitted != 0") }.map(Catalog.item(from:))

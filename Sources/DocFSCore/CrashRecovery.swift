@@ -11,17 +11,35 @@ import Logging
 ///   that was never refilled, a copy half overwritten) may never replace the store's version.
 ///   They are kept, visibly and separately, as a new file `NAME (unsaved DATE).EXT` next to
 ///   the item, which the uploader then creates on the store; the item itself shows the store's
-///   version again.
+///   version again;
+/// - after the machine restarted under a mount that never ended (`SessionMarker`), committed
+///   changes not uploaded are treated the same way: a close does not flush its copy to disk,
+///   so the copy may be torn, and only a separate new file may carry it to the store.
 struct CrashRecovery {
     let catalog: Catalog
     let cacheDirectory: String
     let logger: Logger
+    /// Whether the machine restarted since the mount before stopped without ending.
+    var machineRestarted = false
 
     /// Runs the recovery. Returns the items whose unsaved writes were set aside (their store
     /// version should be looked up again: the catalog's size may be a local one).
     func run(now: Date = Date()) throws(FSError) -> [Item] {
         var reverted: [Item] = []
-        for item in try catalog.itemsWithUncommittedWrites() {
+        var suspect = try catalog.itemsWithUncommittedWrites()
+        if machineRestarted {
+            // An empty copy cannot be torn: it stays pending, as the journal says.
+            let unflushed = try catalog.itemsPendingUpload().filter { item in
+                var info = stat()
+                return stat(cacheDirectory + "/" + item.id, &info) == 0 && info.st_size > 0
+            }
+            if !unflushed.isEmpty {
+                logger.warning("the machine restarted under the last mount: changes not uploaded are kept as separate files",
+                               metadata: ["count": "\(unflushed.count)"])
+            }
+            suspect += unflushed
+        }
+        for item in suspect {
             let copyPath = cacheDirectory + "/" + item.id
             var info = stat()
             if stat(copyPath, &info) == 0, info.st_size > 0, let parent = item.parent {

@@ -18,6 +18,9 @@ public final class DocFileSystem: Sendable {
     public let readOnly: Bool
     private let store: any Store
     private let cacheDirectory: String
+    /// Tells a machine crash from a daemon's at the next start (none: no state directory, as in
+    /// tests that never restart).
+    private let sessionMarker: SessionMarker?
     private let logger: Logger
     private let handles = Mutex(HandleTable())
     /// How long a caller blocked in `open()` or `read()` waits for content (`--io-timeout`);
@@ -88,12 +91,13 @@ public final class DocFileSystem: Sendable {
     public init(store: any Store, catalog: Catalog, cacheDirectory: String, directoryTTL: Double, readOnly: Bool,
                 uploadBackoff: Duration = .seconds(15), streaming: StreamingPolicy = .default, ioTimeout: Duration? = nil,
                 retry: RetryPolicy? = nil, retention: RetentionPolicy = .onLastRelease,
-                conflictClock: @escaping @Sendable () -> Date = { Date() }, logger: Logger) {
+                conflictClock: @escaping @Sendable () -> Date = { Date() }, stateDirectory: String? = nil, logger: Logger) {
         // Store calls a caller waits for are retried within the caller's patience.
         let retry = retry ?? ioTimeout.map { RetryPolicy.interactive.within($0) } ?? .interactive
         self.store = store
         self.catalog = catalog
         self.cacheDirectory = cacheDirectory
+        self.sessionMarker = stateDirectory.map { SessionMarker(directory: $0, cacheDirectory: cacheDirectory) }
         self.readOnly = readOnly
         self.logger = logger
         self.ioTimeout = ioTimeout
@@ -412,11 +416,11 @@ public final class DocFileSystem: Sendable {
         try file.copy.commit()
     }
 
-    /// fsync: commit, then upload now and wait for the store to confirm.
+    /// fsync: commit (flushed to local disk), then upload now and wait for the store to confirm.
     public func fsync(handle: UInt64) async throws(FSError) {
         guard let file = handles.withLock({ $0.open[handle] }) else { throw .invalidArgument }
         if file.copy.life.uncommitted {
-            try await Blocking.run { () throws(FSError) in _ = try file.copy.commit() }
+            try await Blocking.run { () throws(FSError) in _ = try file.copy.commit(durably: true) }
         }
         if file.copy.life.isDirty {
             try await uploader.sync(file.inode)
@@ -644,7 +648,12 @@ public final class DocFileSystem: Sendable {
     /// changes are uploaded, writes never closed are kept as `NAME (unsaved …)`. Call before
     /// the filesystem serves anything.
     public func start() async throws(FSError) {
-        let reverted = try CrashRecovery(catalog: catalog, cacheDirectory: cacheDirectory, logger: logger).run()
+        let bootID = SessionMarker.currentBootID()
+        var recovery = CrashRecovery(catalog: catalog, cacheDirectory: cacheDirectory, logger: logger)
+        recovery.machineRestarted = sessionMarker?.machineRestartedUnderAMount(bootID: bootID) ?? false
+        let reverted = try recovery.run()
+        // Before anything is committed: from now on a machine crash is told from a daemon's.
+        try sessionMarker?.markRunning(bootID: bootID)
         try await uploader.resumePending()
         // Items whose unsaved writes were set aside show the store's version: ask for its size
         // now, so stat is right at once (a store that is down leaves them to the next listing).
@@ -710,6 +719,13 @@ public final class DocFileSystem: Sendable {
         await uploader.stop()
         if !drained { logger.warning("unmounting with uploads still pending; the next mount resumes them") }
         await provider.shutdown()
+        // What stays for the next mount is flushed, so that one may trust it after any crash.
+        do {
+            try catalog.makeDurable()
+            try sessionMarker?.markClean()
+        } catch {
+            logger.warning("cannot flush the local copies kept for the next mount", metadata: ["error": "\(error)"])
+        }
     }
 
     // MARK: Private

@@ -13,8 +13,8 @@ import Synchronization
 /// Every change of the copy's life happens under its lock and is written to the catalog
 /// before the lock is let go (`Catalog.recordCopy` and friends), so the journal on disk never
 /// lags what the copy is: the first write after a commit is recorded *before* its bytes land
-/// (write-ahead), a commit after `fdatasync`, and an upload's snapshot is taken while no write
-/// is under way. The lock is never held across the network.
+/// (write-ahead), a commit once its writes have landed (flushed to disk first by fsync), and an
+/// upload's snapshot is taken while no write is under way. The lock is never held across the network.
 public final class LocalCopy: ContentSink, Sendable {
     public let path: String
     public let inode: Inode
@@ -187,12 +187,15 @@ public final class LocalCopy: ContentSink, Sendable {
         endChange()
     }
 
-    /// Makes the local changes durable and hands them over: the journal's commit (what close()
-    /// and fsync() wait for). Returns false when there was nothing to commit.
+    /// Hands the local changes over: the journal's commit (what close() and fsync() wait for).
+    /// `durably` (fsync) flushes the copy to disk first; a close does not, as on any local file
+    /// system: a daemon that dies loses nothing the kernel holds, and after a machine crash
+    /// `SessionMarker` keeps copies that may be torn from replacing the store's version.
+    /// Returns false when there was nothing to commit.
     @discardableResult
-    public func commit() throws(FSError) -> Bool {
+    public func commit(durably: Bool = false) throws(FSError) -> Bool {
         guard life.uncommitted else { return false }
-        try sync()
+        if durably { try sync() }
         return try state.withLock { (state) throws(FSError) -> Bool in
             // A write still landing, or one that began after the sync, stays uncommitted.
             guard state.life.uncommitted, state.writesInFlight == 0 else { return false }

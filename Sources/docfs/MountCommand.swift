@@ -216,7 +216,7 @@ struct MountCommand: AsyncParsableCommand {
                                        ioTimeout: .milliseconds(Int64(ioTimeout * 1000)),
                                        retention: RetentionPolicy(evictDelay: .milliseconds(Int64(evictDelay * 1000)),
                                                                   cacheMax: cacheMax.flatMap(RetentionPolicy.parseSize)),
-                                       logger: logger)
+                                       stateDirectory: layout.stateDirectory, logger: logger)
         // The source the mount table shows is the store as given (without credentials): what
         // an fstab line names, so `mount -a` sees the line is mounted already, and what df shows.
         var mountOptions = ["fsname=" + Self.escapedMountOption(StoreLocator.redacted(self.store)), "subtype=docfs", "default_permissions"]

@@ -32,7 +32,8 @@ struct CoreFixture {
         logger.logLevel = .critical
         fs = DocFileSystem(store: proxy ?? store, catalog: catalog, cacheDirectory: directory + "/cache", directoryTTL: ttl,
                            readOnly: readOnly, uploadBackoff: .milliseconds(200), streaming: streaming,
-                           retry: Self.quickRetry, retention: retention, conflictClock: conflictClock, logger: logger)
+                           retry: Self.quickRetry, retention: retention, conflictClock: conflictClock,
+                           stateDirectory: directory, logger: logger)
     }
 
     /// A few quick tries: the tests' outages are switched on and off by the test itself, and

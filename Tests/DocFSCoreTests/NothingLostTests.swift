@@ -172,6 +172,68 @@ struct NothingLostTests {
         #expect(restarted.store.fileNames(in: "/") == ["done.txt"])
     }
 
+    /// A close does not flush its copy to disk, so after the machine itself went down (power
+    /// loss, a kernel crash) a committed copy may be torn: it goes to the store only as a new
+    /// file `NAME (unsaved …)`, never over the store's version. After a daemon crash alone (the
+    /// same boot: the kernel kept every byte), the same commit is uploaded as the file.
+    @Test(arguments: [true, false])
+    func aCommitNotUploadedWhenTheMachineWentDownNeverReplacesTheStoresVersion(machineRestarted: Bool) async throws {
+        let store = InMemoryStore()
+        let good = randomBytes(50_000)
+        store.addFile("report.pdf", good)
+        let proxy = CrashableStore(wrapping: store)
+        let fixture = try CoreFixture(store: store, through: proxy)
+        try await fixture.fs.start()
+        store.failWrites(with: .unreachable("down"))
+        let item = try await fixture.lookup("report.pdf")
+        let handle = try await fixture.fs.open(item.inode, mode: .init(writable: true, truncate: true))
+        try fixture.write(handle: handle, Array("the new content".utf8))
+        await fixture.fs.release(handle: handle)   // committed; its upload fails: the store is down
+        await fixture.settle()
+        let left = try await fixture.crash(proxy)
+        let marker = try String(contentsOfFile: left + "/session", encoding: .utf8)
+        #expect(marker.hasPrefix("running "), "a started mount says so before it commits anything: \(marker)")
+        if machineRestarted {
+            try "running 3f1e0c52-another-boot\n".write(toFile: left + "/session", atomically: true, encoding: .utf8)
+        }
+        store.failWrites(with: nil)
+        let restarted = try await fixture.restart(from: left, through: CrashableStore(wrapping: store))
+        await restarted.settle()
+        let unsaved = conflictCopies(restarted, of: "report", kind: "unsaved")
+        if machineRestarted {
+            let intact = store.content("report.pdf") == good
+            #expect(intact, "the store's version is intact")
+            #expect(unsaved.count == 1)
+            #expect(unsaved.first.flatMap { store.content($0) } == Array("the new content".utf8), "the bytes are findable")
+            #expect(try await restarted.lookup("report.pdf").size == 50_000)
+        } else {
+            #expect(store.content("report.pdf") == Array("the new content".utf8))
+            #expect(unsaved.isEmpty)
+        }
+        #expect(restarted.cachedFiles().isEmpty)
+    }
+
+    /// A mount that ends flushes what it leaves, and says so: the next one trusts its copies
+    /// whatever happened to the machine in between.
+    @Test func aMountThatEndsLeavesACleanMarkerAndItsChangesAreTrusted() async throws {
+        let store = InMemoryStore()
+        store.addFile("notes.txt", Array("old".utf8))
+        let fixture = try CoreFixture(store: store, through: CrashableStore(wrapping: store))
+        try await fixture.fs.start()
+        store.failWrites(with: .unreachable("down"))
+        let item = try await fixture.lookup("notes.txt")
+        let handle = try await fixture.fs.open(item.inode, mode: .init(writable: true, truncate: true))
+        try fixture.write(handle: handle, Array("new".utf8))
+        await fixture.fs.release(handle: handle)
+        await fixture.fs.shutdown(uploadGrace: .milliseconds(300))
+        #expect(try String(contentsOfFile: fixture.directory + "/session", encoding: .utf8) == "clean\n")
+        store.failWrites(with: nil)
+        let next = try await fixture.restart(from: fixture.directory, through: CrashableStore(wrapping: store))
+        await next.settle()
+        #expect(store.content("notes.txt") == Array("new".utf8))
+        #expect(conflictCopies(next, of: "notes", kind: "unsaved").isEmpty)
+    }
+
     @Test func aLargeUploadDoesNotHoldUpNamespaceChangesElsewhere() async throws {
         let fixture = try CoreFixture.writable()
         let gate = Gate()
