@@ -18,18 +18,37 @@ import Synchronization
 public final class LocalCopy: ContentSink, Sendable {
     public let path: String
     public let inode: Inode
-    private let descriptor: Int32
     private let catalog: Catalog
     private let state: Mutex<State>
 
     private struct State {
-        /// One user of the descriptor is done; returns whether the descriptor must be closed now.
-        mutating func releaseDescriptor() -> Bool {
+        /// One user of the descriptor is done; returns the descriptors to close now.
+        mutating func releaseDescriptor() -> [Int32] {
             users -= 1
-            guard discarded, users == 0, !closed else { return false }
-            closed = true
-            return true
+            return closable()
         }
+
+        /// Descriptors no call uses any more: those retired by `unshare` once no call uses any
+        /// descriptor, and a discarded copy's own.
+        mutating func closable() -> [Int32] {
+            guard users == 0 else { return [] }
+            var result = retired
+            retired.removeAll()
+            if discarded && !closed {
+                closed = true
+                result.append(descriptor)
+            }
+            return result
+        }
+
+        /// The copy's file. Replaced (never closed under a user) when the copy stops sharing its
+        /// file with an upload's snapshot (`unshare`).
+        var descriptor: Int32
+        /// Descriptors of files the copy left, still used by a call that began before.
+        var retired: [Int32] = []
+        /// An upload's snapshot is a second name of the copy's file (`startUpload`): the first
+        /// change gives the copy a file of its own again, and the snapshot keeps the old one.
+        var sharedWithSnapshot = false
 
         var held = ByteRangeSet()
         /// The file's length as the user sees it (downloads and local writes extend it).
@@ -58,9 +77,8 @@ public final class LocalCopy: ContentSink, Sendable {
         guard fd >= 0 else { throw .local(errno: errno, "cannot create local copy \(path): \(String(cString: strerror(errno)))") }
         self.path = path
         self.inode = inode
-        self.descriptor = fd
         self.catalog = catalog
-        self.state = Mutex(State(life: life))
+        self.state = Mutex(State(descriptor: fd, life: life))
     }
 
     /// Reopens a complete local copy that is already on disk (committed changes from before a
@@ -72,9 +90,8 @@ public final class LocalCopy: ContentSink, Sendable {
         fstat(fd, &info)
         self.path = path
         self.inode = inode
-        self.descriptor = fd
         self.catalog = catalog
-        var initial = State(life: life)
+        var initial = State(descriptor: fd, life: life)
         initial.length = Int64(info.st_size)
         initial.held = ByteRangeSet([0..<Int64(info.st_size)])
         initial.written = true
@@ -127,7 +144,7 @@ public final class LocalCopy: ContentSink, Sendable {
     /// Writes the user's bytes at `offset`. The first change since a commit is recorded in
     /// the journal before the bytes land.
     public func writeLocal(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(FSError) -> Int {
-        try beginChange()
+        let descriptor = try beginChange()
         var written = 0
         while written < bytes.count {
             let n = pwrite(descriptor, bytes.baseAddress! + written, bytes.count - written, off_t(offset) + off_t(written))
@@ -150,18 +167,22 @@ public final class LocalCopy: ContentSink, Sendable {
 
     /// Ends a change begun by `beginChange`, applying `done` to the state under the same lock.
     private func endChange(_ done: (inout State) -> Void = { _ in }) {
-        let close = state.withLock { state -> Bool in
+        let unused = state.withLock { state -> [Int32] in
             state.writesInFlight -= 1
             done(&state)
             return state.releaseDescriptor()
         }
-        if close { Glibc.close(descriptor) }
+        Self.close(unused)
+    }
+
+    private static func close(_ descriptors: [Int32]) {
+        for descriptor in descriptors { Glibc.close(descriptor) }
     }
 
     /// Sets the length (truncate/ftruncate/O_TRUNC): a change like a write. Growing adds
     /// zeros, which are held.
     public func truncate(to size: Int64) throws(FSError) {
-        try beginChange()
+        let descriptor = try beginChange()
         guard ftruncate(descriptor, off_t(size)) == 0 else {
             let code = errno
             endChange()
@@ -183,7 +204,7 @@ public final class LocalCopy: ContentSink, Sendable {
 
     /// Records a change with no bytes (a new, empty file): it must reach the store.
     public func markChanged() throws(FSError) {
-        try beginChange()
+        _ = try beginChange()
         endChange()
     }
 
@@ -232,15 +253,61 @@ public final class LocalCopy: ContentSink, Sendable {
             var life = state.life
             if life.uncommitted && committingPending { life.committedChanges() }
             guard life.uploadStarted(), let commit = life.uploading else { return nil }
-            try Snapshot.copy(from: descriptor, length: state.length, to: snapshotPath)
+            try snapshot(to: snapshotPath, &state)
             try record(life, in: &state)
             return commit
         }
     }
 
-    private func beginChange() throws(FSError) {
-        try state.withLock { (state) throws(FSError) in
+    /// Takes the snapshot an upload reads. A complete copy gets a second name (a hard link:
+    /// no byte copied, however large), and the first change after it gives the copy a file of
+    /// its own (`unshare`), so the upload still reads the bytes it started with. A copy still
+    /// being filled is copied.
+    private func snapshot(to snapshotPath: String, _ state: inout State) throws(FSError) {
+        unlink(snapshotPath)
+        var info = stat()
+        if state.fetcher == nil, state.held.contains(0..<state.length), fstat(state.descriptor, &info) == 0,
+           Int64(info.st_size) == state.length, link(path, snapshotPath) == 0 {
+            state.sharedWithSnapshot = true
+            return
+        }
+        try Snapshot.copy(from: state.descriptor, length: state.length, to: snapshotPath)
+    }
+
+    /// The upload whose snapshot shared the copy's file is over (its snapshot is gone).
+    public func snapshotReleased() {
+        state.withLock { $0.sharedWithSnapshot = false }
+    }
+
+    /// Before the copy's file changes while an upload's snapshot shares it: the copy moves to
+    /// a copy of the file, which takes the copy's name; the snapshot keeps the old file as it
+    /// was. Calls that still use the old descriptor finish on it (it is closed after them).
+    private func unshare(_ state: inout State) throws(FSError) {
+        guard state.sharedWithSnapshot else { return }
+        let moving = path + ".unshared"
+        try Snapshot.copy(from: state.descriptor, length: state.length, to: moving)
+        let fd = open(moving, O_RDWR | O_CLOEXEC)
+        guard fd >= 0 else {
+            let code = errno
+            unlink(moving)
+            throw .local(errno: code, "cannot reopen local copy \(moving): \(String(cString: strerror(code)))")
+        }
+        guard rename(moving, path) == 0 else {
+            let code = errno
+            Glibc.close(fd)
+            unlink(moving)
+            throw .local(errno: code, "cannot move local copy \(path): \(String(cString: strerror(code)))")
+        }
+        state.retired.append(state.descriptor)
+        state.descriptor = fd
+        state.sharedWithSnapshot = false
+    }
+
+    /// Begins a local change; returns the descriptor to make it through (`endChange` ends it).
+    private func beginChange() throws(FSError) -> Int32 {
+        try state.withLock { (state) throws(FSError) -> Int32 in
             guard !state.discarded else { throw .stale }
+            try unshare(&state)
             if !state.life.uncommitted {
                 var life = state.life
                 life.changed()
@@ -248,6 +315,7 @@ public final class LocalCopy: ContentSink, Sendable {
             }
             state.writesInFlight += 1
             state.users += 1
+            return state.descriptor
         }
     }
 
@@ -258,7 +326,7 @@ public final class LocalCopy: ContentSink, Sendable {
 
     /// Makes the local changes durable on disk.
     public func sync() throws(FSError) {
-        guard acquireDescriptor() else { throw .stale }
+        guard let descriptor = acquireDescriptor() else { throw .stale }
         defer { releaseDescriptor() }
         guard fdatasync(descriptor) == 0 else {
             throw .local(errno: errno, "syncing \(path): \(String(cString: strerror(errno)))")
@@ -267,7 +335,8 @@ public final class LocalCopy: ContentSink, Sendable {
 
     deinit {
         state.withLock { state in
-            if !state.closed { Glibc.close(descriptor) }
+            Self.close(state.retired)
+            if !state.closed { Glibc.close(state.descriptor) }
         }
     }
 
@@ -277,7 +346,12 @@ public final class LocalCopy: ContentSink, Sendable {
     // MARK: ContentSink
 
     public func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(StoreError) {
-        guard acquireDescriptor() else { throw .localIO(errno: EBADF, message: "the local copy \(path) is gone") }
+        let acquired: Int32?
+        do { acquired = try acquireDescriptor(forChange: true) } catch {
+            if case .local(let code, let message) = error { throw .localIO(errno: code, message: message) }
+            throw .localIO(errno: EIO, message: "\(error)")
+        }
+        guard let descriptor = acquired else { throw .localIO(errno: EBADF, message: "the local copy \(path) is gone") }
         var written = 0
         while written < bytes.count {
             let n = pwrite(descriptor, bytes.baseAddress! + written, bytes.count - written, off_t(offset) + off_t(written))
@@ -289,25 +363,35 @@ public final class LocalCopy: ContentSink, Sendable {
             }
             written += n
         }
-        let close = state.withLock { state -> Bool in
+        let unused = state.withLock { state -> [Int32] in
             state.held.insert(offset..<(offset + Int64(bytes.count)))
             state.length = max(state.length, offset + Int64(bytes.count))
             return state.releaseDescriptor()
         }
-        if close { Glibc.close(descriptor) }
+        Self.close(unused)
     }
 
-    /// Counts one more user of the descriptor; false when the copy is gone.
-    private func acquireDescriptor() -> Bool {
+    /// Counts one more user of the descriptor and returns it; nil when the copy is gone.
+    private func acquireDescriptor() -> Int32? {
         state.withLock { state in
-            guard !state.discarded else { return false }
+            guard !state.discarded else { return nil }
             state.users += 1
-            return true
+            return state.descriptor
+        }
+    }
+
+    /// The same, for a call that changes the file (an upload's snapshot must not see it).
+    private func acquireDescriptor(forChange: Bool) throws(FSError) -> Int32? {
+        try state.withLock { (state) throws(FSError) -> Int32? in
+            guard !state.discarded else { return nil }
+            if forChange { try unshare(&state) }
+            state.users += 1
+            return state.descriptor
         }
     }
 
     fileprivate func releaseDescriptor() {
-        if state.withLock({ $0.releaseDescriptor() }) { Glibc.close(descriptor) }
+        Self.close(state.withLock { $0.releaseDescriptor() })
     }
 
     // MARK: Reading
@@ -332,7 +416,9 @@ public final class LocalCopy: ContentSink, Sendable {
     /// Lends the descriptor for a read of `count` bytes at `offset` (stopping at the end of
     /// the file), all of which must be held: the caller reads them straight from the file.
     public func lend(at offset: Int64, count: Int) throws(FSError) -> DescriptorLoan {
-        let available = try state.withLock { (state) throws(FSError) -> Int in try lendable(at: offset, count: count, &state) }
+        let (available, descriptor) = try state.withLock { (state) throws(FSError) -> (Int, Int32) in
+            (try lendable(at: offset, count: count, &state), state.descriptor)
+        }
         return DescriptorLoan(descriptor: descriptor, count: available, copy: available > 0 ? self : nil)
     }
 
@@ -340,9 +426,9 @@ public final class LocalCopy: ContentSink, Sendable {
     /// sparse copy must fetch them first (the fetch, and read-ahead for `stream`, has started:
     /// wait with `waitForBytes`). The hot path of every read.
     public func lendForRead(at offset: Int64, count: Int, stream: UInt64) throws(FSError) -> DescriptorLoan? {
-        let (available, fetcher) = try state.withLock { (state) throws(FSError) -> (Int, RangeFetcher?) in
-            if let fetcher = state.fetcher { return (0, fetcher) }
-            return (try lendable(at: offset, count: count, &state), nil)
+        let (available, descriptor, fetcher) = try state.withLock { (state) throws(FSError) -> (Int, Int32, RangeFetcher?) in
+            if let fetcher = state.fetcher { return (0, state.descriptor, fetcher) }
+            return (try lendable(at: offset, count: count, &state), state.descriptor, nil)
         }
         if let fetcher {
             guard fetcher.prepare(offset..<(offset + Int64(count)), stream: stream) else { return nil }
@@ -370,14 +456,14 @@ public final class LocalCopy: ContentSink, Sendable {
             state.held = ByteRangeSet()
             state.length = 0
         }
-        guard acquireDescriptor() else { return }
+        guard let descriptor = try? acquireDescriptor(forChange: true) else { return }
         _ = ftruncate(descriptor, 0)
         releaseDescriptor()
     }
 
     /// Sets the file's length to the downloaded item's size.
     public func setLength(_ size: Int64) throws(FSError) {
-        guard acquireDescriptor() else { throw .stale }
+        guard let descriptor = try acquireDescriptor(forChange: true) else { throw .stale }
         defer { releaseDescriptor() }
         guard ftruncate(descriptor, off_t(size)) == 0 else {
             throw .local(errno: errno, "sizing the local copy: \(String(cString: strerror(errno)))")
@@ -393,12 +479,12 @@ public final class LocalCopy: ContentSink, Sendable {
     public var modificationTime: Timestamp? { state.withLock { $0.closed ? nil : modificationTime($0) } }
 
     private func modificationTime(_ state: State) -> Timestamp {
-        let onDisk = fileModificationTime()
+        let onDisk = fileModificationTime(state.descriptor)
         if let set = state.setTime, set.kept == onDisk { return set.requested }
         return onDisk
     }
 
-    private func fileModificationTime() -> Timestamp {
+    private func fileModificationTime(_ descriptor: Int32) -> Timestamp {
         var info = stat()
         guard fstat(descriptor, &info) == 0 else { return 0 }
         return Timestamp(seconds: Int64(info.st_mtim.tv_sec), nanoseconds: Int64(info.st_mtim.tv_nsec))
@@ -410,14 +496,14 @@ public final class LocalCopy: ContentSink, Sendable {
             guard !state.closed else { return }
             var times = [timespec(tv_sec: 0, tv_nsec: (1 << 30) - 2),  // UTIME_OMIT: leave atime
                          timespec(tv_sec: Int(time.parts.seconds), tv_nsec: Int(time.parts.nanoseconds))]
-            _ = futimens(descriptor, &times)
-            state.setTime = (time, fileModificationTime())
+            _ = futimens(state.descriptor, &times)
+            state.setTime = (time, fileModificationTime(state.descriptor))
         }
     }
 
     /// Disk space the copy really uses, in 512-byte blocks (what `st_blocks` reports).
     public var allocatedBlocks: Int64 {
-        guard acquireDescriptor() else { return 0 }
+        guard let descriptor = acquireDescriptor() else { return 0 }
         defer { releaseDescriptor() }
         var info = stat()
         guard fstat(descriptor, &info) == 0 else { return 0 }
@@ -437,17 +523,15 @@ public final class LocalCopy: ContentSink, Sendable {
     /// Marks the copy gone, stops its fetcher and closes the descriptor (now, or when its last
     /// user is done). Returns whether this call did it.
     private func letGo() -> Bool {
-        let (first, close, fetcher) = state.withLock { state -> (Bool, Bool, RangeFetcher?) in
-            guard !state.discarded else { return (false, false, nil) }
+        let (first, unused, fetcher) = state.withLock { state -> (Bool, [Int32], RangeFetcher?) in
+            guard !state.discarded else { return (false, [], nil) }
             state.discarded = true
             let fetcher = state.fetcher
             state.fetcher = nil
-            let close = state.users == 0 && !state.closed
-            if close { state.closed = true }
-            return (true, close, fetcher)
+            return (true, state.closable(), fetcher)
         }
         fetcher?.cancel(.stale)
-        if close { Glibc.close(descriptor) }
+        Self.close(unused)
         return first
     }
 

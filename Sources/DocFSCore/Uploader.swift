@@ -260,6 +260,7 @@ public actor Uploader {
         defer {
             UploadMeter.unwatch(snapshot)
             unlink(snapshot)
+            copy.snapshotReleased()
         }
         let commit: UInt64
         do {
