@@ -28,10 +28,13 @@ struct CrashRecovery {
         var reverted: [Item] = []
         var suspect = try catalog.itemsWithUncommittedWrites()
         if machineRestarted {
-            // An empty copy cannot be torn: it stays pending, as the journal says.
+            // Only an empty file that the journal says is empty can be trusted as it is: the
+            // copy a power loss tears most often is one left empty (delayed allocation) or
+            // missing, which must not go to the store as the file either.
             let unflushed = try catalog.itemsPendingUpload().filter { item in
                 var info = stat()
-                return stat(cacheDirectory + "/" + item.id, &info) == 0 && info.st_size > 0
+                let empty = stat(cacheDirectory + "/" + item.id, &info) == 0 && info.st_size == 0
+                return !(empty && item.size == 0)
             }
             if !unflushed.isEmpty {
                 logger.warning("the machine restarted under the last mount: changes not uploaded are kept as separate files",
@@ -46,7 +49,7 @@ struct CrashRecovery {
                 let unsaved = try keepUnsaved(item, parent: parent, copyPath: copyPath, size: Int64(info.st_size),
                                               modified: Timestamp(seconds: Int64(info.st_mtim.tv_sec), nanoseconds: Int64(info.st_mtim.tv_nsec)),
                                               now: now)
-                logger.warning("writes never closed before the daemon stopped are kept separately",
+                logger.warning("changes the last mount could not be trusted with are kept separately",
                                metadata: ["path": "\(item.path)", "kept as": "\(unsaved.name)"])
             } else {
                 unlink(copyPath)
@@ -60,10 +63,12 @@ struct CrashRecovery {
             }
         }
         try catalog.resetTransientStates()
-        // Pinned copies stay (`docfs pin`); one whose file is gone is a placeholder again.
+        // Pinned copies stay (`docfs pin`); one whose file is gone is a placeholder again, and
+        // after a machine crash every one is (no download is flushed to disk: it may be torn;
+        // the pinned folder's refresh downloads them again).
         var pinned = Set<String>()
         for (inode, id) in try catalog.pinnedLocalItems() {
-            if access(cacheDirectory + "/" + id, F_OK) == 0 {
+            if !machineRestarted, access(cacheDirectory + "/" + id, F_OK) == 0 {
                 pinned.insert(id)
             } else {
                 try catalog.recordEvicted(inode)

@@ -408,9 +408,9 @@ public final class DocFileSystem: Sendable {
         return try file.copy.writeLocal(bytes, at: offset)
     }
 
-    /// Commits the copy's changes to the journal: the local copy durable on disk, the catalog
-    /// row with its size and a new commit. Runs before every close() returns. Only committed
-    /// content is ever uploaded over the store's version.
+    /// Commits the copy's changes to the journal: the catalog row with its size and a new
+    /// commit (not flushed to disk: see `SessionMarker`). Runs before every close() returns.
+    /// Only committed content is ever uploaded over the store's version.
     public func flush(handle: UInt64) throws(FSError) {
         guard let file = handles.withLock({ $0.open[handle] }) else { return }
         try file.copy.commit()

@@ -413,7 +413,9 @@ public actor Uploader {
         guard current.size == (try? Snapshot.length(of: snapshot)) || sent.sentAny(inode) else { return nil }
         guard let read = try? await store.read(item.path, range: nil, ifMatch: nil, into: comparison) else { return nil }
         let (identical, digest) = comparison.result(size: read.size)
-        if identical {
+        // Confirmed only as a version the store names: with no ETag the next upload would be
+        // unconditional.
+        if identical, read.etag != nil {
             sent.forget(inode)
             logger.info("the store already holds this version (an answer was lost on the way): no conflict",
                         metadata: ["path": "\(item.path)", "etag": "\(read.etag?.value ?? "-")"])
