@@ -326,7 +326,7 @@ public final class LocalCopy: ContentSink, Sendable {
 
     /// Makes the local changes durable on disk.
     public func sync() throws(FSError) {
-        guard let descriptor = acquireDescriptor() else { throw .stale }
+        guard let descriptor = try acquireDescriptor() else { throw .stale }
         defer { releaseDescriptor() }
         guard fdatasync(descriptor) == 0 else {
             throw .local(errno: errno, "syncing \(path): \(String(cString: strerror(errno)))")
@@ -372,16 +372,8 @@ public final class LocalCopy: ContentSink, Sendable {
     }
 
     /// Counts one more user of the descriptor and returns it; nil when the copy is gone.
-    private func acquireDescriptor() -> Int32? {
-        state.withLock { state in
-            guard !state.discarded else { return nil }
-            state.users += 1
-            return state.descriptor
-        }
-    }
-
-    /// The same, for a call that changes the file (an upload's snapshot must not see it).
-    private func acquireDescriptor(forChange: Bool) throws(FSError) -> Int32? {
+    /// `forChange`: the call changes the file, which an upload's snapshot must not see.
+    private func acquireDescriptor(forChange: Bool = false) throws(FSError) -> Int32? {
         try state.withLock { (state) throws(FSError) -> Int32? in
             guard !state.discarded else { return nil }
             if forChange { try unshare(&state) }
@@ -503,7 +495,7 @@ public final class LocalCopy: ContentSink, Sendable {
 
     /// Disk space the copy really uses, in 512-byte blocks (what `st_blocks` reports).
     public var allocatedBlocks: Int64 {
-        guard let descriptor = acquireDescriptor() else { return 0 }
+        guard let descriptor = try? acquireDescriptor() else { return 0 }
         defer { releaseDescriptor() }
         var info = stat()
         guard fstat(descriptor, &info) == 0 else { return 0 }

@@ -79,7 +79,8 @@ final class SnapshotComparison: ContentSink, Sendable {
         var closed = false
     }
     private let descriptor: Int32
-    private let length: Int64
+    /// The snapshot's length.
+    let length: Int64
     private let state = Mutex(State())
 
     init(snapshot path: String) throws(FSError) {

@@ -16,15 +16,6 @@ enum Snapshot {
     nonisolated(unsafe) private static let copyFileRange: CopyFileRange? =
         dlsym(UnsafeMutableRawPointer(bitPattern: 0), "copy_file_range").map { unsafeBitCast($0, to: CopyFileRange.self) }
 
-    /// The length of a snapshot taken before.
-    static func length(of path: String) throws(FSError) -> Int64 {
-        var info = stat()
-        guard stat(path, &info) == 0 else {
-            throw .local(errno: errno, "cannot stat the upload snapshot \(path): \(String(cString: strerror(errno)))")
-        }
-        return Int64(info.st_size)
-    }
-
     static func copy(from source: Int32, length: Int64, to path: String) throws(FSError) {
         unlink(path)
         let target = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)

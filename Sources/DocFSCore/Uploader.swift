@@ -410,7 +410,7 @@ public actor Uploader {
         guard let comparison = try? SnapshotComparison(snapshot: snapshot),
               let current = try? await store.stat(item.path), current.kind == .file else { return nil }
         // Only a version of the snapshot's size can be it, unless an earlier try's bytes may be there.
-        guard current.size == (try? Snapshot.length(of: snapshot)) || sent.sentAny(inode) else { return nil }
+        guard current.size == comparison.length || sent.sentAny(inode) else { return nil }
         guard let read = try? await store.read(item.path, range: nil, ifMatch: nil, into: comparison) else { return nil }
         let (identical, digest) = comparison.result(size: read.size)
         // Confirmed only as a version the store names: with no ETag the next upload would be

@@ -178,24 +178,12 @@ struct NothingLostTests {
     /// same boot: the kernel kept every byte), the same commit is uploaded as the file.
     @Test(arguments: [true, false])
     func aCommitNotUploadedWhenTheMachineWentDownNeverReplacesTheStoresVersion(machineRestarted: Bool) async throws {
-        let store = InMemoryStore()
         let good = randomBytes(50_000)
-        store.addFile("report.pdf", good)
-        let proxy = CrashableStore(wrapping: store)
-        let fixture = try CoreFixture(store: store, through: proxy)
-        try await fixture.fs.start()
-        store.failWrites(with: .unreachable("down"))
-        let item = try await fixture.lookup("report.pdf")
-        let handle = try await fixture.fs.open(item.inode, mode: .init(writable: true, truncate: true))
-        try fixture.write(handle: handle, Array("the new content".utf8))
-        await fixture.fs.release(handle: handle)   // committed; its upload fails: the store is down
-        await fixture.settle()
-        let left = try await fixture.crash(proxy)
+        let (store, fixture, _, left) = try await rewrittenWhileTheStoreIsDownThenKilled("report.pdf", had: good,
+                                                                                      now: Array("the new content".utf8))
         let marker = try String(contentsOfFile: left + "/session", encoding: .utf8)
         #expect(marker.hasPrefix("running "), "a started mount says so before it commits anything: \(marker)")
-        if machineRestarted {
-            try "running 3f1e0c52-another-boot\n".write(toFile: left + "/session", atomically: true, encoding: .utf8)
-        }
+        if machineRestarted { try theMachineRestarted(under: left) }
         store.failWrites(with: nil)
         let restarted = try await fixture.restart(from: left, through: CrashableStore(wrapping: store))
         await restarted.settle()
@@ -217,20 +205,10 @@ struct NothingLostTests {
     /// writes nothing of a file closed a moment before). The journal says it holds the commit;
     /// it must not go to the store as the file.
     @Test func aCopyLeftEmptyByAMachineCrashNeverEmptiesTheStoresFile() async throws {
-        let store = InMemoryStore()
         let good = randomBytes(20_000)
-        store.addFile("draft.txt", good)
-        let proxy = CrashableStore(wrapping: store)
-        let fixture = try CoreFixture(store: store, through: proxy)
-        try await fixture.fs.start()
-        store.failWrites(with: .unreachable("down"))
-        let item = try await fixture.lookup("draft.txt")
-        let handle = try await fixture.fs.open(item.inode, mode: .init(writable: true, truncate: true))
-        try fixture.write(handle: handle, Array("rewritten".utf8))
-        await fixture.fs.release(handle: handle)
-        await fixture.settle()
-        let left = try await fixture.crash(proxy)
-        try "running 3f1e0c52-another-boot\n".write(toFile: left + "/session", atomically: true, encoding: .utf8)
+        let (store, fixture, item, left) = try await rewrittenWhileTheStoreIsDownThenKilled("draft.txt", had: good,
+                                                                                         now: Array("rewritten".utf8))
+        try theMachineRestarted(under: left)
         #expect(truncate(left + "/cache/" + item.id, 0) == 0)   // what the disk kept of it
         store.failWrites(with: nil)
         let restarted = try await fixture.restart(from: left, through: CrashableStore(wrapping: store))
@@ -244,17 +222,13 @@ struct NothingLostTests {
     /// A pinned copy is a download no one flushed to disk: after a machine crash it may be
     /// torn, and is never served as the version the catalog names. It is fetched again.
     @Test func pinnedCopiesAreDroppedAfterAMachineCrash() async throws {
-        let store = InMemoryStore()
         let content = randomBytes(30_000)
-        store.addFile("kept.bin", content)
-        let proxy = CrashableStore(wrapping: store)
-        let fixture = try CoreFixture(store: store, through: proxy)
-        try await fixture.fs.start()
+        let (store, proxy, fixture) = try await startedMount(of: "kept.bin", holding: content)
         let item = try await fixture.lookup("kept.bin")
         try await fixture.fs.pin(item.inode)
         #expect(fixture.cachedFiles() == [item.id])
         let left = try await fixture.crash(proxy)
-        try "running 3f1e0c52-another-boot\n".write(toFile: left + "/session", atomically: true, encoding: .utf8)
+        try theMachineRestarted(under: left)
         let restarted = try await fixture.restart(from: left, through: CrashableStore(wrapping: store))
         #expect(restarted.cachedFiles().isEmpty, "a copy no one flushed is not trusted after the machine went down")
         #expect(try restarted.fs.item(item.inode).state == .placeholder)
@@ -263,6 +237,37 @@ struct NothingLostTests {
         let read = try restarted.readAll(handle: handle, size: 30_000) == content
         #expect(read)
         await restarted.fs.release(handle: handle)
+    }
+
+    /// A started mount whose store holds `name` (`good`) rewrites it with `content` and closes
+    /// it while the store refuses uploads; then the daemon is killed. Returns the store, the
+    /// killed mount's fixture, the item and the directory the daemon left.
+    private func rewrittenWhileTheStoreIsDownThenKilled(_ name: String, had good: [UInt8], now content: [UInt8])
+        async throws -> (store: InMemoryStore, fixture: CoreFixture, item: Item, left: String) {
+        let (store, proxy, fixture) = try await startedMount(of: name, holding: good)
+        store.failWrites(with: .unreachable("down"))
+        let item = try await fixture.lookup(name)
+        let handle = try await fixture.fs.open(item.inode, mode: .init(writable: true, truncate: true))
+        try fixture.write(handle: handle, content)
+        await fixture.fs.release(handle: handle)   // committed; its upload fails: the store is down
+        await fixture.settle()
+        return (store, fixture, item, try await fixture.crash(proxy))
+    }
+
+    /// A store holding `name`, and a started mount of it that can be killed (`CoreFixture.crash`).
+    private func startedMount(of name: String, holding content: [UInt8]) async throws
+        -> (store: InMemoryStore, proxy: CrashableStore, fixture: CoreFixture) {
+        let store = InMemoryStore()
+        store.addFile(name, content)
+        let proxy = CrashableStore(wrapping: store)
+        let fixture = try CoreFixture(store: store, through: proxy)
+        try await fixture.fs.start()
+        return (store, proxy, fixture)
+    }
+
+    /// The machine restarted under the mount that left `directory`: its marker names another boot.
+    private func theMachineRestarted(under directory: String) throws {
+        try "running 3f1e0c52-another-boot\n".write(toFile: directory + "/session", atomically: true, encoding: .utf8)
     }
 
     /// A mount that ends flushes what it leaves, and says so: the next one trusts its copies
