@@ -664,6 +664,26 @@ public final class DocFileSystem: Sendable {
         }
     }
 
+    /// Starts listing the top folder while the mount comes up, when it was never listed and the
+    /// first lookup of any name would have to list it anyway (a store that cannot look up one
+    /// name alone: WebDAV, a local directory). The first command run on the mount then joins
+    /// the listing or finds it done, instead of paying a whole round trip and its parsing
+    /// before its first answer. An S3 store, whose lookups need no listing, is left alone: a
+    /// bucket's top may hold millions of keys nobody asked for.
+    /// Returns the listing's task (nil when none was started).
+    @discardableResult
+    public func startListingTheTop() -> Task<Void, Never>? {
+        guard !store.capabilities.looksUpByStat, let root = try? item(Item.rootInode), root.listedAt == nil else { return nil }
+        return Task { [enumerator, logger] in
+            do {
+                try await enumerator.ensureListed(root)
+            } catch {
+                // The first lookup lists it again and says what failed.
+                logger.debug("listing the top folder at mount failed", metadata: ["error": "\(error)"])
+            }
+        }
+    }
+
     /// Waits until every queued upload has been tried (`untilStalled`: or waits for a retry).
     public func waitForUploads(untilStalled: Bool = false) async {
         await uploader.waitUntilIdle(untilStalled: untilStalled)

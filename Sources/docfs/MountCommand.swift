@@ -235,6 +235,7 @@ struct MountCommand: AsyncParsableCommand {
             await StoreLocator.shutdownIfNeeded(store)
             fail("cannot take over what the last mount left: \(error)")
         }
+        filesystem.startListingTheTop()
         do {
             try mount.mount()
         } catch {

@@ -15,6 +15,28 @@ struct EnumerationTests {
         #expect(fixture.store.totalListings == 1)
     }
 
+    @Test func theTopFolderIsListedWhileTheMountComesUpAndTheFirstLookupFindsItDone() async throws {
+        let fixture = try CoreFixture(ttl: 60)
+        fixture.store.addFile("big.bin", [1, 2, 3])
+        await fixture.fs.startListingTheTop()?.value
+        #expect(fixture.store.totalListings == 1)
+        // Answered from the catalog, on the caller's thread: no listing of its own.
+        let found = try fixture.fs.lookupIfListed(parent: Item.rootInode, name: "big.bin")
+        #expect(found?.size == 3)
+        #expect(fixture.store.totalListings == 1)
+    }
+
+    @Test func aTopFolderListedByAnEarlierMountIsNotListedAgainAtMount() async throws {
+        let store = InMemoryStore()
+        store.addFile("a", [1])
+        let first = try CoreFixture(store: store)
+        _ = try await first.fs.children(of: Item.rootInode)
+        let second = try CoreFixture(store: store, reuse: first.directory)
+        #expect(second.fs.startListingTheTop() == nil)
+        // The catalog answers at once; its refresh waits for the first lookup (stale-while-revalidate).
+        #expect(store.totalListings == 1)
+    }
+
     @Test func concurrentListingsShareOneRequest() async throws {
         let fixture = try CoreFixture()
         for index in 0..<50 { fixture.store.addFile("f\(index)", [1]) }

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from conftest import run
-from helpers import summarize, walk_relative, xattr_state
+from helpers import summarize, wait_until, walk_relative, xattr_state
 
 pytestmark = pytest.mark.fuse
 
@@ -61,6 +61,25 @@ def test_browsing_fetches_no_content(store_server, big_tree, mount):
     others = {r.method for r in requests} - {"PROPFIND", "OPTIONS"}
     assert not others, (f"browsing should be answered by PROPFIND listings alone, saw {summarize(requests)}")
     assert not m.xdg.cache_files(), f"browsing left files in the cache: {m.xdg.cache_files()[:5]}"
+
+
+def test_the_top_folder_is_listed_while_the_mount_comes_up(store_server, big_tree, mount):
+    """A new mount lists its top folder while it comes up (the PROPFIND the first lookup of any
+    name would send anyway), so the first command run on it is answered without a round trip."""
+    server = store_server(big_tree)
+    m = mount(server.url)
+    # Two PROPFINDs of /: the mount's check that the store answers (Depth 0), and the listing.
+    wait_until(lambda: sum(r.method == "PROPFIND" and r.path == "/" for r in server.requests()) >= 2, 10,
+               f"a listing of / in the {server.kind} log before anything used the mount")
+    time.sleep(0.3)  # the listing reaches the catalog
+    before = len(server.requests())
+    top = sorted(n for n in os.listdir(big_tree.root) if not n.startswith("."))
+    assert sorted(os.listdir(m.path)) == top
+    for name in top:
+        os.stat(m / name)
+    time.sleep(0.5)  # let any stray request reach the log
+    after = server.requests()[before:]
+    assert not after, f"the first ls and stats after the mount asked the server again: {summarize(after)}"
 
 
 def test_disk_usage_counts_only_local_copies(docfs_serve, big_tree, mount):

@@ -232,6 +232,22 @@ def test_s3_prefix_mount(s3, s3_mount):
     assert "new.txt" not in s3.keys("other/") and s3.get("new.txt") is None
 
 
+def test_s3_a_new_mount_does_not_list_the_bucket_before_it_is_asked(s3, s3_mount):
+    """S3 looks names up one at a time, so a mount does not list the bucket's top while it comes
+    up (a bucket's top may hold millions of keys): the first listing is the first `ls`'s."""
+    s3.put_many({f"k{i:03d}.txt": b"%d\n" % i for i in range(20)})
+    m = s3_mount()
+
+    def whole_listings():  # the mount's check that the bucket answers is a 1-key listing
+        return [r for r in s3.lists() if r.q().get("max-keys", "1000") != "1"]
+
+    time.sleep(1)
+    assert not whole_listings(), f"the mount listed the bucket unasked: {[str(r)[:120] for r in whole_listings()]}"
+    assert (m / "k007.txt").read_bytes() == b"7\n"
+    assert not whole_listings(), "a lookup of one name listed the bucket"
+    assert len(os.listdir(m.path)) == 20 and whole_listings()
+
+
 def test_s3_lookup_in_a_folder_never_listed_asks_about_one_name(s3, s3_mount):
     """`stat` of one name in a big folder never listed costs a HEAD (plus a 1-key listing of
     `name/` when there is no such object), not the folder's whole listing (mountpoint-s3 does
