@@ -21,6 +21,7 @@ enum HTTPDate {
     /// (1000, 1601, 9999 exactly); a year of more digits than an `Int` holds is read as
     /// `yearLimit`, so a far-future date stays a far-future date.
     static func parse(_ string: String) -> Double? {
+        if let seconds = parseIMFFixdate(string) { return seconds }
         // Tokenise on spaces, commas and dashes; the weekday is ignored.
         let tokens = string.split(whereSeparator: { $0 == " " || $0 == "," || $0 == "-" || $0 == "\t" }).map(String.init)
         guard tokens.count >= 4 else { return nil }
@@ -37,6 +38,36 @@ enum HTTPDate {
         guard let day, let month, let year, let time, (1...31).contains(day), time.0 < 24, time.1 < 60, time.2 < 61 else { return nil }
         let days = daysFromCivil(year: year, month: month, day: day)
         return Double(days * 86_400 + time.0 * 3600 + time.1 * 60 + time.2)
+    }
+
+    /// The form nearly every server sends (`Sun, 06 Nov 1994 08:49:37 GMT`, RFC 9110's
+    /// IMF-fixdate), read in place: a listing has one per entry, and the general reader below
+    /// splits each into strings. Nil for anything else (which the general reader then reads,
+    /// to the same result for every string this accepts: a weekday of letters is ignored there too).
+    private static func parseIMFFixdate(_ string: String) -> Double? {
+        let bytes = string.utf8
+        guard bytes.count == 29 else { return nil }
+        return bytes.withContiguousStorageIfAvailable { b -> Double? in
+            func letter(_ i: Int) -> Bool { (b[i] | 0x20) >= UInt8(ascii: "a") && (b[i] | 0x20) <= UInt8(ascii: "z") }
+            func digits(_ i: Int, _ n: Int) -> Int? {
+                var value = 0
+                for k in i..<(i + n) {
+                    guard b[k] >= UInt8(ascii: "0"), b[k] <= UInt8(ascii: "9") else { return nil }
+                    value = value * 10 + Int(b[k] - UInt8(ascii: "0"))
+                }
+                return value
+            }
+            guard letter(0), letter(1), letter(2), b[3] == UInt8(ascii: ","), b[4] == UInt8(ascii: " "),
+                  b[7] == UInt8(ascii: " "), letter(8), letter(9), letter(10), b[11] == UInt8(ascii: " "),
+                  b[16] == UInt8(ascii: " "), b[19] == UInt8(ascii: ":"), b[22] == UInt8(ascii: ":"),
+                  b[25] == UInt8(ascii: " "), b[26] == UInt8(ascii: "G"), b[27] == UInt8(ascii: "M"), b[28] == UInt8(ascii: "T"),
+                  let day = digits(5, 2), let year = digits(12, 4), let hour = digits(17, 2), let minute = digits(20, 2),
+                  let second = digits(23, 2) else { return nil }
+            let month = String(decoding: UnsafeBufferPointer(rebasing: b[8..<11]), as: UTF8.self).lowercased()
+            guard let index = months.firstIndex(of: month), (1...31).contains(day), hour < 24, minute < 60, second < 61 else { return nil }
+            let days = daysFromCivil(year: year, month: index + 1, day: day)
+            return Double(days * 86_400 + hour * 3600 + minute * 60 + second)
+        } ?? nil
     }
 
     /// RFC 1123 form of `seconds` since 1970, to the second (the fraction is dropped, toward

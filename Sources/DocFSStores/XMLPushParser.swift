@@ -79,6 +79,9 @@ struct XMLPushParser<Handler: XMLPushHandler> {
     private var open: [(raw: [UInt8], name: XMLName)] = []
     /// Namespace bindings per open element (prefix "" is the default namespace).
     private var scopes: [[String: String]] = []
+    /// Raw element names resolved under the bindings open now; emptied whenever an element
+    /// that declares bindings begins or ends. A listing repeats a dozen names thousands of times.
+    private var resolved: [[UInt8]: XMLName] = [:]
     /// Bytes of a UTF-8 byte order mark read at the start.
     private var byteOrderMark = 0
 
@@ -98,11 +101,63 @@ struct XMLPushParser<Handler: XMLPushHandler> {
 
     /// Reads the next bytes of the document.
     mutating func feed<Bytes: Collection>(_ bytes: Bytes) throws(StoreError) where Bytes.Element == UInt8 {
-        for byte in bytes {
-            try step(byte)
-            offset += 1
+        let contiguous: Void?
+        do {
+            contiguous = try bytes.withContiguousStorageIfAvailable { buffer in try feedRuns(buffer) }
+        } catch let error as StoreError {
+            throw error
+        } catch {
+            throw Self.malformed("\(error)")
+        }
+        if contiguous == nil {
+            for byte in bytes {
+                try step(byte)
+                offset += 1
+            }
         }
         try flushText()
+    }
+
+    /// `feed` over bytes in memory: a run of text, of a name or of an attribute value is taken
+    /// whole (one scan, one append) rather than byte by byte through `step`, which a listing of
+    /// thousands of entries spent most of its parsing time in. Every other byte goes through
+    /// `step`, so the two paths accept and refuse the same documents.
+    private mutating func feedRuns(_ buffer: UnsafeBufferPointer<UInt8>) throws(StoreError) {
+        var index = 0
+        let count = buffer.count
+        while index < count {
+            var end = index
+            switch state {
+            case .text where offset >= 3 && (byteOrderMark == 0 || byteOrderMark == 3):
+                while end < count, buffer[end] != UInt8(ascii: "<"), buffer[end] != UInt8(ascii: "&") { end += 1 }
+                if end > index {
+                    text.append(contentsOf: UnsafeBufferPointer(rebasing: buffer[index..<end]))
+                    if text.count >= 16 * 1024 { try flushText() }
+                }
+            case .startName, .endName:
+                while end < count, Self.isNameByte(buffer[end]) { end += 1 }
+                if end > index {
+                    name.append(contentsOf: UnsafeBufferPointer(rebasing: buffer[index..<end]))
+                    try bound(name.count)
+                }
+            case .value(let quote):
+                while end < count, buffer[end] != quote, buffer[end] != UInt8(ascii: "&"), buffer[end] != UInt8(ascii: "<") { end += 1 }
+                if end > index {
+                    attributeValue.append(contentsOf: UnsafeBufferPointer(rebasing: buffer[index..<end]))
+                    try bound(attributeValue.count)
+                }
+            default:
+                break
+            }
+            if end > index {
+                offset += end - index
+                index = end
+                continue
+            }
+            try step(buffer[index])
+            offset += 1
+            index += 1
+        }
     }
 
     /// The document ended: it must be complete, with its root element closed.
@@ -326,10 +381,11 @@ struct XMLPushParser<Handler: XMLPushHandler> {
                 plain.append((attribute, value))
             }
         }
+        if !scope.isEmpty { resolved.removeAll(keepingCapacity: true) }
         scopes.append(scope)
-        let resolved = resolve(name)
-        open.append((name, resolved))
-        try handler.startElement(resolved, attributes: plain)
+        let resolvedName = resolve(name)
+        open.append((name, resolvedName))
+        try handler.startElement(resolvedName, attributes: plain)
         if selfClosing { try endElement() }
     }
 
@@ -339,13 +395,21 @@ struct XMLPushParser<Handler: XMLPushHandler> {
             throw Self.malformed("</\(String(decoding: name, as: UTF8.self))> closes <\(String(decoding: top.raw, as: UTF8.self))>")
         }
         open.removeLast()
-        scopes.removeLast()
+        if !scopes.removeLast().isEmpty { resolved.removeAll(keepingCapacity: true) }
         if open.isEmpty { rootClosed = true }
         try handler.endElement(top.name, at: offset + 1)
     }
 
     /// The namespace of `raw` (`p:local` or `local`) in the open scopes.
-    private func resolve(_ raw: [UInt8]) -> XMLName {
+    private mutating func resolve(_ raw: [UInt8]) -> XMLName {
+        if let known = resolved[raw] { return known }
+        let name = resolveInScopes(raw)
+        if resolved.count >= 256 { resolved.removeAll(keepingCapacity: true) }
+        resolved[raw] = name
+        return name
+    }
+
+    private func resolveInScopes(_ raw: [UInt8]) -> XMLName {
         let qualified = String(decoding: raw, as: UTF8.self)
         var prefix = ""
         var local = qualified

@@ -143,6 +143,37 @@ struct ListingParsersFuzzTests {
         }
     }
 
+    /// Feeds `bytes` in the chunks `parse` would cut with the same generator, both ways: as
+    /// slices of an array (long runs are taken whole, `XMLPushParser.feedRuns`) and as chunks
+    /// that are not contiguous in memory (every byte through the one-byte-at-a-time path).
+    static func parseBothWays(_ bytes: [UInt8], _ random: inout SeededGenerator, limits: MultistatusStream.Limits)
+        -> (runs: Result<[WebDAVResponse], StoreError>, bytewise: Result<[WebDAVResponse], StoreError>) {
+        var sizes: [Int] = []
+        var left = bytes.count
+        while left > 0 {
+            let size = random.chance(20) ? 1 : 1 + random.below(4096)
+            sizes.append(size)
+            left -= size
+        }
+        func run(contiguous: Bool) -> Result<[WebDAVResponse], StoreError> {
+            var stream = MultistatusStream(limits: limits)
+            var responses: [WebDAVResponse] = []
+            var rest = bytes[...]
+            do {
+                for size in sizes {
+                    let chunk = rest.prefix(size)
+                    responses += contiguous ? try stream.feed(chunk) : try stream.feed(chunk.lazy.map { $0 })
+                    rest = rest.dropFirst(size)
+                }
+                responses += try stream.finish()
+                return .success(responses)
+            } catch {
+                return .failure(error)
+            }
+        }
+        return (run(contiguous: true), run(contiguous: false))
+    }
+
     /// Every entry is a safe name directly in `directory`, and no name shows twice.
     static func checkInvariants(_ entries: [RemoteEntry], in directory: StorePath, seed: UInt64) {
         var seen = Set<FileName>()
@@ -181,7 +212,15 @@ struct ListingParsersFuzzTests {
             // Mutated: anything may be refused, nothing may trap, what is accepted is safe.
             for _ in 0..<3 {
                 let mutated = Self.mutate(document, &random)
-                switch Self.parse(mutated, &random, limits: .init(maximumEntries: 30, maximumEntryBytes: 64 * 1024)) {
+                let limits = MultistatusStream.Limits(maximumEntries: 30, maximumEntryBytes: 64 * 1024)
+                let (result, bytewise) = Self.parseBothWays(mutated, &random, limits: limits)
+                // Runs taken whole and bytes taken one at a time accept and refuse alike.
+                switch (result, bytewise) {
+                case (.success(let runs), .success(let bytewise)): #expect(runs == bytewise, "seed \(seed): the two paths read it differently")
+                case (.failure, .failure): break
+                default: Issue.record("seed \(seed): one path accepted what the other refused")
+                }
+                switch result {
                 case .success(let responses):
                     parsed += 1
                     #expect(responses.count <= 30, "seed \(seed)")
@@ -293,6 +332,8 @@ struct ListingParsersFuzzTests {
             var string = ""
             string.unicodeScalars.append(contentsOf: text)
             if let seconds = HTTPDate.parse(string) { #expect(seconds.isFinite, "\(string.debugDescription)") }
+            // A trailing space takes the general reader: the fixed-form one must agree with it.
+            #expect(HTTPDate.parse(string) == HTTPDate.parse(string + " "), "\(string.debugDescription)")
             // Any instant HTTP can write reads back to the second.
             let instant = Double(Int64(HTTPDate.formattable.lowerBound) + Int64(random.next() % UInt64(HTTPDate.formattable.upperBound - HTTPDate.formattable.lowerBound)))
             #expect(HTTPDate.parse(HTTPDate.format(instant)) == instant, "\(instant)")
