@@ -471,9 +471,12 @@ public actor Uploader {
                 if try await !provider.uploaded(copy, commit: commit, as: entry) { enqueue(item.inode) }
                 return .done
             }
-            let kept = try await store.write(destination, fromLocalFile: snapshot, condition: .mustNotExist)
-            try await provider.conflictKept(copy, commit: commit, conflictCopy: "\(destination)", storeVersion: nil)
-            logger.warning("kept where its folder went", metadata: ["path": "\(item.path)", "kept as": "\(destination)", "bytes": "\(kept.size)"])
+            let (keptAs, kept) = try await keep(item, at: destination, in: target, from: snapshot)
+            try await provider.conflictKept(copy, commit: commit, conflictCopy: "\(keptAs)", storeVersion: nil)
+            logger.warning("kept where its folder went", metadata: ["path": "\(item.path)", "kept as": "\(keptAs)", "bytes": "\(kept.size)"])
+            // A commit made while this one was on its way (its last close found an upload under
+            // way and queued nothing) goes next, as after `keepBoth`.
+            if copy.life.isDirty && copy.life.openCount == 0 { enqueue(item.inode) }
             return .done
         } catch let error as StoreError {
             switch error {
@@ -493,6 +496,18 @@ public actor Uploader {
         } catch {
             folderRemakes[item.inode] = nil
             return await failed(item, copy, error)
+        }
+    }
+
+    /// Puts a snapshot at `destination` in a conflict folder, or next to it under a conflict
+    /// name when an earlier commit of the item was kept there (`keepBoth` would try the item's
+    /// own folder, which is a file on the store).
+    private func keep(_ item: Item, at destination: StorePath, in folder: StorePath, from snapshot: String) async throws(StoreError) -> (StorePath, RemoteEntry) {
+        do {
+            return (destination, try await store.write(destination, fromLocalFile: snapshot, condition: .mustNotExist))
+        } catch .alreadyExists {
+            let kept = try await uploadConflictCopy(of: item, in: folder, from: snapshot)
+            return (try folder.appending(kept.0), kept.1)
         }
     }
 

@@ -50,6 +50,9 @@ public final class InMemoryStore: Store, Sendable {
         var writes: [StorePath: Int] = [:]
         var writeFault: StoreError?
         var writeGate: (@Sendable () async -> Void)?
+        var uploadReading: UploadReading?
+        /// The content of every write that succeeded, in order (what the store ever held).
+        var written: [(path: StorePath, content: [UInt8])] = []
         var attributes: [StorePath: StoreAttributes] = [:]
         var log: [String] = []
     }
@@ -154,6 +157,31 @@ public final class InMemoryStore: Store, Sendable {
         state.withLock { $0.writeGate = gate }
     }
 
+    /// How a write reads the local file it uploads: `chunk` bytes at a time from one open
+    /// descriptor, with `pause` between chunks, as a client streaming a request body does.
+    /// Other work runs meanwhile, so a test can change the local copy while an upload is still
+    /// reading its snapshot (the default reads the whole file at once).
+    public struct UploadReading: Sendable {
+        public var chunk: Int
+        public var pause: @Sendable () async -> Void
+
+        public init(chunk: Int, pause: @escaping @Sendable () async -> Void = { await Task.yield() }) {
+            self.chunk = max(1, chunk)
+            self.pause = pause
+        }
+    }
+
+    /// Reads the files of later uploads as `reading` says (nil: in one go).
+    public func readUploads(_ reading: UploadReading?) {
+        state.withLock { $0.uploadReading = reading }
+    }
+
+    /// Every content a write put on the store so far, with its path, in order: also those a
+    /// later write replaced, which `content(_:)` no longer shows.
+    public var writtenContents: [(path: String, content: [UInt8])] {
+        state.withLock { $0.written.map { ($0.path.description, $0.content) } }
+    }
+
     /// The mode and times the store carries for `path` (this store keeps them, like S3's metadata).
     public func attributes(of path: String) -> StoreAttributes? {
         state.withLock { $0.attributes[try! StorePath(path)] }
@@ -249,7 +277,13 @@ public final class InMemoryStore: Store, Sendable {
 
     public func write(_ path: StorePath, fromLocalFile localFile: String, condition: WriteCondition) async throws(StoreError) -> RemoteEntry {
         if let gate = state.withLock({ $0.writeGate }) { await gate() }
-        guard let data = FileManager.default.contents(atPath: localFile) else { throw .localIO(errno: ENOENT, message: localFile) }
+        let data: [UInt8]
+        if let reading = state.withLock({ $0.uploadReading }) {
+            data = try await Self.contents(of: localFile, reading)
+        } else {
+            guard let whole = FileManager.default.contents(atPath: localFile) else { throw .localIO(errno: ENOENT, message: localFile) }
+            data = Array(whole)
+        }
         return try state.withLock { state throws(StoreError) -> RemoteEntry in
             if let fault = state.writeFault { throw fault }
             // As on a disk or a WebDAV server: a file never stands where a folder is.
@@ -260,11 +294,32 @@ public final class InMemoryStore: Store, Sendable {
             case .mustNotExist: if existing != nil { throw .alreadyExists(path) }
             case .ifMatch(let etag): if existing.map({ Self.entry(path, $0).etag }) != etag { throw .versionMismatch(path) }
             }
-            let file = File(content: Array(data), version: state.nextVersion(), modified: Date().timeIntervalSince1970)
+            let file = File(content: data, version: state.nextVersion(), modified: Date().timeIntervalSince1970)
             state.files[path] = file
+            state.written.append((path, data))
             state.writes[path, default: 0] += 1
             state.log.append("PUT \(path)")
             return Self.entry(path, file)
+        }
+    }
+
+    /// Reads `localFile` chunk by chunk through one descriptor opened first (as a client sending
+    /// it does: a file replaced under the name meanwhile is not what it reads).
+    private static func contents(of localFile: String, _ reading: UploadReading) async throws(StoreError) -> [UInt8] {
+        let fd = open(localFile, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw .localIO(errno: errno, message: localFile) }
+        defer { close(fd) }
+        var data: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: reading.chunk)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, off_t(data.count)) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw .localIO(errno: errno, message: "reading \(localFile)")
+            }
+            if n == 0 { return data }
+            data += buffer[0..<n]
+            await reading.pause()
         }
     }
 

@@ -94,6 +94,13 @@ enum ModelOp: Sendable, CustomStringConvertible {
     /// that failed run meanwhile (the server must be up). Not drawn by the generator; scripted
     /// sequences use it to place a retry between two operations.
     case waitForRetries
+    /// Uploads wait at the store, before reading their snapshot, until `releaseUploads`; scripted
+    /// sequences use it (with `waitForHeldUpload`) to run operations while an upload is on its
+    /// way. Not drawn by the generator.
+    case holdUploads
+    /// Wait until an upload waits at the store (see `holdUploads`).
+    case waitForHeldUpload
+    case releaseUploads
 
     var description: String {
         switch self {
@@ -118,6 +125,9 @@ enum ModelOp: Sendable, CustomStringConvertible {
         case .crashAndRestart: return ".crashAndRestart"
         case .settle: return ".settle"
         case .waitForRetries: return ".waitForRetries"
+        case .holdUploads: return ".holdUploads"
+        case .waitForHeldUpload: return ".waitForHeldUpload"
+        case .releaseUploads: return ".releaseUploads"
         }
     }
 
@@ -130,6 +140,12 @@ enum ModelOp: Sendable, CustomStringConvertible {
     }
 }
 
+
+/// Uploads held at the store by a scripted sequence (`ModelOp.holdUploads`).
+final class UploadHold: Sendable {
+    let gate = Gate()
+    let arrived = Mutex(0)
+}
 
 /// How a call bounded in time ended.
 enum Timed<T: Sendable>: Sendable {

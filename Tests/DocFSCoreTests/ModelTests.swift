@@ -28,7 +28,14 @@ import Testing
 /// After every sequence (server up, handles closed, uploads settled) the test checks: every
 /// version to keep is on the store or in a recovery folder; every file on the store holds the
 /// content of some version (nothing torn); nothing is left in the cache or the journal; and
-/// along the way, every read returned what the model says.
+/// along the way, every read returned what the model says. Every content an upload ever put
+/// on the store, also one a later upload replaced, must be some version too.
+///
+/// Uploads read their snapshot a few bytes at a time, pausing between chunks (`uploadReading`,
+/// drawn from the seed): a close hands its commit to the uploader and returns, so the
+/// operations that follow (an open of the same file and a write, a truncate) run while the
+/// upload is still reading, and a write that reached the bytes on their way would show as a
+/// torn upload.
 ///
 /// Environment: `DOCFS_MODEL_SEED=N` replays one seed (printing its run), `DOCFS_MODEL_SEEDS=N`
 /// runs seeds 1...N, `DOCFS_MODEL_OPS=N` operations per seed, `DOCFS_MODEL_JOBS=N` seeds at
@@ -183,6 +190,19 @@ struct ModelScenario: Sendable, CustomTestStringConvertible {
             .remoteKindChange("a.txt"),
             .close(handle: 1),
         ]),
+        ModelScenario(name: "seed 991 with uploads read in chunks: a commit made while the upload before it was kept in a conflict folder (its folder became a file) was never uploaded; its last close had found that upload under way", operations: [
+            .open("d/x.txt", .readWrite),
+            .write(handle: 0, offset: 0, count: 4),
+            .serverDown,
+            .fsync(handle: 0),
+            .remoteKindChange("d"),
+            .holdUploads,
+            .serverUp,
+            .waitForHeldUpload,
+            .write(handle: 0, offset: 0, count: 6),
+            .close(handle: 0),
+            .releaseUploads,
+        ]),
     ]
 }
 
@@ -254,12 +274,14 @@ final class ModelRun {
     private var trace: [String] = []
     private var problems: [String] = []
     private var hung = false
+    private var uploadHold: UploadHold?
     /// Every catalog-and-cache directory of the run (a crash leaves one, the restart takes a copy).
     private var directories: [String] = []
 
     private init(seed: UInt64, streaming: StreamingPolicy, conflictClock: @escaping @Sendable () -> Date) throws {
         self.seed = seed
         random = SeededGenerator(seed: seed)
+        store.readUploads(Self.uploadReading(seed: seed))
         proxy = CrashableStore(wrapping: store)
         fixture = try CoreFixture(store: store, through: proxy, streaming: streaming, conflictClock: conflictClock)
         directories.append(fixture.directory)
@@ -305,6 +327,19 @@ final class ModelRun {
             run.trace.append("// catalog and cache kept in \(run.fixture.directory)")
         }
         return ModelReport(seed: seed, operations: run.index, problems: run.problems, trace: run.trace)
+    }
+
+    /// How this seed's uploads read their snapshot: chunks of 1 to 16 bytes (a file of the model
+    /// is a few dozen), or a whole file now and then, with a yield or a short sleep between.
+    /// From a generator of its own, so a seed draws the operations it drew before.
+    static func uploadReading(seed: UInt64) -> InMemoryStore.UploadReading {
+        var random = SeededGenerator(seed: seed ^ 0x5EED_C0DE_CAFE_F00D)
+        let chunk = [1, 2, 3, 4, 8, 16, 4096][Int(random.next() % 7)]
+        switch random.next() % 3 {
+        case 0: return .init(chunk: chunk, pause: { await Task.yield() })
+        case 1: return .init(chunk: chunk, pause: { try? await Task.sleep(for: .microseconds(50)) })
+        default: return .init(chunk: chunk, pause: { try? await Task.sleep(for: .microseconds(500)) })
+        }
     }
 
     // MARK: Generating
@@ -708,6 +743,33 @@ final class ModelRun {
             guard !down else { return "skipped: the server is down" }
             guard let result = await call({ await fixture.fs.waitForUploads(untilStalled: false) }) else { return "hung" }
             return Self.failure(result)
+
+        case .holdUploads:
+            let hold = UploadHold()
+            uploadHold = hold
+            store.holdWrites(until: {
+                hold.arrived.withLock { $0 += 1 }
+                await hold.gate.wait()
+            })
+            return ""
+
+        case .waitForHeldUpload:
+            guard let hold = uploadHold else { return "skipped: uploads are not held" }
+            let deadline = ContinuousClock.now + .seconds(10)
+            while hold.arrived.withLock({ $0 }) == 0 {
+                guard ContinuousClock.now < deadline else {
+                    problems.append("op \(number): no upload reached the store within 10 s")
+                    return "none came"
+                }
+                try? await Task.sleep(for: .milliseconds(5))
+            }
+            return ""
+
+        case .releaseUploads:
+            store.holdWrites(until: nil)
+            await uploadHold?.gate.open()
+            uploadHold = nil
+            return ""
         }
     }
 
@@ -797,6 +859,7 @@ final class ModelRun {
     /// Server up, every handle closed, uploads settled; then the checks.
     private func finish() async {
         if down { await perform(.serverUp) }
+        if uploadHold != nil { await perform(.releaseUploads) }
         for h in handles.keys.sorted() where !hung { await perform(.close(handle: h)) }
         guard !hung else { return }
         trace.append("// end: uploads settle")
@@ -825,6 +888,10 @@ final class ModelRun {
         }
         for file in onStore where !isKnown(file.content) {
             problems.append("torn: the store holds \(shown(file.content)) at \(file.path), which is no version")
+        }
+        let heldNow = Set(onStore.map(\.content))
+        for (path, content) in store.writtenContents where !isKnown(content) && !heldNow.contains(content) {
+            problems.append("torn: an upload put \(shown(content)) at \(path), which is no version (replaced since)")
         }
     }
 
