@@ -22,30 +22,31 @@ public final class LocalCopy: ContentSink, Sendable {
     private let state: Mutex<State>
 
     private struct State {
-        /// One user of the descriptor is done; returns the descriptors to close now.
-        mutating func releaseDescriptor() -> [Int32] {
+        /// One user of `used` (the descriptor it was given) is done; returns the descriptors to
+        /// close now. A retired one goes as soon as its own users are done, whatever the current
+        /// one is used for: reads that never pause would otherwise keep an old snapshot's file alive.
+        mutating func releaseDescriptor(_ used: Int32) -> [Int32] {
+            if let count = retired[used] {
+                // Numbers are unambiguous: a retired descriptor is open, so no newer one has its number.
+                retired[used] = count > 1 ? count - 1 : nil
+                return count > 1 ? [] : [used]
+            }
             users -= 1
             return closable()
         }
 
-        /// Descriptors no call uses any more: those retired by `unshare` once no call uses any
-        /// descriptor, and a discarded copy's own.
+        /// A discarded copy's descriptor, once no call uses it.
         mutating func closable() -> [Int32] {
-            guard users == 0 else { return [] }
-            var result = retired
-            retired.removeAll()
-            if discarded && !closed {
-                closed = true
-                result.append(descriptor)
-            }
-            return result
+            guard users == 0, discarded, !closed else { return [] }
+            closed = true
+            return [descriptor]
         }
 
         /// The copy's file. Replaced (never closed under a user) when the copy stops sharing its
         /// file with an upload's snapshot (`unshare`).
         var descriptor: Int32
-        /// Descriptors of files the copy left, still used by a call that began before.
-        var retired: [Int32] = []
+        /// Descriptors of files the copy left, with the calls that began before and still use them.
+        var retired: [Int32: Int] = [:]
         /// An upload's snapshot is a second name of the copy's file (`startUpload`): the first
         /// change gives the copy a file of its own again, and the snapshot keeps the old one.
         var sharedWithSnapshot = false
@@ -60,8 +61,8 @@ public final class LocalCopy: ContentSink, Sendable {
         var setTime: (requested: Timestamp, kept: Timestamp)?
         /// Local writes whose bytes are landing right now (a snapshot waits for none).
         var writesInFlight = 0
-        /// Calls using the descriptor right now: a discarded copy's descriptor is closed by
-        /// the last of them, never under one (its number could be reused by another file).
+        /// Calls using the current descriptor right now: a discarded copy's descriptor is closed
+        /// by the last of them, never under one (its number could be reused by another file).
         var users = 0
         var discarded = false
         var closed = false
@@ -151,12 +152,12 @@ public final class LocalCopy: ContentSink, Sendable {
             if n < 0 {
                 if errno == EINTR { continue }
                 let code = errno
-                endChange()
+                endChange(descriptor)
                 throw .local(errno: code, "writing \(path): \(String(cString: strerror(code)))")
             }
             written += n
         }
-        endChange { state in
+        endChange(descriptor) { state in
             if offset > state.length { state.held.insert(state.length..<offset) }  // the hole reads as zeros
             state.held.insert(offset..<(offset + Int64(written)))
             state.length = max(state.length, offset + Int64(written))
@@ -165,12 +166,12 @@ public final class LocalCopy: ContentSink, Sendable {
         return written
     }
 
-    /// Ends a change begun by `beginChange`, applying `done` to the state under the same lock.
-    private func endChange(_ done: (inout State) -> Void = { _ in }) {
+    /// Ends a change begun by `beginChange` on `descriptor`, applying `done` to the state under the same lock.
+    private func endChange(_ descriptor: Int32, _ done: (inout State) -> Void = { _ in }) {
         let unused = state.withLock { state -> [Int32] in
             state.writesInFlight -= 1
             done(&state)
-            return state.releaseDescriptor()
+            return state.releaseDescriptor(descriptor)
         }
         Self.close(unused)
     }
@@ -185,10 +186,10 @@ public final class LocalCopy: ContentSink, Sendable {
         let descriptor = try beginChange()
         guard ftruncate(descriptor, off_t(size)) == 0 else {
             let code = errno
-            endChange()
+            endChange(descriptor)
             throw .local(errno: code, "truncating \(path): \(String(cString: strerror(code)))")
         }
-        endChange { state in
+        endChange(descriptor) { state in
             if size < state.length {
                 state.held = ByteRangeSet(state.held.ranges.compactMap { range in
                     range.lowerBound < size ? range.lowerBound..<min(range.upperBound, size) : nil
@@ -204,8 +205,7 @@ public final class LocalCopy: ContentSink, Sendable {
 
     /// Records a change with no bytes (a new, empty file): it must reach the store.
     public func markChanged() throws(FSError) {
-        _ = try beginChange()
-        endChange()
+        endChange(try beginChange())
     }
 
     /// Hands the local changes over: the journal's commit (what close() and fsync() wait for).
@@ -281,7 +281,7 @@ public final class LocalCopy: ContentSink, Sendable {
 
     /// Before the copy's file changes while an upload's snapshot shares it: the copy moves to
     /// a copy of the file, which takes the copy's name; the snapshot keeps the old file as it
-    /// was. Calls that still use the old descriptor finish on it (it is closed after them).
+    /// was. Calls that still use the old descriptor finish on it (it is closed after the last of them).
     private func unshare(_ state: inout State) throws(FSError) {
         guard state.sharedWithSnapshot else { return }
         let moving = path + ".unshared"
@@ -298,7 +298,12 @@ public final class LocalCopy: ContentSink, Sendable {
             unlink(moving)
             throw .local(errno: code, "cannot move local copy \(path): \(String(cString: strerror(code)))")
         }
-        state.retired.append(state.descriptor)
+        if state.users > 0 {
+            state.retired[state.descriptor] = state.users
+        } else {
+            Glibc.close(state.descriptor)  // nobody uses it: the snapshot's name keeps its file
+        }
+        state.users = 0
         state.descriptor = fd
         state.sharedWithSnapshot = false
     }
@@ -327,7 +332,7 @@ public final class LocalCopy: ContentSink, Sendable {
     /// Makes the local changes durable on disk.
     public func sync() throws(FSError) {
         guard let descriptor = try acquireDescriptor() else { throw .stale }
-        defer { releaseDescriptor() }
+        defer { releaseDescriptor(descriptor) }
         guard fdatasync(descriptor) == 0 else {
             throw .local(errno: errno, "syncing \(path): \(String(cString: strerror(errno)))")
         }
@@ -335,7 +340,7 @@ public final class LocalCopy: ContentSink, Sendable {
 
     deinit {
         state.withLock { state in
-            Self.close(state.retired)
+            Self.close(Array(state.retired.keys))
             if !state.closed { Glibc.close(state.descriptor) }
         }
     }
@@ -358,7 +363,7 @@ public final class LocalCopy: ContentSink, Sendable {
             if n < 0 {
                 if errno == EINTR { continue }
                 let code = errno
-                releaseDescriptor()
+                releaseDescriptor(descriptor)
                 throw .localIO(errno: code, message: "writing the local copy: \(String(cString: strerror(code)))")
             }
             written += n
@@ -366,7 +371,7 @@ public final class LocalCopy: ContentSink, Sendable {
         let unused = state.withLock { state -> [Int32] in
             state.held.insert(offset..<(offset + Int64(bytes.count)))
             state.length = max(state.length, offset + Int64(bytes.count))
-            return state.releaseDescriptor()
+            return state.releaseDescriptor(descriptor)
         }
         Self.close(unused)
     }
@@ -382,8 +387,8 @@ public final class LocalCopy: ContentSink, Sendable {
         }
     }
 
-    fileprivate func releaseDescriptor() {
-        Self.close(state.withLock { $0.releaseDescriptor() })
+    fileprivate func releaseDescriptor(_ descriptor: Int32) {
+        Self.close(state.withLock { $0.releaseDescriptor(descriptor) })
     }
 
     // MARK: Reading
@@ -450,13 +455,13 @@ public final class LocalCopy: ContentSink, Sendable {
         }
         guard let descriptor = try? acquireDescriptor(forChange: true) else { return }
         _ = ftruncate(descriptor, 0)
-        releaseDescriptor()
+        releaseDescriptor(descriptor)
     }
 
     /// Sets the file's length to the downloaded item's size.
     public func setLength(_ size: Int64) throws(FSError) {
         guard let descriptor = try acquireDescriptor(forChange: true) else { throw .stale }
-        defer { releaseDescriptor() }
+        defer { releaseDescriptor(descriptor) }
         guard ftruncate(descriptor, off_t(size)) == 0 else {
             throw .local(errno: errno, "sizing the local copy: \(String(cString: strerror(errno)))")
         }
@@ -496,7 +501,7 @@ public final class LocalCopy: ContentSink, Sendable {
     /// Disk space the copy really uses, in 512-byte blocks (what `st_blocks` reports).
     public var allocatedBlocks: Int64 {
         guard let descriptor = try? acquireDescriptor() else { return 0 }
-        defer { releaseDescriptor() }
+        defer { releaseDescriptor(descriptor) }
         var info = stat()
         guard fstat(descriptor, &info) == 0 else { return 0 }
         return Int64(info.st_blocks)
@@ -612,5 +617,5 @@ public struct DescriptorLoan: ~Copyable {
     public let count: Int
     fileprivate let copy: LocalCopy?
 
-    deinit { copy?.releaseDescriptor() }
+    deinit { copy?.releaseDescriptor(descriptor) }
 }

@@ -38,3 +38,46 @@ struct LocalCopyDescriptorTests {
         #expect(info.st_mtim.tv_sec != 86_400, "the other file's time was left alone")
     }
 }
+
+/// A descriptor the copy left (`unshare`, the first change while an upload's snapshot shares
+/// its file) is closed when the calls that use *it* are done, not when no call uses any.
+@Suite("A retired local copy descriptor is closed by its own last user")
+struct RetiredDescriptorTests {
+    @Test func aRetiredDescriptorClosesWhileTheNewOneIsInUse() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("docfs-copy-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let catalog = try Catalog(path: directory + "/catalog.sqlite")
+        let item = try catalog.createItem(in: Item.rootInode, name: "db", kind: .file, modified: 0, mode: 0o644, state: .modified, onStore: false)
+        let copyPath = directory + "/copy"
+        try Data("committed".utf8).write(to: URL(fileURLWithPath: copyPath))
+        var life = CopyLife(content: .present, base: nil, startedFromNothing: true)
+        life.changed()
+        life.committedChanges()
+        let copy = try LocalCopy(adopting: copyPath, inode: item.inode, catalog: catalog, life: life)
+        let snapshot = directory + "/snapshot"
+        #expect(try copy.startUpload(snapshotTo: snapshot, committingPending: false) != nil)
+        var snapshotInfo = stat()
+        #expect(stat(snapshot, &snapshotInfo) == 0)
+
+        // A read of the shared file is under way when a write moves the copy to a file of its own.
+        let oldLoan = try copy.lend(at: 0, count: 4)
+        let old = oldLoan.descriptor
+        _ = try Array("new".utf8).withUnsafeBytes { try copy.writeLocal($0, at: 0) }
+        // Reads of the new file never pause (a reader that always has one under way).
+        let newLoan = try copy.lend(at: 0, count: 4)
+        #expect(newLoan.descriptor != old)
+
+        func holdsSnapshot(_ descriptor: Int32) -> Bool {
+            var info = stat()
+            return fstat(descriptor, &info) == 0 && info.st_ino == snapshotInfo.st_ino && info.st_dev == snapshotInfo.st_dev
+        }
+        #expect(holdsSnapshot(old), "the read under way still has its file")
+        end(oldLoan)
+        #expect(!holdsSnapshot(old), "the old descriptor is closed once its own read is done")
+        end(newLoan)
+        copy.snapshotReleased()
+    }
+
+    private func end(_ loan: consuming DescriptorLoan) {}
+}
