@@ -310,11 +310,11 @@ public actor Uploader {
             default:
                 folderRemakes[item.inode] = nil  // "in a row": another failure breaks the run
                 await rememberSent(snapshot, of: inode, ifItMayHaveArrived: error)
-                return await failed(item, copy, error)
+                return await failed(item, copy, error, commit: commit)
             }
         } catch {
             folderRemakes[item.inode] = nil
-            return await failed(item, copy, error)
+            return await failed(item, copy, error, commit: commit)
         }
     }
 
@@ -338,13 +338,20 @@ public actor Uploader {
         }
     }
 
-    private func failed(_ item: Item, _ copy: LocalCopy, _ error: any Error) async -> Outcome {
+    /// `commit`: the commit the failed attempt sent, when it got that far.
+    private func failed(_ item: Item, _ copy: LocalCopy, _ error: any Error, commit: UInt64? = nil) async -> Outcome {
         if let error = error as? StoreError, Self.isPermanent(error) {
             let reason = Self.refusedPrefix + error.description
             logger.error("the store refused the upload; the change is kept, not sent again",
                          metadata: ["path": "\(item.path)", "error": "\(error)"])
             await provider.uploadFailed(copy)
             try? catalog.recordUploadError(of: item.inode, reason)
+            if let commit, copy.life.committed > commit, copy.life.openCount == 0 {
+                // A close while this attempt was on its way found an upload under way and queued
+                // nothing: its commit is other content than the one refused, and gets a try of its own.
+                enqueue(item.inode)
+                return .refused
+            }
             refused[item.inode] = reason
             return .refused
         }
@@ -380,7 +387,7 @@ public actor Uploader {
             if copy.life.isDirty && copy.life.openCount == 0 { enqueue(item.inode) }
             return .done
         } catch {
-            return await failed(item, copy, error)
+            return await failed(item, copy, error, commit: commit)
         }
     }
 

@@ -37,6 +37,36 @@ struct RefusedUploadTests {
         #expect(fixture.store.content("big.txt") == Array("accepted".utf8))
     }
 
+    /// A close while a refused upload was on its way queues nothing (an upload is under way);
+    /// its commit is other content than the one refused, and must still reach the store.
+    @Test func aCommitMadeWhileARefusedUploadWasOnItsWayIsSentOnItsOwn() async throws {
+        let fixture = try CoreFixture(readOnly: false)
+        let attempts = Mutex(0)
+        let secondCommitted = Mutex(false)
+        let store = fixture.store
+        store.holdWrites(until: {
+            let attempt = attempts.withLock { $0 += 1; return $0 }
+            guard attempt == 1 else {
+                store.failWrites(with: nil)  // the second content is one the store takes
+                return
+            }
+            while !secondCommitted.withLock({ $0 }) { try? await Task.sleep(for: .milliseconds(5)) }
+            store.failWrites(with: .refused(status: 413, message: "PUT /a.txt: HTTP 413 Payload Too Large"))
+        })
+        _ = try await fixture.fs.children(of: Item.rootInode)
+        let item = try await fixture.createFile("a.txt", Array("far too large".utf8))
+        for _ in 0..<200 where attempts.withLock({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(10)) }
+        let handle = try await fixture.fs.open(item.inode, mode: .init(writable: true, truncate: true))
+        try fixture.write(handle: handle, Array("small".utf8))
+        try fixture.fs.flush(handle: handle)
+        await fixture.fs.release(handle: handle)
+        secondCommitted.withLock { $0 = true }
+        for _ in 0..<200 where fixture.store.content("a.txt") == nil { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(fixture.store.content("a.txt") == Array("small".utf8), "after \(attempts.withLock { $0 }) PUTs")
+        await fixture.settle()
+        #expect(try fixture.fs.item(item.inode).uploadError == nil)
+    }
+
     /// A PUT that finds no folder (404) again and again, each time after the folder was made
     /// again, is not retried forever: after a few rounds it counts as refused and is kept.
     @Test func aPutThatFindsNoFolderAfterItWasMadeAgainStops() async throws {
