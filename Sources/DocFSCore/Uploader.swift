@@ -338,6 +338,18 @@ public actor Uploader {
         }
     }
 
+    /// A close while commit `commit` was on its way found an upload under way and queued
+    /// nothing: whatever became of that attempt (kept as a conflict, kept where its folder went,
+    /// refused), a newer commit goes next. Returns whether one was queued. (A successful upload
+    /// learns the same from `Provider.uploaded`.)
+    @discardableResult
+    private func queueCommitMadeMeanwhile(_ inode: Inode, _ copy: LocalCopy, after commit: UInt64) -> Bool {
+        let life = copy.life
+        guard life.isDirty, life.committed > commit, life.openCount == 0 else { return false }
+        enqueue(inode)
+        return true
+    }
+
     /// `commit`: the commit the failed attempt sent, when it got that far.
     private func failed(_ item: Item, _ copy: LocalCopy, _ error: any Error, commit: UInt64? = nil) async -> Outcome {
         if let error = error as? StoreError, Self.isPermanent(error) {
@@ -346,12 +358,8 @@ public actor Uploader {
                          metadata: ["path": "\(item.path)", "error": "\(error)"])
             await provider.uploadFailed(copy)
             try? catalog.recordUploadError(of: item.inode, reason)
-            if let commit, copy.life.committed > commit, copy.life.openCount == 0 {
-                // A close while this attempt was on its way found an upload under way and queued
-                // nothing: its commit is other content than the one refused, and gets a try of its own.
-                enqueue(item.inode)
-                return .refused
-            }
+            // A newer commit is other content than the one refused: it gets a try of its own.
+            if let commit, queueCommitMadeMeanwhile(item.inode, copy, after: commit) { return .refused }
             refused[item.inode] = reason
             return .refused
         }
@@ -384,7 +392,7 @@ public actor Uploader {
             try await provider.conflictKept(copy, commit: commit, conflictCopy: conflictName, storeVersion: theirs)
             logger.warning("conflict: the store changed while this file was edited; both versions kept",
                            metadata: ["path": "\(item.path)", "conflict copy": "\(conflictName)"])
-            if copy.life.isDirty && copy.life.openCount == 0 { enqueue(item.inode) }
+            queueCommitMadeMeanwhile(item.inode, copy, after: commit)
             return .done
         } catch {
             return await failed(item, copy, error, commit: commit)
@@ -481,9 +489,7 @@ public actor Uploader {
             let (keptAs, kept) = try await keep(item, at: destination, in: target, from: snapshot)
             try await provider.conflictKept(copy, commit: commit, conflictCopy: "\(keptAs)", storeVersion: nil)
             logger.warning("kept where its folder went", metadata: ["path": "\(item.path)", "kept as": "\(keptAs)", "bytes": "\(kept.size)"])
-            // A commit made while this one was on its way (its last close found an upload under
-            // way and queued nothing) goes next, as after `keepBoth`.
-            if copy.life.isDirty && copy.life.openCount == 0 { enqueue(item.inode) }
+            queueCommitMadeMeanwhile(item.inode, copy, after: commit)
             return .done
         } catch let error as StoreError {
             switch error {
