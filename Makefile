@@ -42,7 +42,7 @@ unit-test:
 	$(SWIFT) test
 
 integration-test:
-	DOCFS_BIN="$(CURDIR)/.build/debug/docfs" $(PYTHON) -m pytest -v --durations=25 Tests/integration
+	DOCFS_BIN="$(CURDIR)/.build/debug/docfs" $(PYTHON) -m pytest -v --durations=25 Tests/integration Tests/bench/test_report.py
 
 SEEDS ?= 10
 

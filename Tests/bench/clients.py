@@ -11,6 +11,8 @@ mount point with fresh (empty) caches and unmounts again, also when the workload
   and a fresh cache directory owned by root:davfs2 with mode 0775 (mount.davfs refuses others).
 - `S3fs`: Debian's s3fs-fuse in the foreground, path-style, keys from a 0600 passwd file.
 - `LocalDisk`: no mount; the WebDAV store's own directory, the floor every client is held to.
+- `FuseFloor`: that directory through `fuse_floor.c`, the least a FUSE file system costs here
+  (metadata only: `ls`, `stat`, `find`).
 
 Every client has `pid()` (the daemon, for peak memory) and `cache_files()` (files left in its
 cache directory, None when it has none to look at).
@@ -194,6 +196,36 @@ class S3fs(Mount):
                                             "-o", "use_path_request_style", "-o", f"passwd_file={passwd}",
                                             "-o", f"endpoint={REGION}"],
                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+
+class FuseFloor(Mount):
+    """The store's directory through the minimal FUSE file system of fuse_floor.c (read-only,
+    metadata only): what a round trip through /dev/fuse per name costs on this machine."""
+    label = "fuse-floor"
+
+    def __init__(self, server, work, binary, store):
+        super().__init__(server, work)
+        self.binary, self.store = binary, store
+
+    def mount(self):
+        self.proc = track(subprocess.Popen([self.binary, self.store, self.mnt],
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+
+def build_fuse_floor(work):
+    """Compiles fuse_floor.c into `work`; None (and a warning) where it cannot be built."""
+    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fuse_floor.c")
+    binary = os.path.join(work, "fuse_floor")
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "fuse3"], capture_output=True, text=True)
+    if flags.returncode != 0:
+        print("bench: warning: pkg-config finds no fuse3; the FUSE floor is left out", flush=True)
+        return None
+    built = subprocess.run(["cc", "-O2", "-o", binary, source] + flags.stdout.split() + ["-lpthread"],
+                           capture_output=True, text=True)
+    if built.returncode != 0:
+        print(f"bench: warning: fuse_floor.c does not build; the FUSE floor is left out:\n{built.stderr}", flush=True)
+        return None
+    return binary
 
 
 class LocalDisk:

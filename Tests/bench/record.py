@@ -4,7 +4,8 @@
 Servers on 127.0.0.1: `docfs serve` and `rclone serve webdav` (WebDAV, over one store directory),
 and SeaweedFS's S3 gateway (the same tree uploaded to a bucket). On each server: docfs, `rclone
 mount` (`--vfs-cache-mode full` and `off`), davfs2 (WebDAV) or s3fs (S3), and `curl` against the
-same objects as the limit; local disk (the WebDAV store's directory) as the floor. Every
+same objects as the limit; local disk (the WebDAV store's directory) as the floor, and that
+directory through a minimal FUSE file system (fuse_floor.c) as the floor of any FUSE client. Every
 measurement starts cold: fresh mount point, empty cache, `sync; echo 3 > /proc/sys/vm/drop_caches`.
 Each figure is the median of BENCH_RUNS runs (3), with the requests the server answered between
 mount and unmount (also a median).
@@ -26,7 +27,8 @@ Environment:
   BENCH_RUNS=N          runs per figure (default 3, quick 1)
   BENCH_ONLY=a,b        only these workloads (names above)
   BENCH_SERVERS=a,b     only these servers: docfs-serve, rclone-serve, seaweedfs
-  BENCH_CLIENTS=a,b     only these clients: docfs, rclone-full, rclone-off, davfs2, s3fs, curl, local
+  BENCH_CLIENTS=a,b     only these clients: docfs, rclone-full, rclone-off, davfs2, s3fs, curl, local,
+                        floor
   BENCH_HUGE_SERVERS=a  servers that get the 100,000-entry folder (default docfs-serve; uploading
                         100,000 objects to SeaweedFS takes minutes)
 """
@@ -38,12 +40,16 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 
 from procs import drop_caches, peak_rss_kib, wait_until, cleanup  # noqa: E402
 from servers import DocfsServe, RcloneServe, Seaweed  # noqa: E402
-from clients import Docfs, Rclone, Davfs2, S3fs, LocalDisk  # noqa: E402
+from clients import Docfs, Rclone, Davfs2, S3fs, LocalDisk, FuseFloor, build_fuse_floor  # noqa: E402
 import workloads  # noqa: E402
 from workloads import Sizes, MOUNT_WORKLOADS, CURL_WORKLOADS  # noqa: E402
 import report  # noqa: E402
 
 ALL_WORKLOADS = ["ls5k", "ls5k-warm", "stat5k", "find", "ttfb", "seqread", "cat200", "write", "huge"]
+# What the FUSE floor answers: metadata only (it has no content, no writes and no state to keep).
+FLOOR_WORKLOADS = ("ls5k", "stat5k", "find")
+# Client names as BENCH_CLIENTS spells them.
+WANTED_AS = {"local disk": "local", "fuse floor": "floor"}
 
 
 def env_list(name, default):
@@ -72,7 +78,7 @@ def ensure_davfs2():
     return ok and bool(shutil.which("mount.davfs"))
 
 
-def client_makers(server, work, docfs, wanted, store):
+def client_makers(server, work, docfs, wanted, store, floor=None):
     makers = {"docfs": lambda state=None: Docfs(server, work, docfs, state=state),
               "rclone-full": lambda: Rclone(server, work, "full"),
               "rclone-off": lambda: Rclone(server, work, "off")}
@@ -82,7 +88,9 @@ def client_makers(server, work, docfs, wanted, store):
         makers["s3fs"] = lambda: S3fs(server, work)
     if isinstance(server, DocfsServe):
         makers["local disk"] = lambda: LocalDisk(store)
-    return {name: make for name, make in makers.items() if name.replace("local disk", "local") in wanted}
+        if floor:
+            makers["fuse floor"] = lambda: FuseFloor(server, work, floor, store)
+    return {name: make for name, make in makers.items() if WANTED_AS.get(name, name) in wanted}
 
 
 def measure(server, make, body):
@@ -231,7 +239,7 @@ def main():
     if unknown:
         sys.exit(f"bench: unknown workloads {sorted(unknown)}; known: {', '.join(ALL_WORKLOADS)}")
     server_names = env_list("BENCH_SERVERS", ["docfs-serve", "rclone-serve", "seaweedfs"])
-    wanted = env_list("BENCH_CLIENTS", ["docfs", "rclone-full", "rclone-off", "davfs2", "s3fs", "curl", "local"])
+    wanted = env_list("BENCH_CLIENTS", ["docfs", "rclone-full", "rclone-off", "davfs2", "s3fs", "curl", "local", "floor"])
     huge_servers = env_list("BENCH_HUGE_SERVERS", ["docfs-serve"])
     docfs = os.environ.get("DOCFS_BIN") or os.path.join(ROOT, ".build/release/docfs")
     # A quick run only checks the script: it never replaces the record.
@@ -255,6 +263,7 @@ def main():
     try:
         print(f"bench: making the store ({sizes.big_mib} MiB file, {sizes.many} + {sizes.huge} files) in {store}", flush=True)
         workloads.make_store(store, sizes)
+        floor = build_fuse_floor(work) if "floor" in wanted else None
         source = os.path.join("/dev/shm" if os.path.isdir("/dev/shm") else work, f"docfs-bench-src-{os.getpid()}")
         with open(source, "wb") as out:
             for _ in range(sizes.write_mib):
@@ -262,7 +271,7 @@ def main():
         try:
             for server_name in server_names:
                 record["servers"][server_name] = run_server(server_name, docfs, work, store, source, sizes, runs,
-                                                            only, wanted, server_name in huge_servers)
+                                                            only, wanted, server_name in huge_servers, floor)
         finally:
             os.unlink(source)
     finally:
@@ -279,7 +288,7 @@ def main():
     print(f"bench: wrote {os.path.join(out_dir, 'RESULTS.md')} and results.json in {record['minutes']:.1f} min")
 
 
-def run_server(server_name, docfs, work, store, source, sizes, runs, only, wanted, with_huge):
+def run_server(server_name, docfs, work, store, source, sizes, runs, only, wanted, with_huge, floor=None):
     print(f"bench: starting {server_name}", flush=True)
     if server_name == "docfs-serve":
         server = DocfsServe(docfs, store, work)
@@ -294,7 +303,7 @@ def run_server(server_name, docfs, work, store, source, sizes, runs, only, wante
         raise SystemExit(f"bench: unknown server {server_name}")
     results = {}
     try:
-        makers = client_makers(server, work, docfs, wanted, store)
+        makers = client_makers(server, work, docfs, wanted, store, floor)
         ctx = Context(server, sizes, source)
         for workload in only:
             if workload == "huge" and not with_huge:
@@ -303,6 +312,8 @@ def run_server(server_name, docfs, work, store, source, sizes, runs, only, wante
             for name, make in makers.items():
                 if workload == "huge" and name not in ("docfs", "rclone-full", "local disk"):
                     continue  # davfs2, rclone off and s3fs at 100,000 entries: minutes each, not a target
+                if name == "fuse floor" and workload not in FLOOR_WORKLOADS:
+                    continue
                 runs_out = []
                 for _ in range(runs):
                     try:

@@ -67,3 +67,16 @@ def test_markdown_shows_ratios_and_failures():
     assert "| `cat` of 200 x 64 KiB in 40 folders | 0.100 s (201 req) | failed | 0.200 s (205 req) · **0.50** |" in text
     assert "cat200 / rclone-off failed: `boom`" in text
     assert "| `cat` of 200 x 64 KiB <= davfs2 | met: 0.50x |" in text
+
+
+def test_the_fuse_floor_is_shown_against_the_same_peer_as_docfs():
+    servers = {"docfs-serve": {"stat5k": {"docfs": entry(s=0.15), "local disk": entry(s=0.05), "fuse floor": entry(s=0.14)},
+                               "ls5k": {"docfs": entry(s=0.4), "davfs2": entry(s=0.4), "fuse floor": entry(s=0.25)}},
+               "rclone-serve": {"ls5k": {"docfs": entry(s=0.5), "davfs2": entry(s=0.5)}}}
+    got = verdicts(servers)
+    assert got["`stat` of 5,000 names <= 2x local disk"]["docfs-serve"] == (False, "3.00x (FUSE floor 2.80x)")
+    cold = got["cold `ls -l` of 5,000 <= 0.5x the best peer"]
+    assert cold["docfs-serve"] == (False, "1.00x (FUSE floor 0.62x)")
+    assert cold["rclone-serve"] == (False, "1.00x (FUSE floor 0.50x)")
+    text = report.markdown(record(servers))
+    assert "| `stat` of the 5,000 names (folder listed) | 0.150 s |  | 0.050 s · **3.00** | 0.140 s · **1.07** |" in text
