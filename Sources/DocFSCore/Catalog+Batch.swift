@@ -7,8 +7,11 @@ extension Catalog {
     public func items(_ inodes: [Inode]) throws(FSError) -> [Inode: Item] {
         guard !inodes.isEmpty else { return [:] }
         return try quickRead { db in
+            // Cached per batch size: a reply holds at most a few dozen children, so there are
+            // few sizes, and compiling the statement (GRDB authorizes each of its columns) cost
+            // about as much as running it.
             let marks = Array(repeating: "?", count: inodes.count).joined(separator: ",")
-            let rows = try Row.fetchCursor(db, sql: "SELECT \(Catalog.itemColumns) FROM item WHERE inode IN (\(marks))",
+            let rows = try Row.fetchCursor(db.cachedStatement(sql: "SELECT \(Catalog.itemColumns) FROM item WHERE inode IN (\(marks))"),
                                            arguments: StatementArguments(inodes.map { Int64(bitPattern: $0) }))
             var found: [Inode: Item] = [:]
             while let row = try rows.next() {

@@ -244,7 +244,7 @@ extension Catalog {
     private static func finish(listing progress: ListingProgress, of directory: Inode, listedAt: Double, in db: Database) throws {
         // Rows are read one at a time (a cursor), not as a whole folder in memory.
         var vanished: [Row] = []
-        let rows = try Row.fetchCursor(db, sql: "SELECT * FROM item WHERE parent = ?", arguments: [Int64(bitPattern: directory)])
+        let rows = try Row.fetchCursor(db.cachedStatement(sql: "SELECT * FROM item WHERE parent = ?"), arguments: [Int64(bitPattern: directory)])
         try progress.seen.withLock { seen in
             while let row = try rows.next() {
                 let name: String = row["name"]
