@@ -259,7 +259,7 @@ public final class Catalog: Sendable {
                            state: ItemState, onStore: Bool, listedAt: Double? = nil, symlinkTarget: String? = nil,
                            rdev: UInt64 = 0, folderChanged: Timestamp? = nil) throws(FSError) -> Item {
         let inode: Int64 = try write { db in
-            guard let parentRow = try Row.fetchOne(db, sql: "SELECT path FROM item WHERE inode = ?", arguments: [Int64(bitPattern: parent)]) else {
+            guard let parentRow = try Row.fetchOne(db.cachedStatement(sql: "SELECT path FROM item WHERE inode = ?"), arguments: [Int64(bitPattern: parent)]) else {
                 throw FSError.notFound
             }
             if let folderChanged { try Catalog.touchFolder(db, parent, at: folderChanged) }
@@ -282,7 +282,7 @@ public final class Catalog: Sendable {
     public func removeItem(_ inode: Inode, folderChanged: Timestamp? = nil) throws(FSError) {
         let removedNames = self.removedNames
         try write { db in
-            if let row = try Row.fetchOne(db, sql: "SELECT parent, name FROM item WHERE inode = ?", arguments: [Int64(bitPattern: inode)]),
+            if let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT parent, name FROM item WHERE inode = ?"), arguments: [Int64(bitPattern: inode)]),
                let parent = row["parent"] as Int64? {
                 removedNames.note(row["name"], in: Inode(bitPattern: parent))
                 if let folderChanged { try Catalog.touchFolder(db, Inode(bitPattern: parent), at: folderChanged) }
@@ -297,8 +297,8 @@ public final class Catalog: Sendable {
     public func moveItem(_ inode: Inode, to parent: Inode, name: String, changed: Timestamp) throws(FSError) {
         let removedNames = self.removedNames
         try write { db in
-            guard let row = try Row.fetchOne(db, sql: "SELECT path, parent, name FROM item WHERE inode = ?", arguments: [Int64(bitPattern: inode)]),
-                  let parentRow = try Row.fetchOne(db, sql: "SELECT path FROM item WHERE inode = ?", arguments: [Int64(bitPattern: parent)])
+            guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT path, parent, name FROM item WHERE inode = ?"), arguments: [Int64(bitPattern: inode)]),
+                  let parentRow = try Row.fetchOne(db.cachedStatement(sql: "SELECT path FROM item WHERE inode = ?"), arguments: [Int64(bitPattern: parent)])
             else { throw FSError.notFound }
             let oldPath: String = row["path"]
             let newPath = Catalog.join(parentRow["path"], name)
@@ -571,10 +571,10 @@ public final class Catalog: Sendable {
         if hasLocalCopy(row) { return true }
         guard (row["kind"] as Int) == Item.Kind.directory.rawValue else { return false }
         let path: String = row["path"]
-        return try Bool.fetchOne(db, sql: """
+        return try Bool.fetchOne(db.cachedStatement(sql: """
             SELECT EXISTS(SELECT 1 FROM item WHERE (state IN ('modified', 'uploading', 'local', 'downloading') OR uncommitted != 0)
                           AND path > ? AND path < ?)
-            """, arguments: [path + "/", path + "0"]) ?? false
+            """), arguments: [path + "/", path + "0"]) ?? false
     }
 
     static func join(_ dir: String, _ name: String) -> String {
