@@ -447,24 +447,41 @@ public final class DocFileSystem: Sendable {
 
     /// Changes attributes: size (truncate, never downloading for a size of 0), times, mode,
     /// owner. Kept in the catalog, so they survive eviction and remount.
+    ///
+    /// A truncate by path opens the file for the call, and closes it only once everything is
+    /// recorded: that close hands the truncated content to the uploader, and an upload that
+    /// finds the item's folder gone from the store keeps it elsewhere and removes its row. Had
+    /// the call read the item after that close, a truncate that took effect would report ENOENT.
     public func setAttributes(of inode: Inode, _ changes: AttributeChanges, handle: UInt64?) async throws(FSError) -> Item {
         if readOnly { throw .readOnly }
-        let now = Timestamp.now
-        var item = try item(inode)
+        let item = try item(inode)
+        var temporary: UInt64?
         if let size = changes.size {
             guard item.kind == .file else { throw item.isDirectory ? .isADirectory : .invalidArgument }
             if let handle, let file = handles.withLock({ $0.open[handle] }) {
                 // Like a write: handed over by the handle's close or fsync.
                 try file.copy.truncate(to: size)
             } else {
-                let temporary = try await open(inode, mode: OpenMode(writable: true, truncate: size == 0))
-                if let file = handles.withLock({ $0.open[temporary] }), size != 0 {
-                    try file.copy.truncate(to: size)
-                }
-                await release(handle: temporary)
+                temporary = try await open(inode, mode: OpenMode(writable: true, truncate: size == 0))
             }
-            item = try self.item(inode)
         }
+        do {
+            if let temporary, let size = changes.size, size != 0, let file = handles.withLock({ $0.open[temporary] }) {
+                try file.copy.truncate(to: size)
+            }
+            let changed = try await recordAttributes(of: inode, changes)
+            if let temporary { await release(handle: temporary) }
+            return changed
+        } catch {
+            if let temporary { await release(handle: temporary) }
+            throw error
+        }
+    }
+
+    /// The rest of `setAttributes`, once a new size is in the local copy.
+    private func recordAttributes(of inode: Inode, _ changes: AttributeChanges) async throws(FSError) -> Item {
+        let now = Timestamp.now
+        let item = try self.item(inode)
         if let modified = changes.modified, item.hasUnsyncedChanges, let copy = provider.presentCopies.withLock({ $0[inode] }) {
             copy.setModificationTime(modified)
         }
