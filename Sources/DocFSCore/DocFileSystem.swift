@@ -469,7 +469,8 @@ public final class DocFileSystem: Sendable {
             if let temporary, let size = changes.size, size != 0, let file = handles.withLock({ $0.open[temporary] }) {
                 try file.copy.truncate(to: size)
             }
-            let changed = try await recordAttributes(of: inode, changes)
+            // A new size shows in the item (its copy's size); otherwise the item read above is current.
+            let changed = try await recordAttributes(of: inode, changes, item: changes.size == nil ? item : try self.item(inode))
             if let temporary { await release(handle: temporary) }
             return changed
         } catch {
@@ -478,10 +479,9 @@ public final class DocFileSystem: Sendable {
         }
     }
 
-    /// The rest of `setAttributes`, once a new size is in the local copy.
-    private func recordAttributes(of inode: Inode, _ changes: AttributeChanges) async throws(FSError) -> Item {
+    /// The rest of `setAttributes`, once a new size is in the local copy (`item` shows it).
+    private func recordAttributes(of inode: Inode, _ changes: AttributeChanges, item: Item) async throws(FSError) -> Item {
         let now = Timestamp.now
-        let item = try self.item(inode)
         if let modified = changes.modified, item.hasUnsyncedChanges, let copy = provider.presentCopies.withLock({ $0[inode] }) {
             copy.setModificationTime(modified)
         }

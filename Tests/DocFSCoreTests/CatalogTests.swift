@@ -23,6 +23,18 @@ struct CatalogTests {
         #expect(try catalog.item(Item.rootInode)?.listedAt == 1)
     }
 
+    @Test func aBatchReadFindsExactlyTheInodesAskedForWhateverTheirNumber() throws {
+        let catalog = try Catalog(path: path)
+        try catalog.applyListing(of: Item.rootInode, entries: (0..<40).map { entry(String(format: "f%02d", $0)) }, listedAt: 1)
+        let inodes = try catalog.children(of: Item.rootInode).map(\.inode)
+        for count in 1...inodes.count {
+            let asked = Array(inodes.prefix(count))
+            let found = try catalog.items(asked + [999_999])  // one that does not exist
+            #expect(Set(found.keys) == Set(asked))
+            #expect(found.values.allSatisfy { asked.contains($0.inode) })
+        }
+    }
+
     @Test func inodesSurviveRelistingAndReopening() throws {
         var catalog: Catalog? = try Catalog(path: path)
         try catalog!.applyListing(of: Item.rootInode, entries: [entry("a.txt", etag: "1")], listedAt: 1)
