@@ -100,7 +100,24 @@ struct S3SigV4Tests {
         #expect(SigV4Signer.canonicalQuery([("prefix", "a b/"), ("delimiter", "/"), ("list-type", "2"), ("uploads", "")])
             == "delimiter=%2F&list-type=2&prefix=a%20b%2F&uploads=")
         #expect(SigV4Signer.trimmedHeaderValue("  a   b  c ") == "a b c")
+        #expect(SigV4Signer.trimmedHeaderValue("a\tb") == "a b")
+        #expect(SigV4Signer.trimmedHeaderValue("\"etag-1\"") == "\"etag-1\"")
+        #expect(SigV4Signer.trimmedHeaderValue("\u{A0}ü\u{A0}") == "ü")
         #expect(SigV4Signer.amzDate(Date(timeIntervalSince1970: 1_440_938_160)) == "20150830T123600Z")
+    }
+
+    @Test("one signer signs each day with that day's key, however the days follow one another")
+    func signingKeyFollowsTheDay() {
+        let days = ["20150830T123600Z", "20150830T235959Z", "20150831T000000Z", "20150830T123600Z", "20160229T010203Z"]
+        let request = SigV4Signer.Request(method: "GET", path: "/", headers: suiteHeaders, payloadHash: SigV4Signer.emptyPayloadHash)
+        let kept = SigV4Signer(credentials: suite.credentials, region: suite.region, service: suite.service)
+        for day in days {
+            let fresh = SigV4Signer(credentials: suite.credentials, region: suite.region, service: suite.service)
+            #expect(kept.sign(request, amzDate: day).authorization == fresh.sign(request, amzDate: day).authorization, "\(day)")
+        }
+        // The published signature, after the signer has signed for other days.
+        #expect(kept.sign(request, amzDate: suiteDate).authorization.hasSuffix(
+            "Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31"))
     }
 
     @Test("the secret never shows in a description")

@@ -9,11 +9,21 @@
 
 import Crypto
 import Foundation
+import Synchronization
 
 struct SigV4Signer: Sendable {
     let credentials: S3Credentials
     let region: String
     let service: String
+    /// The signing key of the last day signed for: it depends on nothing else that changes, and
+    /// deriving it is four HMACs, a quarter of the signing of a HEAD.
+    private let lastKey = LastSigningKey()
+
+    init(credentials: S3Credentials, region: String, service: String) {
+        self.credentials = credentials
+        self.region = region
+        self.service = service
+    }
 
     /// SHA-256 of the empty body, the payload hash of GET, HEAD and DELETE.
     static let emptyPayloadHash = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
@@ -80,13 +90,17 @@ struct SigV4Signer: Sendable {
                          signature: signature, authorization: authorization)
     }
 
-    /// kSigning = HMAC(HMAC(HMAC(HMAC("AWS4" + secret, day), region), service), "aws4_request").
+    /// kSigning = HMAC(HMAC(HMAC(HMAC("AWS4" + secret, day), region), service), "aws4_request"),
+    /// derived once a day.
     private func signingKey(day: String) -> SymmetricKey {
+        if let key = lastKey.key(for: day) { return key }
         func hmac(_ key: SymmetricKey, _ text: String) -> SymmetricKey {
             SymmetricKey(data: Data(HMAC<SHA256>.authenticationCode(for: Data(text.utf8), using: key)))
         }
         let secret = SymmetricKey(data: Data(("AWS4" + credentials.secretAccessKey).utf8))
-        return hmac(hmac(hmac(hmac(secret, day), region), service), "aws4_request")
+        let key = hmac(hmac(hmac(hmac(secret, day), region), service), "aws4_request")
+        lastKey.remember(key, for: day)
+        return key
     }
 
     // MARK: - Canonical forms
@@ -96,7 +110,9 @@ struct SigV4Signer: Sendable {
     static func canonicalHeaders(_ headers: [(name: String, value: String)]) -> (canonical: String, signed: String) {
         var byName: [String: [String]] = [:]
         for header in headers {
-            byName[header.name.lowercased(), default: []].append(trimmedHeaderValue(header.value))
+            let name = header.name.utf8.contains(where: { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") })
+                ? header.name.lowercased() : header.name
+            byName[name, default: []].append(trimmedHeaderValue(header.value))
         }
         let names = byName.keys.sorted { Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8)) }
         let canonical = names.map { "\($0):\(byName[$0]!.joined(separator: ","))\n" }.joined()
@@ -104,6 +120,9 @@ struct SigV4Signer: Sendable {
     }
 
     static func trimmedHeaderValue(_ value: String) -> String {
+        // Most values (dates, hashes, hosts, ranges, ETags) are ASCII with no space or tab to
+        // trim or collapse.
+        if !value.utf8.contains(where: { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") || $0 >= 0x80 }) { return value }
         var result = ""
         var pendingSpace = false
         for character in value.trimmingCharacters(in: .whitespaces) {
@@ -167,4 +186,19 @@ struct SigV4Signer: Sendable {
 
     static func hex(_ digest: SHA256.Digest) -> String { hex(Array(digest)) }
     static func hex(_ code: HMAC<SHA256>.MAC) -> String { hex(Array(code)) }
+}
+
+/// The one signing key a signer keeps (see `SigV4Signer.signingKey`): that of the day of the
+/// last request, replaced when the day (UTC) changes. Kept as bytes, which are `Sendable`.
+private final class LastSigningKey: Sendable {
+    private let last = Mutex<(day: String, key: [UInt8])?>(nil)
+
+    func key(for day: String) -> SymmetricKey? {
+        last.withLock { $0?.day == day ? $0?.key : nil }.map { SymmetricKey(data: $0) }
+    }
+
+    func remember(_ key: SymmetricKey, for day: String) {
+        let bytes = key.withUnsafeBytes { Array($0) }
+        last.withLock { $0 = (day, bytes) }
+    }
 }
