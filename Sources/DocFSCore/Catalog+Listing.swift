@@ -86,6 +86,17 @@ extension Catalog {
         }
     }
 
+    /// The first `limit` child folders of `directory` named after `name`, in name order, that
+    /// were never listed (what `DirectoryEnumerator` lists ahead of a tree walk).
+    public func foldersNeverListed(in directory: Inode, after name: String, limit: Int) throws(FSError) -> [Item] {
+        try read { db in
+            try Row.fetchAll(db.cachedStatement(sql: """
+                SELECT \(Catalog.itemColumns) FROM item
+                WHERE parent = ? AND name > ? AND kind = ? AND listedAt IS NULL ORDER BY name LIMIT ?
+                """), arguments: [Int64(bitPattern: directory), name, Item.Kind.directory.rawValue, limit])
+        }.map(Catalog.item(from:))
+    }
+
     /// Ends a listing whose pages were all applied: removes the children it did not show and
     /// records `listedAt` as the folder's listing time.
     public func finishListing(_ progress: ListingProgress, of directory: Inode, listedAt: Double) throws(FSError) {

@@ -12,7 +12,31 @@ import Synchronization
 /// the background (stale-while-revalidate), so a remount shows the cached tree without waiting
 /// for the server, and a stopped server leaves the cached tree browsable.
 /// Concurrent requests for the same directory share one listing.
+///
+/// A tree walk lists ahead: once a second never-listed child folder of one folder had to be
+/// listed before an answer (`find`, `du`, `cp -r`, `ls -R`, a file manager going from folder
+/// to folder), that folder's other never-listed child folders are listed in the background,
+/// `ListAhead.concurrency` at a time, up to `ListAhead.folders` of them, so the walk finds them
+/// listed or joins a listing under way instead of waiting for one request after another. A
+/// single descent (opening one folder) lists nothing more, and neither does `ls -l`, which
+/// looks names up without listing the folders among them.
 public actor DirectoryEnumerator {
+    /// How far a tree walk lists ahead (`--list-ahead`).
+    public struct ListAhead: Sendable, Equatable {
+        /// Child folders of one folder listed ahead per walk into it (0: never list ahead).
+        public var folders: Int
+        /// Of those, how many listings run at once.
+        public var concurrency: Int
+
+        public init(folders: Int, concurrency: Int = 4) {
+            self.folders = max(0, folders)
+            self.concurrency = max(1, concurrency)
+        }
+
+        public static let `default` = ListAhead(folders: 32)
+        public static let off = ListAhead(folders: 0)
+    }
+
     private let store: any Store
     private let catalog: Catalog
     private let ttl: Double
@@ -20,6 +44,14 @@ public actor DirectoryEnumerator {
     private let logger: Logger
     private let startedAt = Date().timeIntervalSince1970
     private var inFlight: [Inode: Task<Void, any Error>] = [:]
+    private let listAhead: ListAhead
+    /// Per folder not walked yet, how many of its never-listed child folders were listed
+    /// before an answer (one, at most: the second makes it walked).
+    private var descents: [Inode: Int] = [:]
+    /// Folders being walked: their never-listed child folders are listed ahead.
+    private var walked: Set<Inode> = []
+    /// Folders whose child folders are being listed ahead.
+    private var listingAhead: [Inode: Task<Void, Never>] = [:]
     /// Directories whose background refresh was asked for from outside the actor and has not
     /// ended: one request each, however many lookups find them stale meanwhile.
     private nonisolated let refreshRequested = Mutex<Set<Inode>>([])
@@ -30,8 +62,10 @@ public actor DirectoryEnumerator {
     /// Told about each directory whose listing reached the catalog (`whenListed`).
     private nonisolated let listedHandler = Mutex<(@Sendable (Item) -> Void)?>(nil)
 
-    public init(store: any Store, catalog: Catalog, ttl: Double, retry: RetryPolicy = .interactive, logger: Logger) {
+    public init(store: any Store, catalog: Catalog, ttl: Double, retry: RetryPolicy = .interactive,
+                listAhead: ListAhead = .default, logger: Logger) {
         self.store = store
+        self.listAhead = listAhead
         self.catalog = catalog
         self.ttl = ttl
         self.retry = retry
@@ -75,6 +109,7 @@ public actor DirectoryEnumerator {
             }
             return
         }
+        noteDescent(into: directory)
         do {
             try await listing(directory).value
         } catch {
@@ -105,12 +140,57 @@ public actor DirectoryEnumerator {
         refreshRequested.withLock { _ = $0.remove(directory.inode) }
     }
 
-    /// Waits until no listing is in flight, including those that start meanwhile.
+    /// Waits until no listing is in flight, including those that start meanwhile and those
+    /// listed ahead.
     public func waitUntilIdle() async {
-        while let task = inFlight.values.first {
-            _ = await task.result
+        while true {
+            if let task = listingAhead.values.first {
+                await task.value
+            } else if let task = inFlight.values.first {
+                _ = await task.result
+            } else {
+                return
+            }
             await Task.yield()
         }
+    }
+
+    /// Notes a walk into `directory`, never listed, and lists its siblings ahead when its
+    /// parent is being walked: from the second such walk into the parent, or from the first
+    /// when the parent is itself a folder of a walked one (`find` going down a tree).
+    private func noteDescent(into directory: Item) {
+        guard listAhead.folders > 0, let parent = directory.parent, inFlight[directory.inode] == nil else { return }
+        if !walked.contains(parent) {
+            let grandparentWalked = (try? catalog.item(parent))?.parent.map { walked.contains($0) } ?? false
+            let count = (descents[parent] ?? 0) + 1
+            guard grandparentWalked || count >= 2 else {
+                descents[parent] = count
+                return
+            }
+            descents[parent] = nil
+            walked.insert(parent)
+        }
+        guard listingAhead[parent] == nil else { return }
+        listingAhead[parent] = Task { await self.listChildFolders(of: parent, after: directory.name) }
+    }
+
+    /// Lists the never-listed child folders of `parent` that come after `name`, in name order
+    /// (the order a walk takes them in), `listAhead.concurrency` at a time. A folder listed or
+    /// being listed meanwhile is joined or skipped, never listed twice.
+    private func listChildFolders(of parent: Inode, after name: String) async {
+        defer { listingAhead[parent] = nil }
+        guard let folders = try? catalog.foldersNeverListed(in: parent, after: name, limit: listAhead.folders),
+              !folders.isEmpty else { return }
+        logger.debug("listing ahead", metadata: ["parent": "\(parent)", "after": "\(name)", "folders": "\(folders.count)"])
+        var running: [Task<Void, any Error>] = []
+        for folder in folders {
+            if inFlight[folder.inode] == nil {
+                guard let current = try? catalog.item(folder.inode), current.listedAt == nil else { continue }
+            }
+            running.append(listing(folder))
+            if running.count >= listAhead.concurrency { _ = await running.removeFirst().result }
+        }
+        for task in running { _ = await task.result }
     }
 
     /// Lists `directory` now and waits for it (used by tests and explicit refreshes).

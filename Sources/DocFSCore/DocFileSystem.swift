@@ -91,7 +91,7 @@ public final class DocFileSystem: Sendable {
     public init(store: any Store, catalog: Catalog, cacheDirectory: String, directoryTTL: Double, readOnly: Bool,
                 uploadBackoff: Duration = .seconds(15), streaming: StreamingPolicy = .default, ioTimeout: Duration? = nil,
                 retry: RetryPolicy? = nil, retention: RetentionPolicy = .onLastRelease,
-                conflictClock: @escaping @Sendable () -> Date = { Date() }, stateDirectory: String? = nil, logger: Logger) {
+                listAhead: DirectoryEnumerator.ListAhead = .default, conflictClock: @escaping @Sendable () -> Date = { Date() }, stateDirectory: String? = nil, logger: Logger) {
         // Store calls a caller waits for are retried within the caller's patience.
         let retry = retry ?? ioTimeout.map { RetryPolicy.interactive.within($0) } ?? .interactive
         self.store = store
@@ -104,7 +104,8 @@ public final class DocFileSystem: Sendable {
         self.retry = retry
         self.provider = Provider(store: store, catalog: catalog, cacheDirectory: cacheDirectory, retry: retry, streaming: streaming,
                                  ioTimeout: ioTimeout, retention: retention, logger: logger)
-        self.enumerator = DirectoryEnumerator(store: store, catalog: catalog, ttl: directoryTTL, retry: retry, logger: logger)
+        self.enumerator = DirectoryEnumerator(store: store, catalog: catalog, ttl: directoryTTL, retry: retry, listAhead: listAhead,
+                                              logger: logger)
         self.uploader = Uploader(store: store, catalog: catalog, provider: provider, maximumBackoff: uploadBackoff,
                                  clock: conflictClock, logger: logger)
         let pinnedRefresher = PinnedRefresher(catalog: catalog, provider: provider, enumerator: enumerator, logger: logger)

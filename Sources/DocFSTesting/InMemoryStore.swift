@@ -206,6 +206,11 @@ public final class InMemoryStore: Store, Sendable {
     /// The mutating calls in order, e.g. `PUT /a`, `MOVE /a /b`.
     public var mutations: [String] { state.withLock { $0.log } }
     public var totalListings: Int { state.withLock { $0.lists.values.reduce(0, +) } }
+    /// How many times `directory` was listed (its first page asked for, or a later one).
+    public func listings(of directory: String) -> Int {
+        let directory = try! StorePath(directory)
+        return state.withLock { $0.lists[directory] ?? 0 }
+    }
 
     // MARK: Store
 

@@ -56,6 +56,10 @@ struct MountCommand: AsyncParsableCommand {
     @Option(help: "Seconds a directory listing is trusted before it is revalidated in the background.")
     var dirCacheTtl: Double = 30
 
+    @Option(help: ArgumentHelp("Folders listed ahead of a tree walk: once a second never-listed subfolder of one folder is opened (find, du, cp -r, a file manager), up to this many of its other never-listed subfolders are listed in the background, 4 at a time. 0 lists nothing ahead.",
+                               valueName: "folders"))
+    var listAhead: Int = DirectoryEnumerator.ListAhead.default.folders
+
     @Option(help: "Where local copies are kept (default: $XDG_CACHE_HOME/docfs).")
     var cacheDir: String?
 
@@ -123,6 +127,7 @@ struct MountCommand: AsyncParsableCommand {
 
     func validate() throws {
         guard dirCacheTtl >= 0 else { throw ValidationError("--dir-cache-ttl must be 0 or more seconds") }
+        guard listAhead >= 0 else { throw ValidationError("--list-ahead must be 0 or more folders") }
         guard wholeFileLimit >= 0 else { throw ValidationError("--whole-file-limit must be 0 or more bytes") }
         guard entryTimeout >= 0, entryTimeout.isFinite else { throw ValidationError("--entry-timeout must be 0 or more seconds") }
         guard attrTimeout >= 0, attrTimeout.isFinite else { throw ValidationError("--attr-timeout must be 0 or more seconds") }
@@ -216,6 +221,7 @@ struct MountCommand: AsyncParsableCommand {
                                        ioTimeout: .milliseconds(Int64(ioTimeout * 1000)),
                                        retention: RetentionPolicy(evictDelay: .milliseconds(Int64(evictDelay * 1000)),
                                                                   cacheMax: cacheMax.flatMap(RetentionPolicy.parseSize)),
+                                       listAhead: DirectoryEnumerator.ListAhead(folders: listAhead),
                                        stateDirectory: layout.stateDirectory, logger: logger)
         // The source the mount table shows is the store as given (without credentials): what
         // an fstab line names, so `mount -a` sees the line is mounted already, and what df shows.

@@ -95,4 +95,85 @@ struct EnumerationTests {
         #expect(try fixture.catalog.children(of: Item.rootInode).map(\.name) == ["a"])
         await #expect(throws: FSError.notFound) { _ = try await fixture.lookup("b") }
     }
+
+    // MARK: Listing ahead of a tree walk
+
+    /// A store with `top/NAME/file.txt` for each of `names`.
+    private func tree(_ names: [String], in store: InMemoryStore) {
+        for name in names { store.addFile("top/\(name)/file.txt", [1]) }
+    }
+
+    private func open(_ path: String, in fixture: CoreFixture) async throws {
+        _ = try await fixture.fs.children(of: try await fixture.lookup(path).inode)
+    }
+
+    @Test func openingOneFolderListsNoOtherFolder() async throws {
+        let fixture = try CoreFixture(ttl: 60)
+        tree(["a", "b", "c", "d"], in: fixture.store)
+        try await open("top/b", in: fixture)
+        await fixture.fs.waitForListings()
+        #expect(fixture.store.listings(of: "top/b") == 1)
+        #expect(["a", "c", "d"].map { fixture.store.listings(of: "top/\($0)") } == [0, 0, 0])
+    }
+
+    @Test func aSecondFolderOpenedListsTheFoldersAfterItAheadEachOnce() async throws {
+        let fixture = try CoreFixture(ttl: 60)
+        let names = (0..<12).map { String(format: "d%02d", $0) }
+        tree(names, in: fixture.store)
+        try await open("top/d03", in: fixture)
+        try await open("top/d04", in: fixture)
+        await fixture.fs.waitForListings()
+        // Those after the second, in name order; not those before the walk started.
+        #expect(names.map { fixture.store.listings(of: "top/\($0)") } == [0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1])
+        // The walk finds them listed: no request more.
+        let before = fixture.store.totalListings
+        for name in names.dropFirst(5) { try await open("top/\(name)", in: fixture) }
+        #expect(fixture.store.totalListings == before)
+    }
+
+    @Test func listingAheadStopsAtItsLimitAndGoesOnWhereTheWalkMeetsAFolderNeverListed() async throws {
+        let fixture = try CoreFixture(ttl: 60, listAhead: .init(folders: 3))
+        let names = (0..<10).map { "d\($0)" }
+        tree(names, in: fixture.store)
+        try await open("top/d0", in: fixture)
+        try await open("top/d1", in: fixture)
+        await fixture.fs.waitForListings()
+        #expect(names.map { fixture.store.listings(of: "top/\($0)") } == [1, 1, 1, 1, 1, 0, 0, 0, 0, 0])
+        try await open("top/d5", in: fixture)
+        await fixture.fs.waitForListings()
+        #expect(names.map { fixture.store.listings(of: "top/\($0)") } == [1, 1, 1, 1, 1, 1, 1, 1, 1, 0])
+    }
+
+    @Test func aWalkDownATreeListsTheSubfoldersOfEachFolderItEnters() async throws {
+        let fixture = try CoreFixture(ttl: 60)
+        for top in ["a", "b", "c"] {
+            for sub in ["s0", "s1", "s2"] { fixture.store.addFile("top/\(top)/\(sub)/file.txt", [1]) }
+        }
+        try await open("top/a", in: fixture)
+        try await open("top/b", in: fixture)  // `top` is walked: c is listed ahead
+        await fixture.fs.waitForListings()
+        #expect(fixture.store.listings(of: "top/c") == 1)
+        // In a folder of a walked one, the first subfolder entered lists the others ahead.
+        try await open("top/c/s0", in: fixture)
+        await fixture.fs.waitForListings()
+        #expect(["s0", "s1", "s2"].map { fixture.store.listings(of: "top/c/\($0)") } == [1, 1, 1])
+        // Every folder of the walk, listed once in all.
+        for top in ["a", "b", "c"] {
+            for sub in ["s0", "s1", "s2"] { try await open("top/\(top)/\(sub)", in: fixture) }
+        }
+        await fixture.fs.waitForListings()
+        for top in ["a", "b", "c"] {
+            #expect(["s0", "s1", "s2"].map { fixture.store.listings(of: "top/\(top)/\($0)") } == [1, 1, 1], "\(top)")
+        }
+        #expect(fixture.store.totalListings == 1 + 1 + 3 + 9)
+    }
+
+    @Test func listingAheadOffListsOnlyWhatIsOpened() async throws {
+        let fixture = try CoreFixture(ttl: 60, listAhead: .off)
+        tree(["a", "b", "c", "d"], in: fixture.store)
+        try await open("top/a", in: fixture)
+        try await open("top/b", in: fixture)
+        await fixture.fs.waitForListings()
+        #expect(["a", "b", "c", "d"].map { fixture.store.listings(of: "top/\($0)") } == [1, 1, 0, 0])
+    }
 }

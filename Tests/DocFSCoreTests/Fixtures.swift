@@ -20,6 +20,7 @@ struct CoreFixture {
     /// `proxy`: the way the core reaches `store` (a `CrashableStore`), if not directly.
     init(store: InMemoryStore = InMemoryStore(), through proxy: (any Store)? = nil, ttl: Double = 30, readOnly: Bool = true,
          streaming: StreamingPolicy = .default, retention: RetentionPolicy = .onLastRelease,
+         listAhead: DirectoryEnumerator.ListAhead = .default,
          conflictClock: @escaping @Sendable () -> Date = { Date() }, reuse directory: String? = nil) throws {
         let directory = directory ?? FileManager.default.temporaryDirectory.appendingPathComponent("docfs-core-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: directory + "/cache", withIntermediateDirectories: true)
@@ -32,7 +33,7 @@ struct CoreFixture {
         logger.logLevel = .critical
         fs = DocFileSystem(store: proxy ?? store, catalog: catalog, cacheDirectory: directory + "/cache", directoryTTL: ttl,
                            readOnly: readOnly, uploadBackoff: .milliseconds(200), streaming: streaming,
-                           retry: Self.quickRetry, retention: retention, conflictClock: conflictClock,
+                           retry: Self.quickRetry, retention: retention, listAhead: listAhead, conflictClock: conflictClock,
                            stateDirectory: directory, logger: logger)
     }
 

@@ -82,6 +82,35 @@ def test_the_top_folder_is_listed_while_the_mount_comes_up(store_server, big_tre
     assert not after, f"the first ls and stats after the mount asked the server again: {summarize(after)}"
 
 
+def test_a_walk_lists_the_folders_ahead_and_each_only_once(store_server, big_tree, mount):
+    """`--list-ahead`: `ls -l` of a folder and opening one of its folders list nothing more;
+    opening a second lists the folders after it in the background, before anything touches
+    them; a `find` of the tree then lists no folder twice."""
+    server = store_server(big_tree)
+    m = mount(server.url)
+    top = sorted(d for d in big_tree.dirs if "/" not in d)  # dir00 .. dir19
+
+    def listed():
+        return [r.path.strip("/") for r in server.requests() if r.method == "PROPFIND"]
+
+    run(["ls", "-l", str(m.path)])
+    os.listdir(m / top[0])
+    time.sleep(0.5)  # let any stray request reach the log
+    assert not set(top[1:]) & set(listed()), f"ls -l and one folder opened listed others: {sorted(set(listed()))}"
+    os.listdir(m / top[1])
+    wait_until(lambda: set(top[2:]) <= set(listed()), 10, "the folders after the second one opened, listed ahead")
+    find = run(["find", str(m.path)], timeout=180)
+    assert find.returncode == 0, find.stderr
+    assert len(find.stdout.splitlines()) == len(big_tree.entries()) + 1
+    time.sleep(0.5)
+    counts = {path: listed().count(path) for path in set(listed())}
+    # The top folder: the mount's check that the store answers (Depth 0), and its listing.
+    twice = {path: n for path, n in counts.items() if n > (2 if path == "" else 1)}
+    assert not twice, f"folders listed more than once: {twice}"
+    assert set(big_tree.dirs) <= set(counts), f"never listed: {sorted(set(big_tree.dirs) - set(counts))}"
+    print(f"{server.kind}: find after listing ahead: {len(listed())} PROPFINDs for {len(big_tree.dirs) + 1} folders")
+
+
 def test_disk_usage_counts_only_local_copies(docfs_serve, big_tree, mount):
     """`du` (allocated blocks) of a tree of placeholders is just its directories, if anything."""
     server = docfs_serve(big_tree)
