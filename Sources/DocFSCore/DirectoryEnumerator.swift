@@ -45,9 +45,9 @@ public actor DirectoryEnumerator {
     private let startedAt = Date().timeIntervalSince1970
     private var inFlight: [Inode: Task<Void, any Error>] = [:]
     private let listAhead: ListAhead
-    /// Per folder not walked yet, how many of its never-listed child folders were listed
-    /// before an answer (one, at most: the second makes it walked).
-    private var descents: [Inode: Int] = [:]
+    /// Folders not walked yet one of whose never-listed child folders was listed before an
+    /// answer (the second makes the folder walked).
+    private var enteredOnce: Set<Inode> = []
     /// Folders being walked: their never-listed child folders are listed ahead.
     private var walked: Set<Inode> = []
     /// Folders whose child folders are being listed ahead.
@@ -162,12 +162,11 @@ public actor DirectoryEnumerator {
         guard listAhead.folders > 0, let parent = directory.parent, inFlight[directory.inode] == nil else { return }
         if !walked.contains(parent) {
             let grandparentWalked = (try? catalog.item(parent))?.parent.map { walked.contains($0) } ?? false
-            let count = (descents[parent] ?? 0) + 1
-            guard grandparentWalked || count >= 2 else {
-                descents[parent] = count
+            guard grandparentWalked || enteredOnce.contains(parent) else {
+                enteredOnce.insert(parent)
                 return
             }
-            descents[parent] = nil
+            enteredOnce.remove(parent)
             walked.insert(parent)
         }
         guard listingAhead[parent] == nil else { return }
