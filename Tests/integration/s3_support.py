@@ -214,6 +214,9 @@ class S3Relay:
         self.fail_when: Callable[[str, str], bool] | None = None
         self._lock = threading.Lock()
         self._log: list[S3Request] = []
+        # ("sent", method, path) when a request reaches the relay, ("answered", ...) when its
+        # answer has been relayed: which request a server finished before another began.
+        self._events: list[tuple[str, str, str]] = []
         self._listener: socket.socket | None = None
         self._clients: set[socket.socket] = set()
         self._closed = False
@@ -277,11 +280,21 @@ class S3Relay:
         with self._lock:
             return list(self._log)
 
+    def events(self) -> list[tuple[str, str, str]]:
+        """("sent" or "answered", method, decoded path), in the order they happened."""
+        with self._lock:
+            return list(self._events)
+
+    def _event(self, what: str, method: str, target: str):
+        with self._lock:
+            self._events.append((what, method, split_target(target)[0]))
+
     def _record(self, method: str, target: str, status: str):
         path, query = split_target(target)
         entry = S3Request(method, path, query, status)
         with self._lock:
             self._log.append(entry)
+            self._events.append(("answered", method, path))
             with open(self.log_path, "a") as f:
                 f.write(f"{time.time():.3f} {entry}\n")
 
@@ -295,6 +308,7 @@ class S3Relay:
                     return
                 request_line, headers = _headers(head)
                 method, target = request_line.split(" ")[:2]
+                self._event("sent", method, target)
                 body_parts: list[bytes] = []
                 send_to_client = client.sendall
                 # Answer `Expect: 100-continue` ourselves; the server gets the request without it.

@@ -162,6 +162,15 @@ def test_s3_rename_directory_recursive(s3, s3_mount):
     wait_until(lambda: not s3.keys("docs/"), 60, f"every key below docs/ to be gone ({sorted(s3.keys('docs/'))})")
     have = {k: s3.get(k) for k in s3.keys("other/archive/")}
     assert have == want, f"moved keys differ: missing {sorted(set(want) - set(have))}, extra {sorted(set(have) - set(want))}"
+    # The marker was on the store before anything below it was sent: SeaweedFS, which makes
+    # the folder itself for a key put below it, dropped a marker put at the same moment.
+    marker = f"/{s3.name}/other/archive/sub/"
+    events = s3.relay.events()
+    marker_done = events.index(("answered", "PUT", marker))
+    below = [i for i, (what, method, path) in enumerate(events)
+             if what == "sent" and method == "PUT" and path.startswith(marker) and path != marker]
+    assert len(below) == 2 and min(below) > marker_done, \
+        f"a key below the marker was sent before the marker was on the store: {[e for e in events if e[1] == 'PUT']}"
     assert sorted(os.listdir(m / "other/archive")) == ["report.txt", "sub"]
     assert (m / "other/archive/sub/more/x.bin").read_bytes() == before["docs/sub/more/x.bin"]
     assert not (m / "docs").exists()

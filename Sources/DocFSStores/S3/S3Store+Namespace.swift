@@ -95,6 +95,7 @@ extension S3Store {
 
     /// Copies every key below `source/` to the same name below `target/`, then deletes the
     /// sources. Not atomic (see the top of the file); the sources go only once all copies exist.
+    /// A listing page is sorted, so a marker comes in the page of its first key below it, or earlier.
     private func moveDirectory(_ source: StorePath, to target: StorePath) async throws(StoreError) {
         let from = directoryPrefix(source)
         let to = directoryPrefix(target)
@@ -109,13 +110,21 @@ extension S3Store {
                 }
                 batch.append((key, object.size))
             }
-            try await forEachConcurrently(batch) { (item) throws(StoreError) in
-                let rest = Self.dropping(from, from: item.key)
-                if item.key.hasSuffix("/") && item.size == 0 {
-                    try await self.putDirectoryMarker(to + rest, path: target, onlyIfAbsent: false)
-                } else {
-                    try await self.copyObject(from: item.key, size: item.size, to: to + rest, path: source)
+            // Markers first, shallower before deeper, then the objects: a marker is on the
+            // store before any key below it. A server that keeps directories (SeaweedFS's filer)
+            // makes a parent implicitly for a key put below it; a marker put at the same moment
+            // can lose that race and vanish from listings.
+            let isMarker = { (item: (key: String, size: Int64)) in item.key.hasSuffix("/") && item.size == 0 }
+            let markersByDepth = Dictionary(grouping: batch.filter(isMarker)) { item in
+                item.key.utf8.reduce(0) { $1 == UInt8(ascii: "/") ? $0 + 1 : $0 }
+            }
+            for depth in markersByDepth.keys.sorted() {
+                try await forEachConcurrently(markersByDepth[depth]!) { (item) throws(StoreError) in
+                    try await self.putDirectoryMarker(to + Self.dropping(from, from: item.key), path: target, onlyIfAbsent: false)
                 }
+            }
+            try await forEachConcurrently(batch.filter { !isMarker($0) }) { (item) throws(StoreError) in
+                try await self.copyObject(from: item.key, size: item.size, to: to + Self.dropping(from, from: item.key), path: source)
             }
             copied += batch.map(\.key)
             token = page.isTruncated ? page.nextContinuationToken : nil
