@@ -175,21 +175,37 @@ public actor DirectoryEnumerator {
 
     /// Lists the never-listed child folders of `parent` that come after `name`, in name order
     /// (the order a walk takes them in), `listAhead.concurrency` at a time. A folder listed or
-    /// being listed meanwhile is joined or skipped, never listed twice.
+    /// being listed meanwhile is joined or skipped, never listed twice. A listing that fails
+    /// for any reason but the folder itself (gone, or not a folder) ends the batch: a store that
+    /// is down gets the few listings already under way, not one failing listing per folder.
     private func listChildFolders(of parent: Inode, after name: String) async {
         defer { listingAhead[parent] = nil }
         guard let folders = try? catalog.foldersNeverListed(in: parent, after: name, limit: listAhead.folders),
               !folders.isEmpty else { return }
         logger.debug("listing ahead", metadata: ["parent": "\(parent)", "after": "\(name)", "folders": "\(folders.count)"])
         var running: [Task<Void, any Error>] = []
+        var storeFailed = false
         for folder in folders {
             if inFlight[folder.inode] == nil {
                 guard let current = try? catalog.item(folder.inode), current.listedAt == nil else { continue }
             }
             running.append(listing(folder))
-            if running.count >= listAhead.concurrency { _ = await running.removeFirst().result }
+            if running.count >= listAhead.concurrency, Self.storeFailed(await running.removeFirst().result) {
+                storeFailed = true
+                break
+            }
         }
         for task in running { _ = await task.result }
+        if storeFailed { logger.debug("listing ahead stopped: a listing failed", metadata: ["parent": "\(parent)"]) }
+    }
+
+    /// Whether a listing failed because of the store rather than the folder listed.
+    private static func storeFailed(_ result: Result<Void, any Error>) -> Bool {
+        guard case .failure(let error) = result else { return false }
+        switch error as? FSError {
+        case .notFound?, .notADirectory?: return false
+        default: return true
+        }
     }
 
     /// Lists `directory` now and waits for it (used by tests and explicit refreshes).

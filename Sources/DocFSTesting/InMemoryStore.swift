@@ -43,6 +43,7 @@ public final class InMemoryStore: Store, Sendable {
         var readRanges: [StorePath: [ByteRange?]] = [:]
         var bytesDelivered: [StorePath: Int64] = [:]
         var lists: [StorePath: Int] = [:]
+        var listingsAsked = 0
         var stats = 0
         var readFaults: [ReadFault] = []
         var listFault: StoreError?
@@ -206,6 +207,8 @@ public final class InMemoryStore: Store, Sendable {
     /// The mutating calls in order, e.g. `PUT /a`, `MOVE /a /b`.
     public var mutations: [String] { state.withLock { $0.log } }
     public var totalListings: Int { state.withLock { $0.lists.values.reduce(0, +) } }
+    /// Listings asked for, those that failed included (`totalListings` counts those answered).
+    public var listingsAsked: Int { state.withLock { $0.listingsAsked } }
     /// How many times `directory` was listed (its first page asked for, or a later one).
     public func listings(of directory: String) -> Int {
         let directory = try! StorePath(directory)
@@ -216,6 +219,7 @@ public final class InMemoryStore: Store, Sendable {
 
     public func list(_ directory: StorePath, page: PageToken?) async throws(StoreError) -> ListPage {
         try state.withLock { state throws(StoreError) -> ListPage in
+            state.listingsAsked += 1
             if let fault = state.listFault { throw fault }
             state.lists[directory, default: 0] += 1
             guard state.directories.contains(directory) else {

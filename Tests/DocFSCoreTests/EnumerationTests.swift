@@ -168,6 +168,27 @@ struct EnumerationTests {
         #expect(fixture.store.totalListings == 1 + 1 + 3 + 9)
     }
 
+    @Test func aStoreThatGoesDownEndsTheListingAheadAfterTheListingsUnderWay() async throws {
+        let fixture = try CoreFixture(ttl: 60)
+        let names = (0..<40).map { String(format: "d%02d", $0) }
+        tree(names, in: fixture.store)
+        try await open("top/d00", in: fixture)
+        fixture.store.failListings(with: .unreachable("refused"))
+        let before = fixture.store.listingsAsked
+        await #expect(throws: FSError.storeUnreachable("refused")) { try await self.open("top/d01", in: fixture) }
+        await fixture.fs.waitForListings()
+        // d01's own listing, and the first four folders after it (one batch under way), each
+        // with its retries: not the 38 folders after it.
+        let attempts = CoreFixture.quickRetry.attempts
+        #expect(fixture.store.listingsAsked - before <= (1 + 4) * attempts)
+        // Once the store is back, the walk lists ahead again, from where it is: the 32 after d01.
+        fixture.store.failListings(with: nil)
+        try await open("top/d01", in: fixture)
+        try await open("top/d02", in: fixture)
+        await fixture.fs.waitForListings()
+        #expect(names[1..<34].map { fixture.store.listings(of: "top/\($0)") } == Array(repeating: 1, count: 33))
+    }
+
     @Test func listingAheadOffListsOnlyWhatIsOpened() async throws {
         let fixture = try CoreFixture(ttl: 60, listAhead: .off)
         tree(["a", "b", "c", "d"], in: fixture.store)
