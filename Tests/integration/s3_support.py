@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
+from fault_proxy import no_delay
 from helpers import REPO, free_port, port_open, wait_until
 
 ACCESS_KEY = "testing"
@@ -242,6 +243,7 @@ class S3Relay:
         while True:
             try:
                 client, _ = listener.accept()
+                no_delay(client)
             except OSError:
                 return
             with self._lock:
@@ -325,6 +327,7 @@ class S3Relay:
                     return
                 if upstream is None:
                     upstream = socket.create_connection(("127.0.0.1", self.upstream_port), timeout=300)
+                    no_delay(upstream)
                 upstream.sendall(head)
                 for part in body_parts:
                     upstream.sendall(part)
