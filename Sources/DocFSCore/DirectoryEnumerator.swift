@@ -52,6 +52,13 @@ public actor DirectoryEnumerator {
     private var walked: Set<Inode> = []
     /// Folders whose child folders are being listed ahead.
     private var listingAhead: [Inode: Task<Void, Never>] = [:]
+    /// Never-listed folders one name of which was looked up by `stat` (see `listedForLookup`).
+    private var lookedUpOnce: Set<Inode> = []
+    /// Lookups' listings of one page under way: true when the page held the whole folder and
+    /// it is listed, false when it did not, nil when the listing failed.
+    private var onePageListings: [Inode: Task<Bool?, Never>] = [:]
+    /// Folders one page could not hold: their names are looked up one by one in this mount.
+    private var tooBigForOnePage: Set<Inode> = []
     /// Directories whose background refresh was asked for from outside the actor and has not
     /// ended: one request each, however many lookups find them stale meanwhile.
     private nonisolated let refreshRequested = Mutex<Set<Inode>>([])
@@ -146,6 +153,8 @@ public actor DirectoryEnumerator {
         while true {
             if let task = listingAhead.values.first {
                 await task.value
+            } else if let task = onePageListings.values.first {
+                _ = await task.value
             } else if let task = inFlight.values.first {
                 _ = await task.result
             } else {
@@ -208,6 +217,38 @@ public actor DirectoryEnumerator {
         }
     }
 
+    /// A lookup by name in `directory`, never listed, on a store that looks names up by `stat`
+    /// (S3: a HEAD per name). From the second such lookup in one folder, the folder is listed
+    /// in the background, when one page (1,000 names) holds all of it: the lookups after that
+    /// are answered from the catalog, so `cat` or `cp` of the files of a small folder by path
+    /// costs one listing, not a HEAD per name. Nothing waits for it: the lookups go on asking
+    /// by name until it is done. A folder that needs more pages costs that one request, is
+    /// left to lookups by name, and is not tried again in this mount. Off with `--list-ahead 0`.
+    public func noteLookupByName(in directory: Item) {
+        guard listAhead.folders > 0, directory.listedAt == nil, inFlight[directory.inode] == nil,
+              onePageListings[directory.inode] == nil, !tooBigForOnePage.contains(directory.inode),
+              !lookedUpOnce.insert(directory.inode).inserted else { return }
+        let handler = listedHandler.withLock { $0 }
+        onePageListings[directory.inode] = Task { [store, catalog, retry, logger] () -> Bool? in
+            let listed: Bool?
+            do {
+                listed = try await Self.list(directory, store: store, catalog: catalog, retry: retry, logger: logger, onePageOnly: true)
+                if listed == true { handler?(directory) }
+            } catch {
+                listed = nil  // the lookups ask by name, and say what failed
+            }
+            self.onePageListingEnded(directory, listed: listed)
+            return listed
+        }
+    }
+
+    private func onePageListingEnded(_ directory: Item, listed: Bool?) {
+        onePageListings[directory.inode] = nil
+        guard listed == false else { return }
+        tooBigForOnePage.insert(directory.inode)
+        logger.debug("a folder looked up by name needs more than one listing page", metadata: ["path": "\(directory.path)"])
+    }
+
     /// Lists `directory` now and waits for it (used by tests and explicit refreshes).
     public func refresh(_ directory: Item) async throws(FSError) {
         do {
@@ -220,8 +261,12 @@ public actor DirectoryEnumerator {
     private func listing(_ directory: Item) -> Task<Void, any Error> {
         if let task = inFlight[directory.inode] { return task }
         let handler = listedHandler.withLock { $0 }
+        let onePage = onePageListings[directory.inode]
         let task = Task { [store, catalog, retry, logger] in
             defer { self.finished(directory.inode) }
+            // A lookup's listing of one page is under way: when it held the whole folder, the
+            // folder is listed, and this listing need not ask again.
+            if let onePage, await onePage.value == true { return }
             try await Self.list(directory, store: store, catalog: catalog, retry: retry, logger: logger)
             handler?(directory)
         }
@@ -232,8 +277,10 @@ public actor DirectoryEnumerator {
     /// Lists `directory` and applies the listing to the catalog. Nonisolated: it runs off the
     /// actor, so lookups (which only need the actor to start or join a listing) never wait for
     /// a big directory; the catalog write runs on the blocking queue, off the cooperative pool.
+    /// `onePageOnly`: applies nothing and returns false when the first page is not the last.
+    @discardableResult
     private nonisolated static func list(_ directory: Item, store: any Store, catalog: Catalog, retry: RetryPolicy,
-                                         logger: Logger) async throws {
+                                         logger: Logger, onePageOnly: Bool = false) async throws -> Bool {
             do {
                 let probe = SymlinkProbe(store: store, catalog: catalog, logger: logger)
                 let progress = ListingProgress(startedAt: Date().timeIntervalSince1970)
@@ -246,6 +293,7 @@ public actor DirectoryEnumerator {
                     let result = try await retry.run { () async throws(StoreError) -> ListPage in
                         try await store.list(directory.path, page: token)
                     }
+                    if onePageOnly, result.next != nil { return false }
                     let resolved = try probe.resolve(result.entries, in: directory)
                     try await Blocking.run { () throws(FSError) in
                         try catalog.applyListingPage(resolved.entries, kindUnknown: resolved.unknown, of: directory.inode,
@@ -257,6 +305,7 @@ public actor DirectoryEnumerator {
                     try catalog.finishListing(progress, of: directory.inode, listedAt: Date().timeIntervalSince1970)
                 }
                 logger.debug("listed", metadata: ["path": "\(directory.path)", "entries": "\(progress.count)"])
+                return true
             } catch let error as StoreError {
                 logger.warning("listing failed", metadata: ["path": "\(directory.path)", "error": "\(error)"])
                 throw FSError(error)

@@ -171,6 +171,8 @@ public final class DocFileSystem: Sendable {
            !child.onStore || child.hasUnsyncedChanges || child.state == .local || child.state == .downloading {
             return try item(child.inode)  // made, changed or open here: the catalog knows better
         }
+        // From the second name, a small folder is listed for the lookups that follow.
+        await enumerator.noteLookupByName(in: directory)
         let path: StorePath
         do { path = try directory.path.appending(name) } catch { throw .invalidArgument }
         let askedAt = Date().timeIntervalSince1970

@@ -43,6 +43,7 @@ public final class InMemoryStore: Store, Sendable {
         var readRanges: [StorePath: [ByteRange?]] = [:]
         var bytesDelivered: [StorePath: Int64] = [:]
         var lists: [StorePath: Int] = [:]
+        var pageSize = Int.max
         var listingsAsked = 0
         var stats = 0
         var readFaults: [ReadFault] = []
@@ -58,9 +59,11 @@ public final class InMemoryStore: Store, Sendable {
         var log: [String] = []
     }
 
-    /// `.byStat` makes it list links as small files, as S3 does.
-    public init(symlinkDiscovery: SymlinkDiscovery = .inListings) {
-        capabilities = StoreCapabilities(canWrite: true, canRename: true, hasRangeReads: true, symlinkDiscovery: symlinkDiscovery)
+    /// `.byStat` makes it list links as small files, as S3 does; `looksUpByStat` makes the
+    /// core look names of unlisted folders up one by one, as on S3.
+    public init(symlinkDiscovery: SymlinkDiscovery = .inListings, looksUpByStat: Bool = false) {
+        capabilities = StoreCapabilities(canWrite: true, canRename: true, hasRangeReads: true, symlinkDiscovery: symlinkDiscovery,
+                                         looksUpByStat: looksUpByStat)
     }
 
     // MARK: Arranging
@@ -116,6 +119,11 @@ public final class InMemoryStore: Store, Sendable {
     /// The next reads fail or misbehave, one fault per read, in order.
     public func injectReadFaults(_ faults: [ReadFault]) {
         state.withLock { $0.readFaults = faults }
+    }
+
+    /// Listings come in pages of `size` entries (as S3's come in pages of 1,000).
+    public func pageListings(by size: Int) {
+        state.withLock { $0.pageSize = max(1, size) }
     }
 
     /// Every listing fails with `error` (nil: listings work again).
@@ -234,7 +242,10 @@ public final class InMemoryStore: Store, Sendable {
             for path in state.directories where path.parent == directory {
                 entries.append(RemoteEntry(path: path, kind: .directory, size: 0, modified: 1_700_000_000))
             }
-            return ListPage(entries: entries.sorted { $0.path < $1.path }, next: nil)
+            entries.sort { $0.path < $1.path }
+            let start = page.flatMap { Int($0.value) } ?? 0
+            let end = start + min(state.pageSize, entries.count - start)
+            return ListPage(entries: Array(entries[start..<end]), next: end < entries.count ? PageToken(String(end)) : nil)
         }
     }
 

@@ -189,6 +189,64 @@ struct EnumerationTests {
         #expect(names[1..<34].map { fixture.store.listings(of: "top/\($0)") } == Array(repeating: 1, count: 33))
     }
 
+    // MARK: Lookups by name in folders never listed (S3)
+
+    /// `top/dir` looked up once, as the kernel does before it keeps the entry.
+    private func folderLookedUpByName(_ fixture: CoreFixture) async throws -> Item {
+        try await fixture.lookup("top/dir")
+    }
+
+    @Test func theSecondNameLookedUpInASmallFolderListsItAndTheRestAskNothing() async throws {
+        let store = InMemoryStore(looksUpByStat: true)
+        for name in ["a", "b", "c", "d", "e"] { store.addFile("top/dir/\(name).bin", [1, 2, 3]) }
+        let fixture = try CoreFixture(store: store, ttl: 60)
+        let dir = try await folderLookedUpByName(fixture)
+        let before = (stats: store.statCount, listings: store.listingsAsked)
+        _ = try await fixture.fs.lookup(parent: dir.inode, name: "a.bin")
+        #expect(store.statCount == before.stats + 1)  // one name: asked by name only
+        #expect(store.listingsAsked == before.listings)
+        // The second is asked by name too, and lists the folder in the background.
+        _ = try await fixture.fs.lookup(parent: dir.inode, name: "b.bin")
+        await fixture.fs.waitForListings()
+        #expect(store.statCount == before.stats + 2)
+        #expect(store.listings(of: "top/dir") == 1)
+        for name in ["c", "d", "e"] {
+            #expect(try fixture.fs.lookupIfListed(parent: dir.inode, name: "\(name).bin")?.size == 3)
+            #expect(try await fixture.fs.lookup(parent: dir.inode, name: "\(name).bin").size == 3)
+        }
+        await #expect(throws: FSError.notFound) { try await fixture.fs.lookup(parent: dir.inode, name: "missing.bin") }
+        #expect(store.statCount == before.stats + 2)
+        #expect(store.listingsAsked == before.listings + 1)
+    }
+
+    @Test func aFolderOnePageCannotHoldIsLookedUpByNameAndTriedOnce() async throws {
+        let store = InMemoryStore(looksUpByStat: true)
+        for name in ["a", "b", "c", "d", "e"] { store.addFile("top/dir/\(name).bin", [1]) }
+        let fixture = try CoreFixture(store: store, ttl: 60)
+        let dir = try await folderLookedUpByName(fixture)
+        store.pageListings(by: 2)
+        let before = (stats: store.statCount, listings: store.listingsAsked)
+        for name in ["a", "b", "c", "d", "e"] {
+            #expect(try await fixture.fs.lookup(parent: dir.inode, name: "\(name).bin").size == 1)
+            await fixture.fs.waitForListings()
+        }
+        #expect(store.listingsAsked == before.listings + 1)  // the second lookup's one page, not applied
+        #expect(store.statCount == before.stats + 5)
+        #expect(try fixture.fs.lookupIfListed(parent: dir.inode, name: "a.bin") == nil)  // still not listed
+        // `ls` lists it whole, page by page.
+        #expect(try await fixture.fs.children(of: dir.inode).count == 5)
+        #expect(store.listings(of: "top/dir") == 1 + 3)
+    }
+
+    @Test func listingAheadOffLooksEveryNameUpByName() async throws {
+        let store = InMemoryStore(looksUpByStat: true)
+        for name in ["a", "b", "c"] { store.addFile("top/dir/\(name).bin", [1]) }
+        let fixture = try CoreFixture(store: store, ttl: 60, listAhead: .off)
+        let dir = try await folderLookedUpByName(fixture)
+        for name in ["a", "b", "c"] { _ = try await fixture.fs.lookup(parent: dir.inode, name: "\(name).bin") }
+        #expect(store.listingsAsked == 0)
+    }
+
     @Test func listingAheadOffListsOnlyWhatIsOpened() async throws {
         let fixture = try CoreFixture(ttl: 60, listAhead: .off)
         tree(["a", "b", "c", "d"], in: fixture.store)
