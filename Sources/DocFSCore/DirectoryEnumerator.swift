@@ -52,7 +52,7 @@ public actor DirectoryEnumerator {
     private var walked: Set<Inode> = []
     /// Folders whose child folders are being listed ahead.
     private var listingAhead: [Inode: Task<Void, Never>] = [:]
-    /// Never-listed folders one name of which was looked up by `stat` (see `listedForLookup`).
+    /// Never-listed folders one name of which was looked up by `stat` (see `noteLookupByName`).
     private var lookedUpOnce: Set<Inode> = []
     /// Lookups' listings of one page under way: true when the page held the whole folder and
     /// it is listed, false when it did not, nil when the listing failed.
@@ -228,6 +228,8 @@ public actor DirectoryEnumerator {
         guard listAhead.folders > 0, directory.listedAt == nil, inFlight[directory.inode] == nil,
               onePageListings[directory.inode] == nil, !tooBigForOnePage.contains(directory.inode),
               !lookedUpOnce.insert(directory.inode).inserted else { return }
+        // After a failed listing, two more lookups by name try again.
+        lookedUpOnce.remove(directory.inode)
         let handler = listedHandler.withLock { $0 }
         onePageListings[directory.inode] = Task { [store, catalog, retry, logger] () -> Bool? in
             let listed: Bool?
