@@ -243,9 +243,12 @@ public final class InMemoryStore: Store, Sendable {
                 entries.append(RemoteEntry(path: path, kind: .directory, size: 0, modified: 1_700_000_000))
             }
             entries.sort { $0.path < $1.path }
-            let start = page.flatMap { Int($0.value) } ?? 0
-            let end = start + min(state.pageSize, entries.count - start)
-            return ListPage(entries: Array(entries[start..<end]), next: end < entries.count ? PageToken(String(end)) : nil)
+            // A page goes on after the last name of the one before, as S3's continuation does:
+            // a name there all along is never skipped, whatever changed between the pages.
+            if let after = page?.value { entries.removeAll { $0.name <= after } }
+            guard entries.count > state.pageSize else { return ListPage(entries: entries, next: nil) }
+            let shown = Array(entries.prefix(state.pageSize))
+            return ListPage(entries: shown, next: PageToken(shown[shown.count - 1].name))
         }
     }
 

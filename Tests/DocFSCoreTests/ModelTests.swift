@@ -261,7 +261,10 @@ final class ModelRun {
 
     let seed: UInt64
     private var random: SeededGenerator
-    let store = InMemoryStore()
+    /// Odd seeds run against a store that looks names up one by one, as S3 does (lookups by
+    /// `stat` in folders never listed, and the one-page listings they start); of those, every
+    /// other one lists in pages of two.
+    let store: InMemoryStore
     private var proxy: CrashableStore
     private var fixture: CoreFixture
     private var versions: [Version] = []
@@ -281,6 +284,8 @@ final class ModelRun {
     private init(seed: UInt64, streaming: StreamingPolicy, conflictClock: @escaping @Sendable () -> Date) throws {
         self.seed = seed
         random = SeededGenerator(seed: seed)
+        store = InMemoryStore(looksUpByStat: seed % 2 == 1)
+        if seed % 4 == 3 { store.pageListings(by: 2) }
         store.readUploads(Self.uploadReading(seed: seed))
         proxy = CrashableStore(wrapping: store)
         fixture = try CoreFixture(store: store, through: proxy, streaming: streaming, conflictClock: conflictClock)
@@ -902,11 +907,15 @@ final class ModelRun {
         var directories: Set<String> = ["/"]
         var pending: [StorePath] = [directory]
         while let next = pending.popLast() {
-            guard let page = try? await store.list(next, page: nil) else { continue }
-            for entry in page.entries where entry.isDirectory {
-                directories.insert(entry.path.description.trimmingCharacters(in: ["/"]))
-                pending.append(entry.path)
-            }
+            var token: PageToken? = nil
+            repeat {
+                guard let page = try? await store.list(next, page: token) else { break }
+                for entry in page.entries where entry.isDirectory {
+                    directories.insert(entry.path.description.trimmingCharacters(in: ["/"]))
+                    pending.append(entry.path)
+                }
+                token = page.next
+            } while token != nil
         }
         var files: [(path: String, content: [UInt8])] = []
         for directory in directories.union(Self.files.map { Self.split($0).directory }).union(Self.topLevel) {
