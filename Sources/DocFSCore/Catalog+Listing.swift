@@ -73,7 +73,7 @@ extension Catalog {
         try write { db in
             try Catalog.apply(page: entries, kindUnknown: kindUnknown, of: directory, askedAt: progress.startedAt,
                               progress: progress, removedNames: removedNames, in: db)
-            try Catalog.finish(listing: progress, of: directory, listedAt: listedAt, in: db)
+            try Catalog.finish(listing: progress, of: directory, listedAt: listedAt, moving: moving, in: db)
         }
     }
 
@@ -100,7 +100,8 @@ extension Catalog {
     /// Ends a listing whose pages were all applied: removes the children it did not show and
     /// records `listedAt` as the folder's listing time.
     public func finishListing(_ progress: ListingProgress, of directory: Inode, listedAt: Double) throws(FSError) {
-        try write { db in try Catalog.finish(listing: progress, of: directory, listedAt: listedAt, in: db) }
+        let moving = self.moving
+        try write { db in try Catalog.finish(listing: progress, of: directory, listedAt: listedAt, moving: moving, in: db) }
     }
 
     private static func apply(page entries: [RemoteEntry], kindUnknown: Set<FileName>, of directory: Inode,
@@ -252,14 +253,16 @@ extension Catalog {
                              Timestamp(seconds: entry.modified).nanoseconds, row["inode"] as Int64])
     }
 
-    private static func finish(listing progress: ListingProgress, of directory: Inode, listedAt: Double, in db: Database) throws {
+    private static func finish(listing progress: ListingProgress, of directory: Inode, listedAt: Double, moving: MovingItems,
+                               in db: Database) throws {
         // Rows are read one at a time (a cursor), not as a whole folder in memory.
         var vanished: [Row] = []
         let rows = try Row.fetchCursor(db.cachedStatement(sql: "SELECT * FROM item WHERE parent = ?"), arguments: [Int64(bitPattern: directory)])
         try progress.seen.withLock { seen in
             while let row = try rows.next() {
                 let name: String = row["name"]
-                if seen.shownAsFolder(name) == nil && !learnedSince(row, progress.startedAt) {
+                if seen.shownAsFolder(name) == nil && !learnedSince(row, progress.startedAt)
+                    && !moving.contains(Inode(bitPattern: row["inode"] as Int64)) {
                     vanished.append(row.copy())
                 }
             }

@@ -18,6 +18,8 @@ public final class Catalog: Sendable {
     private let databaseLookups = Atomic<Int>(0)
     /// Names local operations removed lately, which an older listing must not bring back.
     let removedNames = RemovedNames()
+    /// Items a local rename is moving, which no listing may drop meanwhile.
+    let moving = MovingItems()
 
     public init(path: String) throws(FSError) {
         do {
@@ -546,7 +548,13 @@ public final class Catalog: Sendable {
             case .nothing: cache.invalidateNothing()
             }
         }
-        do { return try db.write(body) } catch { throw .io("catalog: \(error)") }
+        do {
+            return try db.write(body)
+        } catch let error as FSError {
+            throw error  // what the body found (an item gone), not a failure of the database
+        } catch {
+            throw .io("catalog: \(error)")
+        }
     }
 
     /// Whether docfs learned `row`'s version from the store at or after `time`.

@@ -641,24 +641,27 @@ public final class DocFileSystem: Sendable {
             // gone: moving the old row's idea of it could delete the target on the store.
             guard let source = try catalog.item(source.inode) else { throw .notFound }
             let existing = try existing.map { (old: Item) throws(FSError) -> Item in try catalog.item(old.inode) ?? old }
-            do throws(StoreError) {
-                if source.onStore {
-                    _ = try await store.move(source.path, to: targetPath, replace: existing != nil)
-                } else if let existing, existing.onStore {
-                    // A new file replaces a stored one: its upload will recreate the name.
-                    try await store.delete(existing.path, isDirectory: existing.isDirectory)
+            // From the store's move to the catalog's, no listing asked before may drop the row.
+            try await catalog.moving.whileMoving(source.inode) { () async throws(FSError) in
+                do throws(StoreError) {
+                    if source.onStore {
+                        _ = try await store.move(source.path, to: targetPath, replace: existing != nil)
+                    } else if let existing, existing.onStore {
+                        // A new file replaces a stored one: its upload will recreate the name.
+                        try await store.delete(existing.path, isDirectory: existing.isDirectory)
+                    }
+                } catch {
+                    throw FSError(error)
                 }
-            } catch {
-                throw FSError(error)
+                // Still exclusive: a queued upload of the source must only ever see the new path.
+                if let existing {
+                    await uploader.cancel(existing.inode)
+                    await provider.itemRemoved(existing.inode, item: existing)
+                }
+                let now = Timestamp.now
+                try catalog.moveItem(source.inode, to: newParent, name: newName, changed: now)
+                if let existing { markUnlinked(existing.inode, at: now) }
             }
-            // Still exclusive: a queued upload of the source must only ever see the new path.
-            if let existing {
-                await uploader.cancel(existing.inode)
-                await provider.itemRemoved(existing.inode, item: existing)
-            }
-            let now = Timestamp.now
-            try catalog.moveItem(source.inode, to: newParent, name: newName, changed: now)
-            if let existing { markUnlinked(existing.inode, at: now) }
         }
     }
 

@@ -1,4 +1,4 @@
-import DocFSCore
+@testable import DocFSCore
 import DocFSStore
 import Foundation
 import Testing
@@ -48,6 +48,39 @@ struct ListingRaceTests {
         try catalog.applyListing(of: Item.rootInode, entries: [entry("gone.txt"), entry("kept.txt")],
                                  listedAt: asked + 1, askedAt: asked)
         #expect(try names(catalog) == ["kept.txt"])
+    }
+
+    /// The store moved `pipe` into `sub` for a rename, and a listing of the top asked before
+    /// that, answered after (no `pipe` there), is applied before the rename moves the row: the
+    /// row must stay for the rename to move (the rename failed with EIO, test_special_files).
+    @Test func aListingAppliedWhileARenameIsUnderWayKeepsTheRowItMoves() async throws {
+        let catalog = try catalog()
+        try catalog.applyListing(of: Item.rootInode, entries: [entry("pipe"), entry("sub", directory: true)], listedAt: 1)
+        let asked = Date().timeIntervalSince1970
+        let pipe = try #require(try catalog.child(of: Item.rootInode, named: "pipe"))
+        let sub = try #require(try catalog.child(of: Item.rootInode, named: "sub"))
+        try await catalog.moving.whileMoving(pipe.inode) { () async throws in
+            try catalog.applyListing(of: Item.rootInode, entries: [entry("sub", directory: true)], listedAt: asked + 1, askedAt: asked)
+            #expect(try catalog.item(pipe.inode) != nil)
+            try catalog.moveItem(pipe.inode, to: sub.inode, name: "pipe", changed: .now)
+        }
+        #expect(try catalog.child(of: sub.inode, named: "pipe")?.inode == pipe.inode)
+        #expect(try names(catalog) == ["sub"])
+        #expect(!catalog.moving.contains(pipe.inode))
+    }
+
+    /// Outside a rename the same listing is believed: the item was deleted elsewhere.
+    @Test func aListingWithoutAnItemDropsItsRowWhenNoRenameMovesIt() throws {
+        let catalog = try catalog()
+        try catalog.applyListing(of: Item.rootInode, entries: [entry("pipe"), entry("sub", directory: true)], listedAt: 1)
+        let asked = Date().timeIntervalSince1970
+        try catalog.applyListing(of: Item.rootInode, entries: [entry("sub", directory: true)], listedAt: asked + 1, askedAt: asked)
+        #expect(try names(catalog) == ["sub"])
+    }
+
+    @Test func movingAnItemThatIsGoneSaysSoNotAnIOError() throws {
+        let catalog = try catalog()
+        #expect(throws: FSError.notFound) { try catalog.moveItem(424_242, to: Item.rootInode, name: "x", changed: .now) }
     }
 }
 
