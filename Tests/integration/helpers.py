@@ -166,6 +166,11 @@ def xattr_state(path) -> str:
     return os.getxattr(path, "user.docfs.state").rstrip(b"\0").decode().strip()
 
 
+# A change not on the store yet, while the store fails: `modified` between tries, `uploading`
+# during one (the uploader tries again after a short random wait).
+NOT_ON_STORE_YET = ("modified", "uploading")
+
+
 def drop_page_cache(path) -> None:
     """Makes the kernel forget the cached pages of `path` (a file on a mount), so that the next
     read reaches the filesystem (docfs keeps the kernel's pages across a close and reopen of an

@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from fault_proxy import FaultProxy
-from helpers import pseudo_random_bytes, wait_until, xattr_state
+from helpers import NOT_ON_STORE_YET, pseudo_random_bytes, wait_until, xattr_state
 
 pytestmark = pytest.mark.fuse
 
@@ -108,7 +108,7 @@ def wait_for_store(root: Path, name: str, data: bytes, proxy: FaultProxy, m, tim
         raise AssertionError(f"{error}; PUTs of it: {tries}\n{m.log_tail()}") from None
     # The upload ends after the PUT (docfs then asks for the new version): only then may the
     # proxy go, or unmount finds the upload unfinished and the store unreachable.
-    wait_until(lambda: xattr_state(m / name) not in ("modified", "uploading"), timeout, f"the upload of {name} to be recorded")
+    wait_until(lambda: xattr_state(m / name) not in NOT_ON_STORE_YET, timeout, f"the upload of {name} to be recorded")
 
 
 def test_503_with_retry_after_is_waited_out(faulty):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from fault_proxy import FaultProxy
-from helpers import drop_page_cache, pseudo_random_bytes, wait_until, xattr_state
+from helpers import NOT_ON_STORE_YET, drop_page_cache, pseudo_random_bytes, wait_until, xattr_state
 
 pytestmark = pytest.mark.fuse
 
@@ -295,13 +295,13 @@ def test_pin_through_setfattr_and_evict_refuses_open_and_modified(tmp_path, docf
         assert f"not evicted: {m / 'b.txt'}: it has changes not on the store yet" in result.stderr, result.stderr
         # Still unsynced, its copy kept. The uploader retries the PUT after a jittered wait
         # (possibly of a few milliseconds), so the item may be "uploading" again right now.
-        assert xattr_state(m / "b.txt") in ("modified", "uploading")
+        assert xattr_state(m / "b.txt") in NOT_ON_STORE_YET
         assert xattr_state(m / "a.txt") == "placeholder"
         proxy.clear()
         wait_until(lambda: (root / "b.txt").read_bytes() == b"b" * 1000 + b"more", 40, "the upload once PUT works")
         # The upload ends after the PUT (docfs then asks for the new version): only then may the
         # proxy go, or unmount finds the upload unfinished and the store unreachable.
-        wait_until(lambda: xattr_state(m / "b.txt") not in ("modified", "uploading"), 30, "the upload to be recorded")
+        wait_until(lambda: xattr_state(m / "b.txt") not in NOT_ON_STORE_YET, 30, "the upload to be recorded")
     finally:
         proxy.clear()
         proxy.stop()
