@@ -10,7 +10,7 @@ Every server keeps its content where the bench can see it: the WebDAV servers se
 directory (`store`), SeaweedFS is reached with boto3 (`has_size`). `stop()` ends only the
 process this module started.
 """
-import os, re, shutil, signal, subprocess, time, urllib.request
+import glob, os, re, shutil, signal, subprocess, time, urllib.request
 
 from procs import free_port, port_open, wait_until, track, untrack
 
@@ -120,7 +120,7 @@ class Seaweed:
         config = os.path.join(self.work, "s3.json")
         with open(config, "w") as f:
             f.write(SEAWEED_CONFIG)
-        ports = {name: free_port() for name in ("master", "master.grpc", "volume", "volume.grpc", "filer",
+        self.ports = ports = {name: free_port() for name in ("master", "master.grpc", "volume", "volume.grpc", "filer",
                                                   "filer.grpc", "s3", "s3.grpc", "metrics")}
         self.port, self.metrics_port = ports["s3"], ports["metrics"]
         self.endpoint = f"http://127.0.0.1:{self.port}"
@@ -134,9 +134,10 @@ class Seaweed:
                    "-s3", f"-s3.port={ports['s3']}", f"-s3.port.grpc={ports['s3.grpc']}",
                    "-s3.port.iceberg=0", "-s3.port.lance=0", f"-s3.config={config}",
                    f"-metricsPort={self.metrics_port}"]
+        # TMPDIR: weed puts its gRPC sockets and its own logs there, which it never removes.
         self.proc = track(subprocess.Popen(command, stdout=open(os.path.join(self.work, "weed.log"), "wb"),
                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                                           cwd=self.work))
+                                           cwd=self.work, env=dict(os.environ, TMPDIR=self.work)))
         self.s3 = self.client()
 
         def ready():
@@ -213,3 +214,6 @@ class Seaweed:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
         untrack(self.proc)
+        # Its gRPC sockets go to /tmp whatever TMPDIR says, and stay there.
+        for path in (p for port in self.ports.values() for p in glob.glob(f"/tmp/seaweedfs-*-{port}.sock")):
+            os.unlink(path)

@@ -19,6 +19,7 @@ Buckets are per test and servers per session, so the suite starts each server on
 from __future__ import annotations
 
 import dataclasses
+import glob
 import hashlib
 import itertools
 import os
@@ -432,6 +433,17 @@ SEAWEED_CONFIG = """{"identities": [{"name": "testing",
   "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}""" % (ACCESS_KEY, SECRET_KEY)
 
 
+def remove_weed_sockets(ports) -> None:
+    """weed makes `/tmp/seaweedfs-<service>-<port>.sock` for its gRPC ports, whatever TMPDIR
+    says, and never removes them: those of the ports it was given go once it has stopped."""
+    for port in ports:
+        for path in glob.glob(f"/tmp/seaweedfs-*-{port}.sock"):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
 class SeaweedServer(S3Server):
     """`weed server -s3` with every port explicit; no access log (the relay's log is used)."""
     kind = "seaweedfs"
@@ -449,7 +461,7 @@ class SeaweedServer(S3Server):
         data.mkdir(parents=True, exist_ok=True)
         config = self.workdir / "s3.json"
         config.write_text(SEAWEED_CONFIG)
-        ports = {name: free_port() for name in ("master", "master.grpc", "volume", "volume.grpc", "filer",
+        self.ports = ports = {name: free_port() for name in ("master", "master.grpc", "volume", "volume.grpc", "filer",
                                                   "filer.grpc", "s3", "s3.grpc")}
         self.port = ports["s3"]
         cmd = [weed, "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
@@ -460,8 +472,10 @@ class SeaweedServer(S3Server):
                f"-filer.localSocket={self.workdir / 'filer.sock'}",
                "-s3", f"-s3.port={ports['s3']}", f"-s3.port.grpc={ports['s3.grpc']}",
                "-s3.port.iceberg=0", "-s3.port.lance=0", f"-s3.config={config}"]
+        # TMPDIR: weed puts its gRPC sockets and its own logs there, which it never removes.
         self.proc = subprocess.Popen(cmd, stdout=open(self.out_path, "wb"), stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.workdir)
+                                     stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.workdir,
+                                     env=dict(os.environ, TMPDIR=str(self.workdir)))
         client = boto3_client(self.port)
 
         def ready():
@@ -489,6 +503,7 @@ class SeaweedServer(S3Server):
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(timeout=10)
+        remove_weed_sockets(self.ports.values())
 
     def requests(self):
         return None
