@@ -10,7 +10,8 @@ import Synchronization
 final class MovingItems: Sendable {
     private let moving = Mutex<[Inode: Int]>([:])
 
-    /// Runs `body` with `inode` held as moving (several renames of one item may overlap).
+    /// Runs `body` with `inode` held as moving. Counted: two renames of one item may overlap
+    /// (`Uploader.exclusively` keeps uploads out of a rename, not another rename).
     func whileMoving<T, E: Error>(_ inode: Inode, _ body: () async throws(E) -> T) async throws(E) -> T {
         moving.withLock { $0[inode, default: 0] += 1 }
         defer {

@@ -118,8 +118,8 @@ extension S3Store {
             let markersByDepth = Dictionary(grouping: batch.filter(isMarker)) { item in
                 item.key.utf8.reduce(0) { $1 == UInt8(ascii: "/") ? $0 + 1 : $0 }
             }
-            for depth in markersByDepth.keys.sorted() {
-                try await forEachConcurrently(markersByDepth[depth]!) { (item) throws(StoreError) in
+            for (_, markers) in markersByDepth.sorted(by: { $0.key < $1.key }) {
+                try await forEachConcurrently(markers) { (item) throws(StoreError) in
                     try await self.putDirectoryMarker(to + Self.dropping(from, from: item.key), path: target, onlyIfAbsent: false)
                 }
             }
