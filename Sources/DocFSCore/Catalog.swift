@@ -351,6 +351,8 @@ public final class Catalog: Sendable {
     }
 
     /// chmod/chown/utimensat results; nil leaves a value as it is. `changed` is the new ctime.
+    /// They are news about the item (`versionAt`): a store's answer asked before them (a HEAD
+    /// with the old `x-amz-meta-mtime` and mode) does not put the old values back.
     public func setAttributes(of inode: Inode, mode: UInt32? = nil, owner: UInt32? = nil, group: UInt32? = nil,
                               modified: Timestamp? = nil, accessed: Timestamp? = nil, changed: Timestamp) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
@@ -358,9 +360,11 @@ public final class Catalog: Sendable {
             // (utimensat with UTIME_OMIT for atime must leave atime as it was).
             try db.cachedExecute(sql: """
                 UPDATE item SET mode = COALESCE(?, mode), owner = COALESCE(?, owner), "group" = COALESCE(?, "group"),
-                    accessedNs = COALESCE(?, accessedNs, modifiedNs), modifiedNs = COALESCE(?, modifiedNs), changedNs = ? WHERE inode = ?
+                    accessedNs = COALESCE(?, accessedNs, modifiedNs), modifiedNs = COALESCE(?, modifiedNs), changedNs = ?,
+                    versionAt = ? WHERE inode = ?
                 """, arguments: [mode.map { Int64($0) }, owner.map { Int64($0) }, group.map { Int64($0) },
-                                 accessed?.nanoseconds, modified?.nanoseconds, changed.nanoseconds, Int64(bitPattern: inode)])
+                                 accessed?.nanoseconds, modified?.nanoseconds, changed.nanoseconds, Date().timeIntervalSince1970,
+                                 Int64(bitPattern: inode)])
         }
     }
 
@@ -469,7 +473,7 @@ public final class Catalog: Sendable {
     /// next mount reads is the latest whatever happens to the machine meanwhile.
     public func makeDurable() throws(FSError) {
         do {
-            try db.writeWithoutTransaction { db in try db.checkpoint(.full) }
+            _ = try db.writeWithoutTransaction { db in try db.checkpoint(.full) }
         } catch {
             throw .io("cannot flush the catalog: \(error)")
         }

@@ -49,8 +49,10 @@ public final class InMemoryStore: Store, Sendable {
         var readFaults: [ReadFault] = []
         var listFault: StoreError?
         var readGate: (@Sendable () async -> Void)?
+        var statGate: (@Sendable () async -> Void)?
         var writes: [StorePath: Int] = [:]
         var writeFault: StoreError?
+        var attributesFault: StoreError?
         var writeGate: (@Sendable () async -> Void)?
         var uploadReading: UploadReading?
         /// The content of every write that succeeded, in order (what the store ever held).
@@ -59,12 +61,22 @@ public final class InMemoryStore: Store, Sendable {
         var log: [String] = []
     }
 
+    /// Whether a listing shows when each version was stored rather than the file's own time.
+    private let listsStoredTimes: Bool
+
     /// `.byStat` makes it list links as small files, as S3 does; `looksUpByStat` makes the
-    /// core look names of unlisted folders up one by one, as on S3.
-    public init(symlinkDiscovery: SymlinkDiscovery = .inListings, looksUpByStat: Bool = false) {
+    /// core look names of unlisted folders up one by one, as on S3. `listsStoredTimes` makes a
+    /// listing show the time each version was stored (`storedTime(ofVersion:)`), as an S3
+    /// listing shows `LastModified`: the file's own time (S3's `x-amz-meta-mtime`) only shows
+    /// in `stat` and `read`.
+    public init(symlinkDiscovery: SymlinkDiscovery = .inListings, looksUpByStat: Bool = false, listsStoredTimes: Bool = false) {
         capabilities = StoreCapabilities(canWrite: true, canRename: true, hasRangeReads: true, symlinkDiscovery: symlinkDiscovery,
                                          looksUpByStat: looksUpByStat)
+        self.listsStoredTimes = listsStoredTimes
     }
+
+    /// The time a listing shows for version `version` of a file when `listsStoredTimes`.
+    public static func storedTime(ofVersion version: Int) -> Double { 1_800_000_000 + Double(version) }
 
     // MARK: Arranging
 
@@ -134,6 +146,17 @@ public final class InMemoryStore: Store, Sendable {
     /// Every read waits on `gate` before delivering anything.
     public func holdReads(until gate: (@Sendable () async -> Void)?) {
         state.withLock { $0.readGate = gate }
+    }
+
+    /// Every `setAttributes` fails with `error` (nil: it works again).
+    public func failAttributes(with error: StoreError?) {
+        state.withLock { $0.attributesFault = error }
+    }
+
+    /// The next `stat` is answered with what the store holds when it is asked, but only once
+    /// `gate` opens: a reply slow to arrive, overtaken by what happens meanwhile.
+    public func holdNextStat(until gate: @escaping @Sendable () async -> Void) {
+        state.withLock { $0.statGate = gate }
     }
 
     public func readCount(_ path: String) -> Int {
@@ -237,6 +260,7 @@ public final class InMemoryStore: Store, Sendable {
             for (path, file) in state.files where path.parent == directory {
                 var entry = Self.entry(path, file)
                 if file.isSymlink, capabilities.symlinkDiscovery != .inListings { entry.kind = .file }
+                if listsStoredTimes { entry.modified = Self.storedTime(ofVersion: file.version) }
                 entries.append(entry)
             }
             for path in state.directories where path.parent == directory {
@@ -253,12 +277,17 @@ public final class InMemoryStore: Store, Sendable {
     }
 
     public func stat(_ path: StorePath) async throws(StoreError) -> RemoteEntry {
-        try state.withLock { state throws(StoreError) -> RemoteEntry in
+        let (answer, gate) = state.withLock { state -> (Result<RemoteEntry, StoreError>, (@Sendable () async -> Void)?) in
             state.stats += 1
-            if let file = state.files[path] { return Self.entry(path, file) }
-            if state.directories.contains(path) { return RemoteEntry(path: path, kind: .directory, size: 0, modified: 0) }
-            throw .notFound(path)
+            defer { state.statGate = nil }
+            if let file = state.files[path] { return (.success(Self.entry(path, file)), state.statGate) }
+            if state.directories.contains(path) {
+                return (.success(RemoteEntry(path: path, kind: .directory, size: 0, modified: 0)), state.statGate)
+            }
+            return (.failure(.notFound(path)), state.statGate)
         }
+        if let gate { await gate() }
+        return try answer.get()
     }
 
     public func read(_ path: StorePath, range: ByteRange?, ifMatch: ETag?, into sink: any ContentSink) async throws(StoreError) -> RemoteEntry {
@@ -348,10 +377,13 @@ public final class InMemoryStore: Store, Sendable {
 
     public func setAttributes(_ path: StorePath, _ attributes: StoreAttributes) async throws(StoreError) -> Bool {
         try state.withLock { state throws(StoreError) -> Bool in
+            if let fault = state.attributesFault { throw fault }
             guard state.files[path] != nil || state.directories.contains(path) else { throw .notFound(path) }
             var kept = state.attributes[path] ?? StoreAttributes()
             kept.mode = attributes.mode ?? kept.mode
             kept.modified = attributes.modified ?? kept.modified
+            // The time is the file's own from now on, as S3's `x-amz-meta-mtime` is.
+            if let modified = attributes.modified { state.files[path]?.modified = modified.seconds }
             kept.accessed = attributes.accessed ?? kept.accessed
             kept.owner = attributes.owner ?? kept.owner
             kept.group = attributes.group ?? kept.group

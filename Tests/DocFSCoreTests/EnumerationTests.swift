@@ -219,6 +219,49 @@ struct EnumerationTests {
         #expect(store.listingsAsked == before.listings + 1)
     }
 
+    /// On S3 a listing shows when each version was stored (`LastModified`); only a HEAD shows
+    /// the time the file carries (`x-amz-meta-mtime`, what `touch -d` set). A name's HEAD
+    /// answered after the folder's listing landed still gives the name its own time.
+    @Test func aNameAskedByNameKeepsItsOwnTimeWhenTheFolderListingLandsFirst() async throws {
+        let store = InMemoryStore(looksUpByStat: true, listsStoredTimes: true)
+        for name in ["a", "b", "c"] { store.addFile("top/dir/\(name).bin", [1, 2, 3], modified: 1_000) }
+        let fixture = try CoreFixture(store: store, ttl: 60)
+        let dir = try await folderLookedUpByName(fixture)
+        #expect(try await fixture.fs.lookup(parent: dir.inode, name: "a.bin").modified == Timestamp(seconds: 1_000))
+        // The second name's HEAD waits until the listing it started is in the catalog.
+        let gate = Gate()
+        store.holdNextStat(until: { await gate.wait() })
+        let second = Task { try await fixture.fs.lookup(parent: dir.inode, name: "b.bin") }
+        while store.listings(of: "top/dir") == 0 { try await Task.sleep(for: .milliseconds(5)) }
+        await fixture.fs.waitForListings()
+        #expect(try fixture.fs.lookupIfListed(parent: dir.inode, name: "b.bin")?.modified
+                    == Timestamp(seconds: InMemoryStore.storedTime(ofVersion: 2)))  // the listing's time, for now
+        await gate.open()
+        #expect(try await second.value.modified == Timestamp(seconds: 1_000))
+        #expect(try fixture.fs.lookupIfListed(parent: dir.inode, name: "b.bin")?.modified == Timestamp(seconds: 1_000))
+        #expect(try fixture.fs.lookupIfListed(parent: dir.inode, name: "a.bin")?.modified == Timestamp(seconds: 1_000))
+    }
+
+    /// A HEAD asked before a `touch -d` here and answered after it carries the old time: the
+    /// time set here stays (also while the store has not taken it yet: here, never).
+    @Test func aTimeSetHereIsNotUndoneByAnAnswerAskedBeforeIt() async throws {
+        let store = InMemoryStore(looksUpByStat: true)
+        store.addFile("top/dir/a.bin", [1, 2, 3], modified: 1_000)
+        let fixture = try CoreFixture(store: store, ttl: 60, readOnly: false, listAhead: .off)
+        let dir = try await folderLookedUpByName(fixture)
+        let a = try await fixture.fs.lookup(parent: dir.inode, name: "a.bin")
+        let gate = Gate()
+        store.holdNextStat(until: { await gate.wait() })
+        let asked = store.statCount
+        let again = Task { try await fixture.fs.lookup(parent: dir.inode, name: "a.bin") }
+        while store.statCount == asked { try await Task.sleep(for: .milliseconds(5)) }
+        store.failAttributes(with: .unreachable("test"))
+        _ = try await fixture.fs.setAttributes(of: a.inode, .init(modified: Timestamp(seconds: 5_000)), handle: nil)
+        await gate.open()
+        #expect(try await again.value.modified == Timestamp(seconds: 5_000))
+        #expect(try fixture.fs.item(a.inode).modified == Timestamp(seconds: 5_000))
+    }
+
     @Test func aFolderOnePageCannotHoldIsLookedUpByNameAndTriedOnce() async throws {
         let store = InMemoryStore(looksUpByStat: true)
         for name in ["a", "b", "c", "d", "e"] { store.addFile("top/dir/\(name).bin", [1]) }

@@ -284,7 +284,8 @@ final class ModelRun {
     private init(seed: UInt64, streaming: StreamingPolicy, conflictClock: @escaping @Sendable () -> Date) throws {
         self.seed = seed
         random = SeededGenerator(seed: seed)
-        store = InMemoryStore(looksUpByStat: seed % 2 == 1)
+        // Odd seeds ask names one by one and list the times versions were stored, as S3 does.
+        store = InMemoryStore(looksUpByStat: seed % 2 == 1, listsStoredTimes: seed % 2 == 1)
         if seed % 4 == 3 { store.pageListings(by: 2) }
         store.readUploads(Self.uploadReading(seed: seed))
         proxy = CrashableStore(wrapping: store)
