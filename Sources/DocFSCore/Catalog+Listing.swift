@@ -33,14 +33,9 @@ public final class ListingProgress: Sendable {
     /// When the first page was asked for: rows whose version docfs learned after it are newer
     /// than anything this listing says, and a vanished row only goes if it is older.
     public let startedAt: Double
-    /// The entries come from asking the store about each one (a HEAD, with S3's
-    /// `x-amz-meta-mtime`), not from a listing (S3's lists only `LastModified`): their times
-    /// are the items' times even where the version is one the catalog knows.
-    public let exactTimes: Bool
 
-    public init(startedAt: Double, exactTimes: Bool = false) {
+    public init(startedAt: Double) {
         self.startedAt = startedAt
-        self.exactTimes = exactTimes
     }
 
     public var count: Int { seen.withLock { $0.names.count } }
@@ -144,7 +139,7 @@ extension Catalog {
             }
             if let row, keepsSpecialKind(row, entry) { continue }
             if let row, (row["kind"] as Int) == kind.rawValue {
-                try update(row, to: entry, exactTime: progress.exactTimes, in: db)
+                try update(row, to: entry, in: db)
                 continue
             }
             if let row {
@@ -216,22 +211,23 @@ extension Catalog {
     }
 
     /// Brings a row of the same kind up to what the store says of it.
-    private static func update(_ row: Row, to entry: RemoteEntry, exactTime: Bool = false, in db: Database) throws {
+    private static func update(_ row: Row, to entry: RemoteEntry, in db: Database) throws {
         if hasLocalCopy(row) {
             try updateUnderLocalCopy(row, to: entry, confirmingKind: true, in: db)
             return
         }
         let time = Timestamp(seconds: entry.modified).nanoseconds
         // A refresh of an unchanged folder writes nothing.
-        if matches(row, entry), !exactTime || (row["modifiedNs"] as Int64) == time { return }
-        // A time set here (utimensat) stays until the content itself changes; a listing's time
-        // (S3's LastModified) never replaces it, an exact one does.
+        if matches(row, entry), !entry.carriesOwnTime || (row["modifiedNs"] as Int64) == time { return }
+        // A time set here (utimensat) stays until the content itself changes; a time of when the
+        // version was stored (S3's LastModified) never replaces it, the item's own one does (a
+        // HEAD's `x-amz-meta-mtime`: what a `touch` here also sent the store).
         try db.cachedExecute(sql: """
             UPDATE item SET size = ?, modifiedNs = CASE WHEN NOT ? AND etag IS NOT NULL AND etag = ? THEN modifiedNs ELSE ? END,
                 etag = ?, symlinkTarget = ?, mode = COALESCE(?, mode), onStore = 1, kindKnownFor = ?, rdev = ?,
                 owner = COALESCE(?, owner), "group" = COALESCE(?, "group")
             WHERE inode = ?
-            """, arguments: [entry.size, exactTime, entry.etag?.value, time, entry.etag?.value,
+            """, arguments: [entry.size, entry.carriesOwnTime, entry.etag?.value, time, entry.etag?.value,
                              target(of: entry), entry.mode.map { Int64($0) }, entry.etag?.value, rdev(of: entry),
                              storeOwner(of: entry), storeGroup(of: entry), row["inode"] as Int64])
     }

@@ -402,15 +402,22 @@ public final class Catalog: Sendable {
         }
     }
 
-    /// A download finished: the item is the version the store sent.
-    public func recordFetched(_ inode: Inode, _ life: CopyLife, entry: RemoteEntry) throws(FSError) {
+    /// A download finished: the item is the version the store sent. The time stays the
+    /// catalog's for the same version (a time set here, or a listing's to the millisecond where
+    /// a GET tells whole seconds), unless the answer carries the item's own time
+    /// (`RemoteEntry.carriesOwnTime`) and nothing was learnt about the item since `askedAt`
+    /// (a `touch` here after the GET was sent stays).
+    public func recordFetched(_ inode: Inode, _ life: CopyLife, entry: RemoteEntry, askedAt: Double? = nil) throws(FSError) {
+        let takesOwnTime = entry.carriesOwnTime && askedAt != nil
         try write(invalidating: .item(inode)) { db in
             try Catalog.persist(db, inode, life)
             try db.cachedExecute(sql: """
-                UPDATE item SET size = ?, modifiedNs = CASE WHEN etag IS NOT NULL AND etag = ? THEN modifiedNs ELSE ? END,
+                UPDATE item SET size = ?,
+                    modifiedNs = CASE WHEN etag IS NOT NULL AND etag = ? AND NOT (? AND (versionAt IS NULL OR versionAt < ?))
+                                      THEN modifiedNs ELSE ? END,
                     etag = COALESCE(?, etag), mode = COALESCE(?, mode), versionAt = ? WHERE inode = ?
-                """, arguments: [entry.size, entry.etag?.value, Timestamp(seconds: entry.modified).nanoseconds, entry.etag?.value,
-                                 entry.mode.map { Int64($0) }, Date().timeIntervalSince1970, Int64(bitPattern: inode)])
+                """, arguments: [entry.size, entry.etag?.value, takesOwnTime, askedAt ?? 0, Timestamp(seconds: entry.modified).nanoseconds,
+                                 entry.etag?.value, entry.mode.map { Int64($0) }, Date().timeIntervalSince1970, Int64(bitPattern: inode)])
         }
     }
 

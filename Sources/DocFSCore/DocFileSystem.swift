@@ -184,11 +184,10 @@ public final class DocFileSystem: Sendable {
         } catch {
             throw FSError(error)
         }
-        // The answer carries the item's own time (S3's `x-amz-meta-mtime`): it replaces the
-        // version's upload time a listing that landed meanwhile gave the row.
+        // An answer carrying the item's own time (S3's `x-amz-meta-mtime`) replaces the time of
+        // storing a listing that landed meanwhile gave the row (`RemoteEntry.carriesOwnTime`).
         try await Blocking.run { [catalog] () throws(FSError) in
-            try catalog.applyListingPage([entry], of: directory.inode, askedAt: askedAt,
-                                         progress: ListingProgress(startedAt: askedAt, exactTimes: true))
+            try catalog.applyListingPage([entry], of: directory.inode, askedAt: askedAt, progress: ListingProgress(startedAt: askedAt))
         }
         guard let child = try catalog.child(of: directory.inode, named: name) else { throw .notFound }
         return try item(child.inode)

@@ -440,11 +440,13 @@ public actor Provider {
         let trouble = FetchTrouble()
         let fetch = Task.detached { [store, catalog, retry, streaming, logger] () async throws -> Void in
             do {
+                let askedAt = Date().timeIntervalSince1970
                 let entry = streamed
                     ? try await Self.fetchHead(of: item, into: copy, store: store, retry: retry, streaming: streaming, trouble: trouble, logger: logger)
                     : try await Self.fetch(item, into: copy, store: store, retry: retry, trouble: trouble, logger: logger)
-                try copy.update({ $0.fetched(etag: entry.etag) },
-                                recording: { (life) throws(FSError) in try catalog.recordFetched(item.inode, life, entry: entry) })
+                try copy.update({ $0.fetched(etag: entry.etag) }, recording: { (life) throws(FSError) in
+                    try catalog.recordFetched(item.inode, life, entry: entry, askedAt: askedAt)
+                })
                 if entry.etag != item.etag, item.etag != nil {
                     logger.info("content changed on the store since listing", metadata: ["path": "\(item.path)"])
                 }

@@ -159,7 +159,7 @@ actor KindConfirmations {
         guard !stated.isEmpty else { return }
         do {
             try await Blocking.run { () throws(FSError) in
-                try catalog.applyListingPage(stated, of: directory, askedAt: askedAt, progress: ListingProgress(startedAt: askedAt, exactTimes: true))
+                try catalog.applyListingPage(stated, of: directory, askedAt: askedAt, progress: ListingProgress(startedAt: askedAt))
             }
         } catch {
             logger.debug("could not record the kinds of entries", metadata: ["count": "\(stated.count)", "error": "\(error)"])

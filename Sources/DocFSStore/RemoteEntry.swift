@@ -21,9 +21,13 @@ public struct RemoteEntry: Sendable, Equatable {
     /// Owner and group the store carries, if any (see `StoreAttributes`).
     public var owner: UInt32?
     public var group: UInt32?
+    /// `modified` is a time a client gave the item (S3's `x-amz-meta-mtime`, in a HEAD or a
+    /// GET), not the store's record of when this version was stored (S3's `LastModified`, all
+    /// an S3 listing shows). Such a time replaces the one the catalog holds for the same version.
+    public var carriesOwnTime: Bool
 
     public init(path: StorePath, kind: Kind, size: Int64, modified: Double, etag: ETag? = nil, mode: UInt32? = nil,
-                owner: UInt32? = nil, group: UInt32? = nil) {
+                owner: UInt32? = nil, group: UInt32? = nil, carriesOwnTime: Bool = false) {
         self.path = path
         self.kind = kind
         self.size = size
@@ -32,6 +36,7 @@ public struct RemoteEntry: Sendable, Equatable {
         self.mode = mode
         self.owner = owner
         self.group = group
+        self.carriesOwnTime = carriesOwnTime
     }
 
     public var name: String { path.name }

@@ -78,6 +78,14 @@ public final class InMemoryStore: Store, Sendable {
     /// The time a listing shows for version `version` of a file when `listsStoredTimes`.
     public static func storedTime(ofVersion version: Int) -> Double { 1_800_000_000 + Double(version) }
 
+    /// What `stat` and `read` tell of a file: where listings show stored times, the file's own
+    /// time, said to be one (as S3's HEAD and GET carry `x-amz-meta-mtime`).
+    private func ownTimed(_ entry: RemoteEntry) -> RemoteEntry {
+        var entry = entry
+        entry.carriesOwnTime = listsStoredTimes
+        return entry
+    }
+
     // MARK: Arranging
 
     public func addFile(_ path: String, _ content: [UInt8], modified: Double = 1_700_000_000) {
@@ -280,7 +288,7 @@ public final class InMemoryStore: Store, Sendable {
         let (answer, gate) = state.withLock { state -> (Result<RemoteEntry, StoreError>, (@Sendable () async -> Void)?) in
             state.stats += 1
             defer { state.statGate = nil }
-            if let file = state.files[path] { return (.success(Self.entry(path, file)), state.statGate) }
+            if let file = state.files[path] { return (.success(ownTimed(Self.entry(path, file))), state.statGate) }
             if state.directories.contains(path) {
                 return (.success(RemoteEntry(path: path, kind: .directory, size: 0, modified: 0)), state.statGate)
             }
@@ -302,7 +310,7 @@ public final class InMemoryStore: Store, Sendable {
             let fault = state.readFaults.isEmpty ? nil : state.readFaults.removeFirst()
             return (file, fault)
         }
-        let entry = Self.entry(path, file)
+        let entry = ownTimed(Self.entry(path, file))
         if let etag = ifMatch, etag != entry.etag { throw .versionMismatch(path) }
         let lower = Int(range?.lowerBound ?? 0)
         var upper = min(Int(range?.upperBound ?? Int64(file.content.count)), file.content.count)

@@ -245,7 +245,7 @@ struct EnumerationTests {
     /// A HEAD asked before a `touch -d` here and answered after it carries the old time: the
     /// time set here stays (also while the store has not taken it yet: here, never).
     @Test func aTimeSetHereIsNotUndoneByAnAnswerAskedBeforeIt() async throws {
-        let store = InMemoryStore(looksUpByStat: true)
+        let store = InMemoryStore(looksUpByStat: true, listsStoredTimes: true)
         store.addFile("top/dir/a.bin", [1, 2, 3], modified: 1_000)
         let fixture = try CoreFixture(store: store, ttl: 60, readOnly: false, listAhead: .off)
         let dir = try await folderLookedUpByName(fixture)

@@ -47,8 +47,10 @@ extension S3Store {
         let size = try await RangedBody.receive(response, range: range, path: path, into: sink, timeouts: transport.timeouts) { () async throws(StoreError) in
             try await self.stat(path)
         }
-        return RemoteEntry(path: path, kind: .file, size: size, modified: S3Metadata.modified(in: response.headers) ?? modified,
+        let ownTime = S3Metadata.modified(in: response.headers)
+        return RemoteEntry(path: path, kind: .file, size: size, modified: ownTime ?? modified,
                            etag: headerETag, mode: S3Metadata.mode(in: response.headers),
-                           owner: S3Metadata.owner(in: response.headers), group: S3Metadata.group(in: response.headers))
+                           owner: S3Metadata.owner(in: response.headers), group: S3Metadata.group(in: response.headers),
+                           carriesOwnTime: ownTime != nil)
     }
 }

@@ -49,11 +49,13 @@ extension S3Store {
 
     /// The file entry that an object's HEAD or GET headers describe.
     func objectEntry(_ path: StorePath, _ headers: HTTPHeaders) -> RemoteEntry {
-        RemoteEntry(path: path, kind: .file,
-                    size: headers.first(name: "Content-Length").flatMap { Int64($0) } ?? 0,
-                    modified: S3Metadata.modified(in: headers) ?? headers.first(name: "Last-Modified").flatMap(HTTPDate.parse) ?? 0,
-                    etag: headers.first(name: "ETag").map(ETag.normalized),
-                    mode: S3Metadata.mode(in: headers), owner: S3Metadata.owner(in: headers), group: S3Metadata.group(in: headers))
+        let ownTime = S3Metadata.modified(in: headers)
+        return RemoteEntry(path: path, kind: .file,
+                           size: headers.first(name: "Content-Length").flatMap { Int64($0) } ?? 0,
+                           modified: ownTime ?? headers.first(name: "Last-Modified").flatMap(HTTPDate.parse) ?? 0,
+                           etag: headers.first(name: "ETag").map(ETag.normalized),
+                           mode: S3Metadata.mode(in: headers), owner: S3Metadata.owner(in: headers), group: S3Metadata.group(in: headers),
+                           carriesOwnTime: ownTime != nil)
     }
 
     /// Two ETags name the same version, an unquoted one (some servers' listings) quoted first.
