@@ -758,10 +758,12 @@ public final class DocFileSystem: Sendable {
             group.addTask { await uploader.waitUntilIdle(untilStalled: true); return true }
             group.addTask { try? await Task.sleep(for: uploadGrace); return false }
             let first = await group.next() ?? false
+            // The grace is over: uploads still under way are cancelled, which also ends the
+            // wait above (a group waits for all its tasks: an upload that hangs held it forever).
+            await uploader.stop()
             group.cancelAll()
             return first
         }
-        await uploader.stop()
         if !drained { logger.warning("unmounting with uploads still pending; the next mount resumes them") }
         await provider.shutdown()
         // What stays for the next mount is flushed, so that one may trust it after any crash.

@@ -67,6 +67,8 @@ public actor Uploader {
     /// Items whose last upload the store refused for good, with why (see `refusedPrefix`).
     private var refused: [Inode: String] = [:]
     private var stopped = false
+    /// The task of each upload in flight, cancelled when the uploader stops.
+    private var uploadTasks: [Inode: Task<Void, Never>] = [:]
 
     /// How `user.docfs.error` (the catalog's upload error) begins for an upload the store
     /// refused for good: `docfs unmount` keeps such files rather than waiting for them.
@@ -131,9 +133,9 @@ public actor Uploader {
     }
 
     /// Waits until nothing is queued or uploading (or until every pending item is waiting
-    /// for a retry, when `untilStalled` is true).
+    /// for a retry, when `untilStalled` is true), or until the uploader stops.
     public func waitUntilIdle(untilStalled: Bool = false) async {
-        while !(queue.isEmpty && inFlight.isEmpty && (untilStalled || retryTasks.isEmpty)) {
+        while !stopped && !(queue.isEmpty && inFlight.isEmpty && (untilStalled || retryTasks.isEmpty)) {
             await withCheckedContinuation { idleWaiters.append($0) }
         }
     }
@@ -167,10 +169,14 @@ public actor Uploader {
         wakeIdleWaitersIfIdle()
     }
 
-    /// Stops retrying and starts nothing new (the mount is going away); pending changes stay
-    /// in the journal.
+    /// Stops retrying, starts nothing new and cancels the uploads under way (the mount is
+    /// going away); pending changes stay in the journal.
     public func stop() {
         stopped = true
+        // Those under way are cancelled: a cancelled upload leaves its change committed in the
+        // journal, and the next mount sends it (one that reached the store meanwhile is found
+        // there as its own version, not as a conflict).
+        for task in uploadTasks.values { task.cancel() }
         for task in retryTasks.values { task.cancel() }
         retryTasks.removeAll()
         queue.removeAll()
@@ -210,7 +216,7 @@ public actor Uploader {
             queue.remove(at: index)
             queued.remove(inode)
             inFlight[inode] = path
-            Task { await self.upload(inode) }
+            uploadTasks[inode] = Task { await self.upload(inode) }
         }
         wakeIdleWaitersIfIdle()
     }
@@ -218,6 +224,7 @@ public actor Uploader {
     private func upload(_ inode: Inode) async {
         let outcome = await attempt(inode)
         inFlight[inode] = nil
+        uploadTasks[inode] = nil
         switch outcome {
         case .done:
             failures[inode] = nil
@@ -607,7 +614,7 @@ public actor Uploader {
     }
 
     private func wakeIdleWaitersIfIdle() {
-        guard queue.isEmpty && inFlight.isEmpty else { return }
+        guard stopped || (queue.isEmpty && inFlight.isEmpty) else { return }
         for waiter in idleWaiters { waiter.resume() }
         idleWaiters.removeAll()
     }

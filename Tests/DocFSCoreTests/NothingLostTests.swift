@@ -2,6 +2,7 @@ import DocFSCore
 import DocFSStore
 import DocFSTesting
 import Foundation
+import Synchronization
 import Testing
 
 /// The scenarios of "nothing is lost" (issue 8): a refresh, a remote change, a crash or an
@@ -289,6 +290,44 @@ struct NothingLostTests {
         await next.settle()
         #expect(store.content("notes.txt") == Array("new".utf8))
         #expect(conflictCopies(next, of: "notes", kind: "unsaved").isEmpty)
+    }
+
+    /// An upload that hangs (a server that takes the body and never answers) does not hold an
+    /// unmount past its grace: it is cancelled, its change stays for the next mount, which sends
+    /// it, and an old attempt that reached the store after all is not taken for someone else's.
+    @Test func anUploadThatHangsDoesNotHoldTheUnmountPastItsGrace() async throws {
+        let store = InMemoryStore()
+        store.addFile("notes.txt", Array("old".utf8))
+        let fixture = try CoreFixture(store: store, through: CrashableStore(wrapping: store))
+        try await fixture.fs.start()
+        let hanging = Gate()
+        let writes = Mutex(0)
+        store.holdWrites(until: { if writes.withLock({ $0 += 1; return $0 }) == 1 { await hanging.wait() } })
+        let item = try await fixture.lookup("notes.txt")
+        let handle = try await fixture.fs.open(item.inode, mode: .init(writable: true, truncate: true))
+        try fixture.write(handle: handle, Array("new".utf8))
+        await fixture.fs.release(handle: handle)
+        while writes.withLock({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(5)) }
+
+        let ended = Mutex(false)
+        let unmounted = Task {
+            await fixture.fs.shutdown(uploadGrace: .milliseconds(200))
+            ended.withLock { $0 = true }
+        }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while !ended.withLock({ $0 }), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(ended.withLock { $0 }, "the unmount waited for the hanging upload")
+        if !ended.withLock({ $0 }) { await hanging.open() }  // so that a failing run ends
+        let next = try await fixture.restart(from: fixture.directory, through: CrashableStore(wrapping: store))
+        await next.settle()
+        #expect(store.content("notes.txt") == Array("new".utf8))
+        // The old attempt's answer comes at last; the store keeps one version, no conflict copy.
+        await hanging.open()
+        await unmounted.value
+        await next.settle()
+        #expect(store.content("notes.txt") == Array("new".utf8))
+        #expect(store.fileNames(in: "").sorted() == ["notes.txt"])
+        #expect(next.pendingUploads().isEmpty)
     }
 
     @Test func aLargeUploadDoesNotHoldUpNamespaceChangesElsewhere() async throws {
