@@ -23,6 +23,6 @@ final class MovingItems: Sendable {
     }
 
     func contains(_ inode: Inode) -> Bool {
-        moving.withLock { !$0.isEmpty && $0[inode] != nil }
+        moving.withLock { $0[inode] != nil }
     }
 }

@@ -36,8 +36,8 @@ public actor Uploader {
 
     private var queue: [Inode] = []
     private var queued: Set<Inode> = []
-    /// Uploads under way, with the path each one writes.
-    private var inFlight: [Inode: StorePath] = [:]
+    /// Uploads under way: the path each one writes, and its task (cancelled when the uploader stops).
+    private var inFlight: [Inode: (path: StorePath, task: Task<Void, Never>)] = [:]
     /// Items an fsync waits for right now, with how many fsyncs wait: an attempt started
     /// meanwhile commits the copy's pending writes before its snapshot, so the fsync is not
     /// answered with nothing sent. Only while the fsync waits: once it has returned (also with
@@ -67,8 +67,6 @@ public actor Uploader {
     /// Items whose last upload the store refused for good, with why (see `refusedPrefix`).
     private var refused: [Inode: String] = [:]
     private var stopped = false
-    /// The task of each upload in flight, cancelled when the uploader stops.
-    private var uploadTasks: [Inode: Task<Void, Never>] = [:]
 
     /// How `user.docfs.error` (the catalog's upload error) begins for an upload the store
     /// refused for good: `docfs unmount` keeps such files rather than waiting for them.
@@ -147,7 +145,7 @@ public actor Uploader {
         let holder = nextHolder
         nextHolder += 1
         exclusiveHolders[holder] = paths
-        while inFlight.values.contains(where: { Uploader.overlaps($0, paths) }) {
+        while inFlight.values.contains(where: { Uploader.overlaps($0.path, paths) }) {
             await withCheckedContinuation { exclusiveWaiters.append($0) }
         }
         defer {
@@ -176,7 +174,7 @@ public actor Uploader {
         // Those under way are cancelled: a cancelled upload leaves its change committed in the
         // journal, and the next mount sends it (one that reached the store meanwhile is found
         // there as its own version, not as a conflict).
-        for task in uploadTasks.values { task.cancel() }
+        for upload in inFlight.values { upload.task.cancel() }
         for task in retryTasks.values { task.cancel() }
         retryTasks.removeAll()
         queue.removeAll()
@@ -215,8 +213,7 @@ public actor Uploader {
             guard !blocked else { index += 1; continue }
             queue.remove(at: index)
             queued.remove(inode)
-            inFlight[inode] = path
-            uploadTasks[inode] = Task { await self.upload(inode) }
+            inFlight[inode] = (path, Task { await self.upload(inode) })
         }
         wakeIdleWaitersIfIdle()
     }
@@ -224,7 +221,6 @@ public actor Uploader {
     private func upload(_ inode: Inode) async {
         let outcome = await attempt(inode)
         inFlight[inode] = nil
-        uploadTasks[inode] = nil
         switch outcome {
         case .done:
             failures[inode] = nil

@@ -287,12 +287,11 @@ public final class InMemoryStore: Store, Sendable {
     public func stat(_ path: StorePath) async throws(StoreError) -> RemoteEntry {
         let (answer, gate) = state.withLock { state -> (Result<RemoteEntry, StoreError>, (@Sendable () async -> Void)?) in
             state.stats += 1
-            defer { state.statGate = nil }
-            if let file = state.files[path] { return (.success(ownTimed(Self.entry(path, file))), state.statGate) }
-            if state.directories.contains(path) {
-                return (.success(RemoteEntry(path: path, kind: .directory, size: 0, modified: 0)), state.statGate)
-            }
-            return (.failure(.notFound(path)), state.statGate)
+            let gate = state.statGate
+            state.statGate = nil
+            if let file = state.files[path] { return (.success(ownTimed(Self.entry(path, file))), gate) }
+            if state.directories.contains(path) { return (.success(RemoteEntry(path: path, kind: .directory, size: 0, modified: 0)), gate) }
+            return (.failure(.notFound(path)), gate)
         }
         if let gate { await gate() }
         return try answer.get()
