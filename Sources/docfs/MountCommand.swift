@@ -198,14 +198,18 @@ struct MountCommand: AsyncParsableCommand {
             fail("\(error)")
         }
 
-        // A store we cannot reach is an error, unless we have its placeholders already.
+        // A store we cannot reach is an error, unless we have its placeholders already. With
+        // them, a few seconds of trying cover a blip, and then the mount shows them (the daemon
+        // reaches the store again by itself); without them, the store gets the interactive 20 s
+        // to come back (a restarting server) before the mount fails.
+        let hasCache = (try? catalog.item(Item.rootInode))??.listedAt != nil
+        let reachability = hasCache ? RetryPolicy.interactive.within(.seconds(3)) : RetryPolicy.interactive
         do {
-            let root = try await RetryPolicy.interactive.run { () async throws(StoreError) -> RemoteEntry in
+            let root = try await reachability.run { () async throws(StoreError) -> RemoteEntry in
                 try await store.stat(.root)
             }
             if root.modified > 0 { try? catalog.updateMetadata(of: Item.rootInode, from: root) }
         } catch {
-            let hasCache = (try? catalog.item(Item.rootInode))??.listedAt != nil
             if error.isTransient && hasCache {
                 logger.warning("store unreachable, serving cached placeholders", metadata: ["error": "\(error)"])
                 printError("docfs: warning: \(store.identity) is unreachable (\(error)); showing cached placeholders")
