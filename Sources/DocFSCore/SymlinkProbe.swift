@@ -56,6 +56,12 @@ struct SymlinkProbe {
 
 /// The confirmations of kinds under way (see `SymlinkProbe`): one HEAD per entry however many
 /// lookups wait for it, and one background sweep per folder at a time.
+///
+/// A confirmation is worth a short wait, not an outage: the catalog's kind is almost always
+/// right. So a HEAD is tried again for at most `patience` (a blip), and once the store is found
+/// down (unreachable, or not answering) lookups answer with the catalog's kind at once for
+/// `downFor`, and sweeps stop, instead of each `stat` of a small file waiting out the
+/// interactive 20 s for a store that refuses every connection (an S3 mount used offline).
 actor KindConfirmations {
     private let store: any Store
     private let catalog: Catalog
@@ -63,21 +69,33 @@ actor KindConfirmations {
     private let logger: Logger
     /// HEADs in flight at once for one folder's sweep.
     private let concurrency: Int
+    private let downFor: Duration
     private var pending: [Inode: Task<Void, Never>] = [:]
     private var sweeping: Set<Inode> = []
+    /// When a confirmation last found the store down.
+    private var foundDownAt: ContinuousClock.Instant?
 
-    init(store: any Store, catalog: Catalog, retry: RetryPolicy, logger: Logger, concurrency: Int = 16) {
+    init(store: any Store, catalog: Catalog, retry: RetryPolicy, logger: Logger, concurrency: Int = 16,
+         patience: Duration = .seconds(2), downFor: Duration = .seconds(10)) {
         self.store = store
         self.catalog = catalog
-        self.retry = retry
+        self.retry = retry.within(min(retry.deadline ?? patience, patience))
         self.logger = logger
         self.concurrency = concurrency
+        self.downFor = downFor
+    }
+
+    /// Whether a confirmation found the store down less than `downFor` ago.
+    private var storeSeemsDown: Bool {
+        guard let foundDownAt else { return false }
+        return ContinuousClock.now - foundDownAt < downFor
     }
 
     /// Confirms `item`'s kind (joining a confirmation under way) and starts confirming the
     /// rest of its folder in the background. When the store cannot be asked, the catalog's
-    /// kind stands, and the next lookup asks again.
+    /// kind stands, and the next lookup asks again (after `downFor`, if the store was down).
     func confirm(_ item: Catalog.KindToConfirm) async {
+        if storeSeemsDown { return }
         if !sweeping.contains(item.parent) {
             sweeping.insert(item.parent)
             Task { await self.sweep(item.parent) }
@@ -97,8 +115,8 @@ actor KindConfirmations {
 
     private func start(_ item: Catalog.KindToConfirm) -> Task<Void, Never> {
         let task = Task { [store, catalog, retry, logger] in
-            await Self.probe([item], in: item.parent, concurrency: 1, store: store, catalog: catalog, retry: retry, logger: logger)
-            self.finished([item.inode])
+            let storeDown = await Self.probe([item], in: item.parent, concurrency: 1, store: store, catalog: catalog, retry: retry, logger: logger)
+            self.finished([item.inode], storeDown: storeDown)
         }
         pending[item.inode] = task
         return task
@@ -115,14 +133,15 @@ actor KindConfirmations {
         // each asking half of `concurrency` at a time.
         var running: [Task<Void, Never>] = []
         var start = candidates.startIndex
-        while start < candidates.endIndex {
+        while start < candidates.endIndex, !storeSeemsDown {
             let end = min(start + Self.batchSize, candidates.endIndex)
             let batch = candidates[start..<end].filter { pending[$0.inode] == nil && stillToConfirm($0) }
             start = end
             guard !batch.isEmpty else { continue }
             let task = Task { [store, catalog, retry, logger, concurrency] in
-                await Self.probe(batch, in: directory, concurrency: max(1, concurrency / 2), store: store, catalog: catalog, retry: retry, logger: logger)
-                self.finished(batch.map(\.inode))
+                let storeDown = await Self.probe(batch, in: directory, concurrency: max(1, concurrency / 2), store: store,
+                                                 catalog: catalog, retry: retry, logger: logger)
+                self.finished(batch.map(\.inode), storeDown: storeDown)
             }
             for item in batch { pending[item.inode] = task }
             running.append(task)
@@ -133,30 +152,46 @@ actor KindConfirmations {
 
     private static let batchSize = 64
 
-    private func finished(_ inodes: [Inode]) {
+    private func finished(_ inodes: [Inode], storeDown: Bool) {
         for inode in inodes { pending[inode] = nil }
+        if storeDown { foundDownAt = .now }
+    }
+
+    /// What one HEAD told.
+    private enum Answer {
+        case entry(RemoteEntry)
+        /// Gone since the listing, or refused: nothing to record.
+        case nothing
+        /// Unreachable or not answering, after the retries.
+        case storeDown
     }
 
     /// HEADs of `items` of `directory`, `concurrency` at a time, and what they say applied to
-    /// the catalog in one transaction.
+    /// the catalog in one transaction. Returns whether the store was found down (no further
+    /// HEAD is started then).
     private static func probe(_ items: [Catalog.KindToConfirm], in directory: Inode, concurrency: Int, store: any Store,
-                              catalog: Catalog, retry: RetryPolicy, logger: Logger) async {
+                              catalog: Catalog, retry: RetryPolicy, logger: Logger) async -> Bool {
         let askedAt = Date().timeIntervalSince1970
-        let stated = await withTaskGroup(of: RemoteEntry?.self) { group in
+        let (stated, storeDown) = await withTaskGroup(of: Answer.self) { group in
             var results: [RemoteEntry] = []
+            var storeDown = false
             var next = items.makeIterator()
             func startNext() {
-                guard let item = next.next() else { return }
+                guard !storeDown, let item = next.next() else { return }
                 group.addTask { await stat(item, store: store, retry: retry, logger: logger) }
             }
             for _ in 0..<concurrency { startNext() }
-            while let result = await group.next() {
-                if let result { results.append(result) }
+            while let answer = await group.next() {
+                switch answer {
+                case .entry(let entry): results.append(entry)
+                case .nothing: break
+                case .storeDown: storeDown = true
+                }
                 startNext()
             }
-            return results
+            return (results, storeDown)
         }
-        guard !stated.isEmpty else { return }
+        guard !stated.isEmpty else { return storeDown }
         do {
             try await Blocking.run { () throws(FSError) in
                 try catalog.applyListingPage(stated, of: directory, askedAt: askedAt, progress: ListingProgress(startedAt: askedAt))
@@ -164,16 +199,20 @@ actor KindConfirmations {
         } catch {
             logger.debug("could not record the kinds of entries", metadata: ["count": "\(stated.count)", "error": "\(error)"])
         }
+        return storeDown
     }
 
-    /// What the store says of `item` (nil: gone since the listing, or a failing store).
-    private static func stat(_ item: Catalog.KindToConfirm, store: any Store, retry: RetryPolicy, logger: Logger) async -> RemoteEntry? {
+    /// What the store says of `item`.
+    private static func stat(_ item: Catalog.KindToConfirm, store: any Store, retry: RetryPolicy, logger: Logger) async -> Answer {
         do {
             let stated = try await retry.run { () async throws(StoreError) -> RemoteEntry in try await store.stat(item.path) }
-            return stated.path == item.path ? stated : nil
+            return stated.path == item.path ? .entry(stated) : .nothing
         } catch {
             logger.debug("could not tell whether an entry is a link", metadata: ["path": "\(item.path)", "error": "\(error)"])
-            return nil
+            switch error {
+            case .unreachable, .timedOut: return .storeDown
+            default: return .nothing
+            }
         }
     }
 }

@@ -50,6 +50,7 @@ public final class InMemoryStore: Store, Sendable {
         var listFault: StoreError?
         var readGate: (@Sendable () async -> Void)?
         var statGate: (@Sendable () async -> Void)?
+        var statFault: StoreError?
         var writes: [StorePath: Int] = [:]
         var writeFault: StoreError?
         var attributesFault: StoreError?
@@ -159,6 +160,11 @@ public final class InMemoryStore: Store, Sendable {
     /// Every `setAttributes` fails with `error` (nil: it works again).
     public func failAttributes(with error: StoreError?) {
         state.withLock { $0.attributesFault = error }
+    }
+
+    /// Every `stat` fails with `error` (nil: it works again).
+    public func failStats(with error: StoreError?) {
+        state.withLock { $0.statFault = error }
     }
 
     /// The next `stat` is answered with what the store holds when it is asked, but only once
@@ -287,6 +293,7 @@ public final class InMemoryStore: Store, Sendable {
     public func stat(_ path: StorePath) async throws(StoreError) -> RemoteEntry {
         let (answer, gate) = state.withLock { state -> (Result<RemoteEntry, StoreError>, (@Sendable () async -> Void)?) in
             state.stats += 1
+            if let fault = state.statFault { return (.failure(fault), nil) }
             let gate = state.statGate
             state.statGate = nil
             if let file = state.files[path] { return (.success(ownTimed(Self.entry(path, file))), gate) }

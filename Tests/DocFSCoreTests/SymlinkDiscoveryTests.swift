@@ -41,6 +41,25 @@ struct SymlinkDiscoveryTests {
         #expect(fixture.fs.childrenToConfirm(of: Item.rootInode).isEmpty)
     }
 
+    @Test func aStoreThatIsDownDoesNotHoldLookupsOfSmallFiles() async throws {
+        let store = Self.linkHidingStore()
+        let names = (0..<40).map { "small\($0)" }
+        for name in names { store.addFile(name, [1]) }
+        let fixture = try CoreFixture(store: store)
+        _ = try await fixture.fs.children(of: Item.rootInode)
+        #expect(fixture.fs.childrenToConfirm(of: Item.rootInode).count == names.count)
+
+        // Offline: every connection refused. Each lookup answers with the kind the listing
+        // gave, and once a HEAD found the store down, no lookup and no sweep asks it again
+        // (before: every entry was asked, each lookup retrying for up to 20 s on a mount).
+        store.failStats(with: .unreachable("connection refused"))
+        for name in names {
+            #expect(try await fixture.lookup(name).kind == .file)
+        }
+        #expect(store.statCount < names.count, "asked \(store.statCount) times about \(names.count) entries")
+        #expect(fixture.fs.childrenToConfirm(of: Item.rootInode).count == names.count)
+    }
+
     @Test func anUnchangedVersionIsNotAskedAboutAgain() async throws {
         let store = Self.linkHidingStore()
         store.addSymlink("link", target: "elsewhere")
