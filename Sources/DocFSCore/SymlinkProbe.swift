@@ -154,7 +154,8 @@ actor KindConfirmations {
 
     private func finished(_ inodes: [Inode], storeDown: Bool) {
         for inode in inodes { pending[inode] = nil }
-        if storeDown { foundDownAt = .now }
+        // A probe that reached the store ends the outage at once, not `downFor` later.
+        foundDownAt = storeDown ? .now : nil
     }
 
     /// What one HEAD told.
