@@ -55,11 +55,17 @@ public final class DocFileSystem: Sendable {
         /// only asks the store for the version (no content): a close-then-reopen whose reads
         /// the page cache answers costs no download (file managers open an image 2-3 times).
         public var cachedVersion: ETag?
-        public init(writable: Bool, truncate: Bool, mayFetch: Bool = true, cachedVersion: ETag? = nil) {
+        /// A writer's open (not truncating) fetches the content at the handle's first read,
+        /// write or truncate, not at open: `touch`, which opens a file for writing and only
+        /// sets its times, downloaded all of it. Only for opens from outside (FUSE): a caller
+        /// inside docfs that opens to write at once has nothing to gain.
+        public var fetchOnFirstUse: Bool
+        public init(writable: Bool, truncate: Bool, mayFetch: Bool = true, cachedVersion: ETag? = nil, fetchOnFirstUse: Bool = false) {
             self.writable = writable
             self.truncate = truncate
             self.mayFetch = mayFetch
             self.cachedVersion = cachedVersion
+            self.fetchOnFirstUse = fetchOnFirstUse
         }
         public static let read = OpenMode(writable: false, truncate: false)
     }
@@ -86,6 +92,18 @@ public final class DocFileSystem: Sendable {
     private struct HandleTable {
         var next: UInt64 = 1
         var open: [UInt64: OpenFile] = [:]
+        /// Writers' handles whose content is fetched at their first use (`OpenMode.fetchOnFirstUse`);
+        /// a handle moves to `open` once it is.
+        var deferred: [UInt64: DeferredOpen] = [:]
+    }
+
+    /// A writer's handle whose content is not local yet: nothing was fetched, and nothing is
+    /// if it is closed without a read, write or truncate.
+    private struct DeferredOpen: Sendable {
+        var inode: Inode
+        var opened: Item
+        /// The fetch its first use started, shared by uses that come meanwhile.
+        var providing: Task<Result<OpenFile, FSError>, Never>?
     }
 
     public init(store: any Store, catalog: Catalog, cacheDirectory: String, directoryTTL: Double, readOnly: Bool,
@@ -248,6 +266,15 @@ public final class DocFileSystem: Sendable {
         if mode.writable && readOnly { throw .readOnly }
         let item = try item(inode)
         let truncating = mode.truncate && mode.writable
+        if mode.fetchOnFirstUse, mode.writable, !truncating, mode.mayFetch, item.kind == .file, item.onStore,
+           provider.presentCopies.withLock({ $0[inode] }) == nil {
+            return handles.withLock { table in
+                let handle = table.next
+                table.next += 1
+                table.deferred[handle] = DeferredOpen(inode: inode, opened: item)
+                return handle
+            }
+        }
         var intent: Provider.OpenIntent = truncating ? .empty : mode.writable ? .content : .streamed
         if intent == .streamed, mode.mayFetch, let cached = mode.cachedVersion, let entry = try await storeStillHas(cached, of: item) {
             intent = .cached(entry)
@@ -340,7 +367,10 @@ public final class DocFileSystem: Sendable {
     /// are being fetched (see `LocalCopy.lendForRead`): wait with `waitForContent`, then
     /// `lendLocalBytes`. One handle lookup, and for a complete copy one lock, per read.
     public func lendForRead(handle: UInt64, offset: Int64, count: Int) throws(FSError) -> DescriptorLoan? {
-        guard let file = handles.withLock({ $0.open[handle] }) else { throw .invalidArgument }
+        guard let file = handles.withLock({ $0.open[handle] }) else {
+            if isDeferred(handle) { return nil }  // `waitForContent` fetches it first
+            throw .invalidArgument
+        }
         guard file.mayFetch else {
             try requireHeld(file, offset: offset, count: count)
             return try file.copy.lend(at: offset, count: count)
@@ -370,6 +400,7 @@ public final class DocFileSystem: Sendable {
     /// Starts fetching what a sparse copy lacks, and reading ahead for a sequential reader;
     /// never waits. (An unknown handle answers true: the read itself reports it.)
     public func prepareRead(handle: UInt64, offset: Int64, count: Int) -> Bool {
+        if isDeferred(handle) { return false }
         guard let file = handles.withLock({ $0.open[handle] }), file.mayFetch else { return true }
         return file.copy.prepareRead(at: offset, count: count, stream: handle)
     }
@@ -377,6 +408,7 @@ public final class DocFileSystem: Sendable {
     /// Waits until `count` bytes at `offset` of an open file are local: at most `ioTimeout`
     /// (`ETIMEDOUT`), and only while the calling task is not cancelled (`EINTR`).
     public func waitForContent(handle: UInt64, offset: Int64, count: Int) async throws(FSError) {
+        try await provideDeferred(handle)
         guard let file = handles.withLock({ $0.open[handle] }) else { throw .invalidArgument }
         let copy = file.copy
         let timedOut = FSError.timedOut("bytes \(offset)..<\(offset + Int64(count)) of \(file.opened.path) did not arrive within \(ioTimeout.map { "\($0)" } ?? "")")
@@ -423,7 +455,10 @@ public final class DocFileSystem: Sendable {
 
     /// fsync: commit (flushed to local disk), then upload now and wait for the store to confirm.
     public func fsync(handle: UInt64) async throws(FSError) {
-        guard let file = handles.withLock({ $0.open[handle] }) else { throw .invalidArgument }
+        guard let file = handles.withLock({ $0.open[handle] }) else {
+            if isDeferred(handle) { return }  // nothing written through it
+            throw .invalidArgument
+        }
         if file.copy.life.uncommitted {
             try await Blocking.run { () throws(FSError) in _ = try file.copy.commit(durably: true) }
         }
@@ -434,6 +469,11 @@ public final class DocFileSystem: Sendable {
 
     /// Closes a handle. The last close evicts the local copy, or hands it to the uploader.
     public func release(handle: UInt64) async {
+        if let deferred = handles.withLock({ $0.deferred.removeValue(forKey: handle) }) {
+            // Never used: nothing was fetched. A fetch its first use started gives its copy back.
+            guard let providing = deferred.providing, case .success(let file) = await providing.value else { return }
+            handles.withLock { $0.open[handle] = file }
+        }
         guard let file = handles.withLock({ $0.open.removeValue(forKey: handle) }) else { return }
         file.copy.endReadStream(handle)
         // Most closes have nothing to commit (a reader, or a writer that already flushed): no
@@ -450,6 +490,59 @@ public final class DocFileSystem: Sendable {
         logger.trace("released", metadata: ["inode": "\(file.inode)", "outcome": "\(outcome)"])
     }
 
+    /// Whether `handle` is a writer's whose content is fetched at its first use (see
+    /// `OpenMode.fetchOnFirstUse`): a write through it must `provideDeferred` first.
+    public func isDeferred(_ handle: UInt64) -> Bool {
+        handles.withLock { $0.deferred[handle] != nil }
+    }
+
+    /// Fetches the content of a deferred writer's handle (nothing for any other handle), once
+    /// however many of its uses wait: as the open would have, with the same errors. A failed
+    /// fetch leaves the handle deferred, and its next use tries again. The caller stops waiting
+    /// when its task is cancelled (`EINTR`); the fetch goes on for the handle's next use.
+    /// Returns the item's inode when the content fetched changed its size, time or version
+    /// since the handle was opened (the kernel's attributes of it are stale then), else nil.
+    @discardableResult
+    public func provideDeferred(_ handle: UInt64) async throws(FSError) -> Inode? {
+        let providing: Task<Result<OpenFile, FSError>, Never>? = handles.withLock { table in
+            guard var deferred = table.deferred[handle] else { return nil }
+            if let running = deferred.providing { return running }
+            let (inode, opened, provider) = (deferred.inode, deferred.opened, provider)
+            let task = Task { [self] () -> Result<OpenFile, FSError> in
+                do throws(FSError) {
+                    let item = try self.item(inode)
+                    let copy = try await provider.open(item, intent: .content)
+                    return .success(OpenFile(inode: inode, copy: copy, writable: true, opened: opened))
+                } catch {
+                    return .failure(error)
+                }
+            }
+            deferred.providing = task
+            table.deferred[handle] = deferred
+            return task
+        }
+        guard let providing else { return nil }
+        // Interrupted: this caller gets EINTR; the fetch goes on for the handle's next use.
+        let result = try await CallerWait.run(limit: nil) { () throws(FSError) -> Result<OpenFile, FSError> in await providing.value }
+        let outcome = handles.withLock { table -> Result<Void, FSError> in
+            // Released meanwhile (`release` gives the copy back), or moved by another use.
+            guard table.deferred[handle] != nil else { return .success(()) }
+            switch result {
+            case .success(let file):
+                table.deferred[handle] = nil
+                table.open[handle] = file
+                return .success(())
+            case .failure(let error):
+                table.deferred[handle]?.providing = nil
+                return .failure(error)
+            }
+        }
+        try outcome.get()
+        guard case .success(let file) = result, let now = try? item(file.inode) else { return nil }
+        let opened = file.opened
+        return now.size != opened.size || now.modified != opened.modified || now.etag != opened.etag ? file.inode : nil
+    }
+
     /// Changes attributes: size (truncate, never downloading for a size of 0), times, mode,
     /// owner. Kept in the catalog, so they survive eviction and remount.
     ///
@@ -463,6 +556,8 @@ public final class DocFileSystem: Sendable {
         var temporary: UInt64?
         if let size = changes.size {
             guard item.kind == .file else { throw item.isDirectory ? .isADirectory : .invalidArgument }
+            // A size of 0 needs no content (the handle stays as it is; a truncating open does it).
+            if let handle, size != 0 { try await provideDeferred(handle) }
             if let handle, let file = handles.withLock({ $0.open[handle] }) {
                 // Like a write: handed over by the handle's close or fsync.
                 try file.copy.truncate(to: size)
@@ -744,7 +839,10 @@ public final class DocFileSystem: Sendable {
     public func shutdown(uploadGrace: Duration = .seconds(10)) async {
         pinnedRefresher.stop()
         let handlesLeft = handles.withLock { table in
-            defer { table.open.removeAll() }
+            defer {
+                table.open.removeAll()
+                table.deferred.removeAll()
+            }
             return Array(table.open.values)
         }
         for file in handlesLeft {
@@ -777,13 +875,22 @@ public final class DocFileSystem: Sendable {
 
     // MARK: Private
 
-    /// Completes the open streamed copies of items at or below `paths`.
+    /// Completes the open streamed copies of items at or below `paths`, and fetches the content
+    /// of writers' handles on them that deferred it: an open file stays usable whatever happens
+    /// to its name (POSIX), and a deferred handle's content is fetched by name.
     private func completeStreams(under paths: [StorePath]) async {
         let catalog = self.catalog
-        await provider.completeStreams { inode in
+        let isAffected = { @Sendable (inode: Inode) -> Bool in
             guard let path = (try? catalog.item(inode))??.path else { return false }
             return paths.contains { path.isSame(orInside: $0) }
         }
+        let deferred = handles.withLock { table in table.deferred.filter { isAffected($0.value.inode) }.map(\.key) }
+        for handle in deferred {
+            do { try await provideDeferred(handle) } catch {
+                logger.warning("cannot fetch an open file before its name changes", metadata: ["handle": "\(handle)", "error": "\(error)"])
+            }
+        }
+        await provider.completeStreams(where: isAffected)
     }
 
     /// The open handles of `inode` lost its name (unlink, or a rename over it): their item

@@ -162,6 +162,8 @@ final class FuseAdapter: Sendable {
             // The kernel's pages of the version it cached stay if that is still the store's (see
             // keepsPageCache): the open need not fetch, reads the page cache misses will.
             if !mode.writable { mode.cachedVersion = cachedVersions.withLock { $0[inode] } }
+            // A writer's content is fetched at its first read, write or truncate (`touch` has none).
+            mode.fetchOnFirstUse = true
             let handle = try await fs.open(inode, mode: mode)
             let after = try? fs.item(inode)
             // The fetch found the content changed on the store: the kernel's cached size and
@@ -243,6 +245,28 @@ final class FuseAdapter: Sendable {
                                     exclusive: flags & O_EXCL != 0, truncate: flags & O_TRUNC != 0)
             }, abandoned: { [fs] created in Task { await fs.release(handle: created.handle) } })
             request.replyCreate(entry(for: item), handle: handle)
+        } catch {
+            request.fail(error)
+        }
+    }
+
+    /// A write: into the local copy, on this thread; the first through a writer's handle that
+    /// deferred its content (`OpenMode.fetchOnFirstUse`) waits for it in a task, with its bytes
+    /// copied (libfuse reuses its buffer once this returns).
+    func write(_ raw: fuse_req_t, handle: UInt64, offset: Int64, bytes: UnsafeRawBufferPointer) {
+        guard fs.isDeferred(handle) else { return write(request(raw), handle: handle, offset: offset, bytes: bytes) }
+        let copied = [UInt8](bytes)
+        respond(raw) { request in await self.writeWhenProvided(request, handle: handle, offset: offset, bytes: copied) }
+    }
+
+    private func writeWhenProvided(_ request: consuming FuseRequest, handle: UInt64, offset: Int64, bytes: [UInt8]) async {
+        do {
+            // The content fetched is not the version the kernel's attributes describe: drop them.
+            if let changed = try await fs.provideDeferred(handle) { invalidateAttributes(of: changed) }
+            let written = bytes.withUnsafeBytes { buffer in
+                Result { () throws(FSError) -> Int in try fs.write(handle: handle, offset: offset, bytes: buffer) }
+            }
+            request.replyWrite(count: try written.get())
         } catch {
             request.fail(error)
         }

@@ -101,7 +101,7 @@ enum FuseOperations {
             adapter.respond(req!) { request in await adapter.create(request, parent: parent, name: name, mode: mode, flags: flags, caller: caller) }
         }
         ops.write = { req, _, buffer, size, offset, fi in
-            fuseAdapter(req).write(fuseRequest(req), handle: fi!.pointee.fh, offset: Int64(offset),
+            fuseAdapter(req).write(req!, handle: fi!.pointee.fh, offset: Int64(offset),
                                    bytes: UnsafeRawBufferPointer(start: buffer, count: size))
         }
         ops.flush = { req, _, fi in

@@ -441,11 +441,22 @@ final class ModelRun {
         switch op {
         case .open(let path, let access):
             let before = store.content(path)
-            let mode = DocFileSystem.OpenMode(writable: access != .read, truncate: access == .truncate)
+            // Every other writer's open defers its content to its first use (as FUSE opens do),
+            // which the read of all of it just after is.
+            let mode = DocFileSystem.OpenMode(writable: access != .read, truncate: access == .truncate,
+                                              fetchOnFirstUse: number % 2 == 0)
             guard let result = await call({ () async throws -> (Inode, UInt64, [UInt8]?) in
                 let item = try await fixture.lookup(path)
                 let handle = try await fs.open(item.inode, mode: mode)
-                return (item.inode, handle, access == .truncate ? nil : try await Self.readAll(fs, handle))
+                guard access != .truncate else { return (item.inode, handle, nil) }
+                do {
+                    return (item.inode, handle, try await Self.readAll(fs, handle))
+                } catch {
+                    // A writer's open that deferred its content fails at its first read: the
+                    // process gets the error there, and closes the file.
+                    await fs.release(handle: handle)
+                    throw error
+                }
             }) else { return "hung" }
             guard case .success(let (inode, handle, read)) = result else { return Self.failure(result) }
             var lineage = lineages[inode] ?? Lineage(path: path)

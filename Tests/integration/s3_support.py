@@ -548,6 +548,13 @@ class S3Bucket:
     def mount_args(self, prefix: str = "") -> list[str]:
         return [self.url + prefix, "--endpoint", self.endpoint]
 
+    def direct_mount_args(self, prefix: str = "") -> list[str]:
+        """Mount arguments that reach the server itself, not through the relay (no outages, no
+        relay log): for a test whose own process blocks in the mount while holding Python's
+        GIL, such as a page fault of an mmap of a mounted file, which the relay, a thread of
+        that process, would then never answer."""
+        return [self.url + prefix, "--endpoint", f"http://127.0.0.1:{self.server.port}"]
+
     # requests (of this bucket, since the test began)
 
     def requests(self) -> list[S3Request]:

@@ -1,0 +1,121 @@
+import DocFSCore
+import DocFSStore
+import DocFSTesting
+import Foundation
+import Testing
+
+/// A writer's open from outside (FUSE) fetches nothing until the handle is used: `touch`, which
+/// opens a file for writing and only sets its times, downloaded all of it. The first read,
+/// write or truncate fetches the content as the open would have, once, and an open file stays
+/// usable whatever happens to its name.
+@Suite("A writer's content is fetched at its first use")
+struct DeferredWriterTests {
+    static let writer = DocFileSystem.OpenMode(writable: true, truncate: false, fetchOnFirstUse: true)
+
+    @Test func aWriterThatNeverWritesFetchesNothing() async throws {
+        let fixture = try CoreFixture.writable()
+        fixture.store.addFile("big.bin", [UInt8](repeating: 7, count: 3 << 20))
+        let item = try await fixture.lookup("big.bin")
+
+        let handle = try await fixture.fs.open(item.inode, mode: Self.writer)
+        #expect(fixture.store.totalReads == 0)
+        #expect(fixture.cachedFiles().isEmpty)
+        try fixture.fs.flush(handle: handle)
+        try await fixture.fs.fsync(handle: handle)
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+
+        #expect(fixture.store.totalReads == 0)
+        #expect(fixture.store.writeCount("big.bin") == 0)
+        #expect(fixture.cachedFiles().isEmpty)
+        #expect(try fixture.fs.item(item.inode).state == .placeholder)
+    }
+
+    @Test func theFirstWriteFetchesTheContentOnceAndChangesIt() async throws {
+        let fixture = try CoreFixture.writable()
+        let old = randomBytes(2 << 20)
+        fixture.store.addFile("doc.bin", old)
+        let item = try await fixture.lookup("doc.bin")
+        let handle = try await fixture.fs.open(item.inode, mode: Self.writer)
+        #expect(fixture.fs.isDeferred(handle))
+
+        // Two uses at once share one fetch.
+        async let first = fixture.fs.provideDeferred(handle)
+        async let second = fixture.fs.provideDeferred(handle)
+        _ = try await (first, second)
+        #expect(!fixture.fs.isDeferred(handle))
+        #expect(fixture.store.readCount("doc.bin") == 1)
+        try fixture.write(handle: handle, [1, 2, 3], at: 10)
+        try fixture.fs.flush(handle: handle)
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+
+        var expected = old
+        expected.replaceSubrange(10..<13, with: [1, 2, 3])
+        #expect(fixture.store.content("doc.bin") == expected)
+        #expect(fixture.store.readCount("doc.bin") == 1)
+        #expect(fixture.cachedFiles().isEmpty)
+    }
+
+    @Test func aReadThroughTheHandleFetchesTheContent() async throws {
+        let fixture = try CoreFixture.writable()
+        let content = randomBytes(100_000)
+        fixture.store.addFile("doc.bin", content)
+        let item = try await fixture.lookup("doc.bin")
+        let handle = try await fixture.fs.open(item.inode, mode: Self.writer)
+        #expect(try fixture.fs.lendForRead(handle: handle, offset: 0, count: 10) == nil)
+        #expect(try await fixture.fs.read(handle: handle, offset: 0, count: content.count) == content)
+        await fixture.fs.release(handle: handle)
+    }
+
+    @Test func aTruncateToZeroNeedsNoFetchAndOtherSizesFetchFirst() async throws {
+        let fixture = try CoreFixture.writable()
+        fixture.store.addFile("empty-me", randomBytes(50_000))
+        fixture.store.addFile("cut-me", Array("0123456789".utf8))
+        let emptied = try await fixture.lookup("empty-me")
+        let cut = try await fixture.lookup("cut-me")
+
+        let first = try await fixture.fs.open(emptied.inode, mode: Self.writer)
+        _ = try await fixture.fs.setAttributes(of: emptied.inode, .init(size: 0), handle: first)
+        await fixture.fs.release(handle: first)
+        let second = try await fixture.fs.open(cut.inode, mode: Self.writer)
+        _ = try await fixture.fs.setAttributes(of: cut.inode, .init(size: 4), handle: second)
+        await fixture.fs.release(handle: second)
+        await fixture.settle()
+
+        #expect(fixture.store.readCount("empty-me") == 0)
+        #expect(fixture.store.content("empty-me") == [])
+        #expect(fixture.store.readCount("cut-me") == 1)
+        #expect(fixture.store.content("cut-me") == Array("0123".utf8))
+    }
+
+    @Test func aFailedFetchFailsTheUseAndTheNextUseTriesAgain() async throws {
+        let fixture = try CoreFixture.writable()
+        fixture.store.addFile("doc.txt", Array("hello".utf8))
+        let item = try await fixture.lookup("doc.txt")
+        let handle = try await fixture.fs.open(item.inode, mode: Self.writer)
+        fixture.store.injectReadFaults([.fail(.accessDenied("no"))])
+        await #expect(throws: FSError.self) { try await fixture.fs.provideDeferred(handle) }
+        #expect(fixture.fs.isDeferred(handle))
+        try await fixture.fs.provideDeferred(handle)
+        try fixture.write(handle: handle, Array("J".utf8))
+        try fixture.fs.flush(handle: handle)
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+        #expect(fixture.store.content("doc.txt") == Array("Jello".utf8))
+    }
+
+    @Test func anUnlinkedWritersHandleKeepsItsFile() async throws {
+        let fixture = try CoreFixture.writable()
+        fixture.store.addFile("doc.txt", Array("hello".utf8))
+        let item = try await fixture.lookup("doc.txt")
+        let handle = try await fixture.fs.open(item.inode, mode: Self.writer)
+        try await fixture.fs.remove(from: Item.rootInode, name: "doc.txt", directory: false)
+        try await fixture.fs.provideDeferred(handle)
+        try fixture.write(handle: handle, Array("J".utf8))
+        #expect(try await fixture.fs.read(handle: handle, offset: 0, count: 5) == Array("Jello".utf8))
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+        #expect(fixture.store.content("doc.txt") == nil)
+    }
+}
