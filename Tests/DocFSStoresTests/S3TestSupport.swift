@@ -81,9 +81,20 @@ let boto3Prelude = """
 
     """
 
+/// Where the sources of uploads go: one directory per test process, removed when it exits
+/// (the files, made inline by many tests, were left in /tmp: 10 per run).
+let s3UploadDirectory = NSTemporaryDirectory() + "/docfs-s3-uploads-\(getpid())"
+
+private let s3UploadDirectoryMade: Bool = {
+    try? FileManager.default.createDirectory(atPath: s3UploadDirectory, withIntermediateDirectories: true)
+    atexit { try? FileManager.default.removeItem(atPath: s3UploadDirectory) }
+    return true
+}()
+
 /// A temporary local file holding `bytes`, the source of an upload.
 func s3LocalFile(_ bytes: [UInt8]) throws -> String {
-    let file = NSTemporaryDirectory() + "/docfs-s3-upload-\(UUID().uuidString)"
+    _ = s3UploadDirectoryMade
+    let file = s3UploadDirectory + "/\(UUID().uuidString)"
     guard FileManager.default.createFile(atPath: file, contents: Data(bytes)) else { throw TestFailure("cannot write \(file)") }
     return file
 }
