@@ -400,8 +400,9 @@ public final class DocFileSystem: Sendable {
     /// Starts fetching what a sparse copy lacks, and reading ahead for a sequential reader;
     /// never waits. (An unknown handle answers true: the read itself reports it.)
     public func prepareRead(handle: UInt64, offset: Int64, count: Int) -> Bool {
-        if isDeferred(handle) { return false }
-        guard let file = handles.withLock({ $0.open[handle] }), file.mayFetch else { return true }
+        let (open, deferred) = handles.withLock { ($0.open[handle], $0.deferred[handle] != nil) }
+        if deferred { return false }  // `waitForContent` provides it first
+        guard let file = open, file.mayFetch else { return true }
         return file.copy.prepareRead(at: offset, count: count, stream: handle)
     }
 
@@ -439,8 +440,21 @@ public final class DocFileSystem: Sendable {
 
     /// Writes into an open handle's local copy. The first write since a commit is recorded in
     /// the journal before its bytes land; flush/fsync/close commit them.
+    /// A handle whose open deferred its content (`OpenMode.fetchOnFirstUse`) must be provided
+    /// first (`provideDeferred`).
     public func write(handle: UInt64, offset: Int64, bytes: UnsafeRawBufferPointer) throws(FSError) -> Int {
-        guard let file = handles.withLock({ $0.open[handle] }) else { throw .invalidArgument }
+        guard let written = try writeIfProvided(handle: handle, offset: offset, bytes: bytes) else { throw .invalidArgument }
+        return written
+    }
+
+    /// `write`, or nil for a handle whose content is still to be provided (`provideDeferred`):
+    /// one look at the handle table on the path of every write.
+    public func writeIfProvided(handle: UInt64, offset: Int64, bytes: UnsafeRawBufferPointer) throws(FSError) -> Int? {
+        let (open, deferred) = handles.withLock { ($0.open[handle], $0.deferred[handle] != nil) }
+        guard let file = open else {
+            if deferred { return nil }
+            throw .invalidArgument
+        }
         guard file.writable else { throw .invalidArgument }
         return try file.copy.writeLocal(bytes, at: offset)
     }
@@ -539,8 +553,7 @@ public final class DocFileSystem: Sendable {
         }
         try outcome.get()
         guard case .success(let file) = result, let now = try? item(file.inode) else { return nil }
-        let opened = file.opened
-        return now.size != opened.size || now.modified != opened.modified || now.etag != opened.etag ? file.inode : nil
+        return now.showsSameContent(as: file.opened) ? nil : file.inode
     }
 
     /// Changes attributes: size (truncate, never downloading for a size of 0), times, mode,
@@ -681,7 +694,7 @@ public final class DocFileSystem: Sendable {
             throw .isADirectory
         }
         // An open streamed copy gets the rest of its bytes while the store still has them.
-        await completeStreams(under: [target.path])
+        await completeOpenFiles(under: [target.path])
         try await uploader.exclusively(touching: [target.path]) { () async throws(FSError) in
             // Re-read: an upload that was in flight until now may have put it on the store.
             let target = try catalog.item(target.inode) ?? target
@@ -731,7 +744,7 @@ public final class DocFileSystem: Sendable {
         let targetPath = try storePath(destinationDirectory.path, newName)
         // Open streamed copies of what moves (and of what it replaces) get the rest of their
         // bytes first: their ranges are read by name and version, which a move changes.
-        await completeStreams(under: [source.path] + (existing.map { [$0.path] } ?? []))
+        await completeOpenFiles(under: [source.path] + (existing.map { [$0.path] } ?? []))
         try await uploader.exclusively(touching: [source.path, targetPath]) { () async throws(FSError) in
             // Re-read both: an upload that was in flight until now may have put them on the store.
             // A source whose row went meanwhile (a copy the store no longer had, evicted) is
@@ -878,7 +891,7 @@ public final class DocFileSystem: Sendable {
     /// Completes the open streamed copies of items at or below `paths`, and fetches the content
     /// of writers' handles on them that deferred it: an open file stays usable whatever happens
     /// to its name (POSIX), and a deferred handle's content is fetched by name.
-    private func completeStreams(under paths: [StorePath]) async {
+    private func completeOpenFiles(under paths: [StorePath]) async {
         let catalog = self.catalog
         let isAffected = { @Sendable (inode: Inode) -> Bool in
             guard let path = (try? catalog.item(inode))??.path else { return false }

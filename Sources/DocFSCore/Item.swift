@@ -110,3 +110,11 @@ public enum ItemState: String, Sendable, Equatable, CaseIterable {
     /// Not a file.
     case directory
 }
+
+extension Item {
+    /// Whether `other` shows the same content as this: size, time and version. When a fetch
+    /// changes one of them, what the kernel cached of the item's attributes is stale.
+    public func showsSameContent(as other: Item) -> Bool {
+        size == other.size && modified == other.modified && etag == other.etag
+    }
+}

@@ -168,8 +168,7 @@ final class FuseAdapter: Sendable {
             let after = try? fs.item(inode)
             // The fetch found the content changed on the store: the kernel's cached size and
             // times are stale, and reads would stop at the old size. Drop them before open returns.
-            if let before, let after,
-               before.size != after.size || before.modified != after.modified || before.etag != after.etag {
+            if let before, let after, !before.showsSameContent(as: after) {
                 invalidateAttributes(of: inode)
             }
             request.replyOpen(handle: handle, keepCache: keepsPageCache(inode, version: fs.cleanVersion(handle: handle)))
@@ -254,7 +253,13 @@ final class FuseAdapter: Sendable {
     /// deferred its content (`OpenMode.fetchOnFirstUse`) waits for it in a task, with its bytes
     /// copied (libfuse reuses its buffer once this returns).
     func write(_ raw: fuse_req_t, handle: UInt64, offset: Int64, bytes: UnsafeRawBufferPointer) {
-        guard fs.isDeferred(handle) else { return write(request(raw), handle: handle, offset: offset, bytes: bytes) }
+        do {
+            if let written = try fs.writeIfProvided(handle: handle, offset: offset, bytes: bytes) {
+                return request(raw).replyWrite(count: written)
+            }
+        } catch {
+            return request(raw).fail(error)
+        }
         let copied = [UInt8](bytes)
         respond(raw) { request in await self.writeWhenProvided(request, handle: handle, offset: offset, bytes: copied) }
     }
@@ -267,14 +272,6 @@ final class FuseAdapter: Sendable {
                 Result { () throws(FSError) -> Int in try fs.write(handle: handle, offset: offset, bytes: buffer) }
             }
             request.replyWrite(count: try written.get())
-        } catch {
-            request.fail(error)
-        }
-    }
-
-    func write(_ request: consuming FuseRequest, handle: UInt64, offset: Int64, bytes: UnsafeRawBufferPointer) {
-        do {
-            request.replyWrite(count: try fs.write(handle: handle, offset: offset, bytes: bytes))
         } catch {
             request.fail(error)
         }

@@ -12,6 +12,14 @@ import Testing
 struct DeferredWriterTests {
     static let writer = DocFileSystem.OpenMode(writable: true, truncate: false, fetchOnFirstUse: true)
 
+    /// A writable store with `doc.txt` holding "hello", opened by a writer as FUSE opens it.
+    static func writerOfHello() async throws -> (CoreFixture, UInt64) {
+        let fixture = try CoreFixture.writable()
+        fixture.store.addFile("doc.txt", Array("hello".utf8))
+        let item = try await fixture.lookup("doc.txt")
+        return (fixture, try await fixture.fs.open(item.inode, mode: writer))
+    }
+
     @Test func aWriterThatNeverWritesFetchesNothing() async throws {
         let fixture = try CoreFixture.writable()
         fixture.store.addFile("big.bin", [UInt8](repeating: 7, count: 3 << 20))
@@ -90,10 +98,7 @@ struct DeferredWriterTests {
     }
 
     @Test func aFailedFetchFailsTheUseAndTheNextUseTriesAgain() async throws {
-        let fixture = try CoreFixture.writable()
-        fixture.store.addFile("doc.txt", Array("hello".utf8))
-        let item = try await fixture.lookup("doc.txt")
-        let handle = try await fixture.fs.open(item.inode, mode: Self.writer)
+        let (fixture, handle) = try await Self.writerOfHello()
         fixture.store.injectReadFaults([.fail(.accessDenied("no"))])
         await #expect(throws: FSError.self) { try await fixture.fs.provideDeferred(handle) }
         #expect(fixture.fs.isDeferred(handle))
@@ -106,10 +111,7 @@ struct DeferredWriterTests {
     }
 
     @Test func anUnlinkedWritersHandleKeepsItsFile() async throws {
-        let fixture = try CoreFixture.writable()
-        fixture.store.addFile("doc.txt", Array("hello".utf8))
-        let item = try await fixture.lookup("doc.txt")
-        let handle = try await fixture.fs.open(item.inode, mode: Self.writer)
+        let (fixture, handle) = try await Self.writerOfHello()
         try await fixture.fs.remove(from: Item.rootInode, name: "doc.txt", directory: false)
         try await fixture.fs.provideDeferred(handle)
         try fixture.write(handle: handle, Array("J".utf8))

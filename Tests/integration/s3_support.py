@@ -467,7 +467,6 @@ class SeaweedServer(S3Server):
             except AssertionError as error:
                 if "address already in use" not in str(error) or attempt == 2:
                     raise
-        raise AssertionError("unreachable")
 
     def _start_once(self, weed: str, data: Path, config: Path) -> "SeaweedServer":
         data.mkdir(parents=True, exist_ok=True)
