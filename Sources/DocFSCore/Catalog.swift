@@ -28,7 +28,7 @@ public final class Catalog: Sendable {
             db = try DatabasePool(path: path, configuration: configuration)
             try Catalog.migrator.migrate(db)
         } catch {
-            throw .io("cannot open the catalog at \(path): \(error)")
+            throw Catalog.failure(error, "cannot open the catalog at \(path)")
         }
     }
 
@@ -482,7 +482,7 @@ public final class Catalog: Sendable {
         do {
             _ = try db.writeWithoutTransaction { db in try db.checkpoint(.full) }
         } catch {
-            throw .io("cannot flush the catalog: \(error)")
+            throw Catalog.failure(error, "cannot flush the catalog")
         }
     }
 
@@ -525,11 +525,11 @@ public final class Catalog: Sendable {
     /// before or after the change, as if it had come a moment earlier or later).
     func quickRead<T>(_ body: (Database) throws -> T) throws(FSError) -> T {
         databaseLookups.add(1, ordering: .relaxed)
-        do { return try db.unsafeRead(body) } catch { throw .io("catalog: \(error)") }
+        do { return try db.unsafeRead(body) } catch { throw Catalog.failure(error) }
     }
 
     func read<T>(_ body: (Database) throws -> T) throws(FSError) -> T {
-        do { return try db.read(body) } catch { throw .io("catalog: \(error)") }
+        do { return try db.read(body) } catch { throw Catalog.failure(error) }
     }
 
     /// A write that may change any row (listings, renames, removals, creates): the cache of
@@ -564,8 +564,22 @@ public final class Catalog: Sendable {
         } catch let error as FSError {
             throw error  // what the body found (an item gone), not a failure of the database
         } catch {
-            throw .io("catalog: \(error)")
+            throw Catalog.failure(error)
         }
+    }
+
+    /// A failure of the database as the caller sees it. A full disk (the state directory's) is
+    /// ENOSPC and a read-only one EROFS, which the user can act on; the rest is an I/O error.
+    static func failure(_ error: any Error, _ what: String = "catalog") -> FSError {
+        if let error = error as? DatabaseError {
+            switch error.resultCode {
+            case .SQLITE_FULL: return .local(errno: ENOSPC, "\(what): the disk is full (\(error))")
+            case .SQLITE_READONLY: return .local(errno: EROFS, "\(what): read-only (\(error))")
+            case .SQLITE_NOMEM: return .local(errno: ENOMEM, "\(what): out of memory (\(error))")
+            default: break
+            }
+        }
+        return .io("\(what): \(error)")
     }
 
     /// Whether docfs learned `row`'s version from the store at or after `time`.

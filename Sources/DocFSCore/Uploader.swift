@@ -168,8 +168,12 @@ public actor Uploader {
     }
 
     /// Stops retrying, starts nothing new and cancels the uploads under way (the mount is
-    /// going away); pending changes stay in the journal.
-    public func stop() {
+    /// going away); pending changes stay in the journal. Returns once the cancelled uploads
+    /// have ended: an attempt notices its cancellation at its next wait, and only then gives up
+    /// its snapshot and records why it stopped, which nothing of this mount may still do once
+    /// the next mount of the same cache has begun. An attempt that ignores its cancellation
+    /// (a hung call) holds the unmount at most `patience` longer.
+    public func stop(patience: Duration = .seconds(1)) async {
         stopped = true
         // Those under way are cancelled: a cancelled upload leaves its change committed in the
         // journal, and the next mount sends it (one that reached the store meanwhile is found
@@ -180,6 +184,20 @@ public actor Uploader {
         queue.removeAll()
         queued.removeAll()
         wakeIdleWaitersIfIdle()
+        guard !inFlight.isEmpty else { return }
+        let deadline = ContinuousClock.now + patience
+        let timer = Task { [weak self] in
+            try? await Task.sleep(for: patience)
+            await self?.wakeIdleWaiters()
+        }
+        defer { timer.cancel() }
+        // Each ended upload wakes the idle waiters (`startWork`), stopped as the uploader is.
+        while !inFlight.isEmpty && ContinuousClock.now < deadline {
+            await withCheckedContinuation { idleWaiters.append($0) }
+        }
+        if !inFlight.isEmpty {
+            logger.warning("uploads cancelled by the unmount have not ended", metadata: ["count": "\(inFlight.count)"])
+        }
     }
 
     // MARK: The work
@@ -611,6 +629,10 @@ public actor Uploader {
 
     private func wakeIdleWaitersIfIdle() {
         guard stopped || (queue.isEmpty && inFlight.isEmpty) else { return }
+        wakeIdleWaiters()
+    }
+
+    private func wakeIdleWaiters() {
         for waiter in idleWaiters { waiter.resume() }
         idleWaiters.removeAll()
     }

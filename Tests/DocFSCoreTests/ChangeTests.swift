@@ -113,8 +113,7 @@ struct ChangeTests {
         try await first.createFile("journal.txt", Array("survives".utf8))
         await first.settle()
         await first.fs.shutdown(uploadGrace: .milliseconds(10))
-        // (An upload still trying may hold its snapshot, `ID.upload`, a moment longer.)
-        #expect(first.cachedFiles().filter { !$0.hasSuffix(".upload") }.count == 1, "the unsynced copy stays on disk")
+        #expect(first.cachedFiles().count == 1, "the unsynced copy stays on disk, and no upload's snapshot")
 
         store.failWrites(with: nil)
         let second = try CoreFixture.writable(store: store, reuse: first.directory)
@@ -123,6 +122,26 @@ struct ChangeTests {
         await second.settle()
         #expect(store.content("journal.txt") == Array("survives".utf8))
         #expect(second.cachedFiles().isEmpty)
+    }
+
+    /// An upload cancelled by the unmount still ends its attempt afterwards (it gives up its
+    /// snapshot and records why it failed): the next mount of the same cache must not meet it.
+    @Test func shutdownReturnsOnlyOnceTheUploadsItCancelledHaveEnded() async throws {
+        let store = InMemoryStore()
+        // A store that takes a while to notice a cancelled request, and then fails it.
+        store.holdWrites { await sleepIgnoringCancellation(.milliseconds(300)) }
+        store.failWrites(with: .unreachable("down"))
+        let fixture = try CoreFixture.writable(store: store)
+        let item = try await fixture.createFile("journal.txt", Array("survives".utf8))
+        for _ in 0..<200 where !fixture.cachedFiles().contains(where: { $0.hasSuffix(".upload") }) {
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        #expect(fixture.cachedFiles().contains { $0.hasSuffix(".upload") }, "the upload is under way")
+        await fixture.fs.shutdown(uploadGrace: .milliseconds(10))
+        let left = fixture.cachedFiles()
+        #expect(left.filter { $0.hasSuffix(".upload") }.isEmpty, "its snapshot is gone when shutdown returns: \(left)")
+        #expect(left.count == 1, "the unsynced copy stays for the next mount")
+        #expect(try fixture.catalog.item(item.inode)?.state == .modified)
     }
 
     @Test func renameMovesOnTheStoreWithoutReupload() async throws {

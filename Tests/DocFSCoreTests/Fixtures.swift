@@ -108,3 +108,9 @@ func randomBytes(_ count: Int) -> [UInt8] {
     for index in words.indices { words[index] = generator.next() }
     return words.withUnsafeBytes { Array($0.prefix(count)) }
 }
+
+/// Waits `duration` even when the calling task is cancelled: a call that notices cancellation
+/// late (a request already on the wire, a copy under way).
+func sleepIgnoringCancellation(_ duration: Duration) async {
+    await Task.detached { try? await Task.sleep(for: duration) }.value
+}
