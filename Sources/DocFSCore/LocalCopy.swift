@@ -127,6 +127,25 @@ public final class LocalCopy: ContentSink, Sendable {
         }
     }
 
+    /// Applies `event` and records it as `update` does, but keeps the new life also when the
+    /// catalog cannot record it (its disk is full), and returns that error. Only for an event
+    /// the journal may lag: one whose recorded result a restart reads as it reads the old one.
+    /// (An upload attempt that ended leaves the journal saying `uploading`, which a restart
+    /// takes for a pending change, as it is; in memory the attempt must be over, or no later
+    /// one could start.)
+    public func updateLettingTheJournalLag(_ event: (inout CopyLife) -> Void) -> FSError? {
+        state.withLock { state in
+            var life = state.life
+            event(&life)
+            var failure: FSError?
+            if life.recorded != state.life.recorded {
+                do throws(FSError) { try catalog.recordCopy(inode, life) } catch { failure = error }
+            }
+            state.life = life
+            return failure
+        }
+    }
+
     /// Applies `event` and records it with `record` (a catalog write that persists the life
     /// together with other columns), under the copy's lock.
     public func update<Result>(_ event: (inout CopyLife) -> Result,

@@ -229,7 +229,9 @@ public actor Provider {
 
     /// The upload could not finish (it will be retried): keep the copy.
     public func uploadFailed(_ copy: LocalCopy) {
-        do { try copy.update { $0.uploadFailed() } } catch {
+        // Also when the catalog cannot record it (a full disk): the attempt is over, and the
+        // next one must be able to start once there is space again.
+        if let error = copy.updateLettingTheJournalLag({ $0.uploadFailed() }) {
             logger.error("cannot record a failed upload", metadata: ["inode": "\(copy.inode)", "error": "\(error)"])
         }
     }

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from helpers import wait_until
+from helpers import wait_until, xattr_state
 
 pytestmark = pytest.mark.fuse
 
@@ -142,3 +144,33 @@ def test_a_full_cache_disk_says_enospc_and_leaves_no_partial_copy(docfs_serve, m
     assert server.gets("big.bin"), "the big file was asked for"
     assert m.unmount().returncode == 0
     assert not local_copies(), "unmount leaves no local copy"
+
+
+def test_an_upload_the_catalog_could_not_record_completes_once_there_is_space(docfs_serve, mount, xdg, small_disk, tmp_path):
+    """The store took an upload, and the full disk kept the catalog from recording it. That
+    attempt failed, and a later one must still start: once there is space, the file is clean,
+    evicted, and not taken for someone else's change (no conflict copy)."""
+    root = tmp_path / "store"
+    root.mkdir()
+    (root / "a.txt").write_bytes(b"old\n")
+    server = docfs_serve(root)
+    xdg.state_home = small_disk("state", 8)
+    xdg.env["XDG_STATE_HOME"] = str(xdg.state_home)
+    m = mount(server.url)
+    assert os.listdir(m.path) == ["a.txt"]
+
+    os.kill(server.proc.pid, signal.SIGSTOP)  # the upload waits for the server
+    try:
+        (m / "a.txt").write_bytes(b"new\n")
+        filler = fill(xdg.state_home)
+    finally:
+        os.kill(server.proc.pid, signal.SIGCONT)
+    wait_until(lambda: (root / "a.txt").read_bytes() == b"new\n", 30, "the store to take the upload")
+    time.sleep(1)  # its answer comes, and the catalog cannot record it
+    filler.unlink()
+
+    wait_until(lambda: xattr_state(m / "a.txt") == "placeholder", 40, "a.txt to be clean again")
+    assert not xdg.cache_files()
+    assert sorted(os.listdir(root)) == ["a.txt"], "no conflict copy"
+    assert (m / "a.txt").read_bytes() == b"new\n"
+    assert m.unmount().returncode == 0
