@@ -74,7 +74,7 @@ public final class LocalCopy: ContentSink, Sendable {
     /// Creates an empty local copy at `path` (replacing whatever was there), at the start of
     /// `life`. Nothing is recorded yet: the caller records the copy once it is in place.
     public init(path: String, inode: Inode, catalog: Catalog, life: CopyLife) throws(FSError) {
-        let fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        let fd = CacheDirectory.creating(path) { open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600) }
         guard fd >= 0 else { throw .local(errno: errno, "cannot create local copy \(path): \(String(cString: strerror(errno)))") }
         self.path = path
         self.inode = inode

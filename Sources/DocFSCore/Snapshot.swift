@@ -18,7 +18,7 @@ enum Snapshot {
 
     static func copy(from source: Int32, length: Int64, to path: String) throws(FSError) {
         unlink(path)
-        let target = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        let target = CacheDirectory.creating(path) { open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600) }
         guard target >= 0 else { throw .local(errno: errno, "cannot create upload snapshot \(path): \(String(cString: strerror(errno)))") }
         defer { close(target) }
         if ioctl(target, ficlone, source) == 0 {

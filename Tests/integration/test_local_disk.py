@@ -1,17 +1,22 @@
-"""A full disk gets a clear error and loses nothing.
+"""The local disk fails docfs: it fills up, or someone removes docfs's cache while it is mounted.
 
 docfs keeps two things on the local disk: the catalog and journal (SQLite, in the state
 directory) and the local copies (the cache directory). Each can fill up. An operation that
 needs the space then fails with ENOSPC, which tells the user what to do (free some space),
 never with a bare EIO; what was saved before stays saved; and once there is space again,
-everything works as before without a remount.
+everything works as before without a remount. The disks are small tmpfs mounts of their own,
+so filling one fills nothing else.
 
-The disks are small tmpfs mounts of their own, so filling one fills nothing else."""
+A user freeing space may also remove the cache directory itself (`rm -rf ~/.cache/*`), or a
+cleaner of old files may: docfs makes it again, and a change waiting for its upload still
+reaches the store."""
 from __future__ import annotations
 
 import errno
 import os
+import shutil
 import signal
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -162,6 +167,7 @@ def test_an_upload_the_catalog_could_not_record_completes_once_there_is_space(do
     os.kill(server.proc.pid, signal.SIGSTOP)  # the upload waits for the server
     try:
         (m / "a.txt").write_bytes(b"new\n")
+        wait_until(lambda: xattr_state(m / "a.txt") == "uploading", 20, "the upload to start")
         filler = fill(xdg.state_home)
     finally:
         os.kill(server.proc.pid, signal.SIGCONT)
@@ -174,3 +180,31 @@ def test_an_upload_the_catalog_could_not_record_completes_once_there_is_space(do
     assert sorted(os.listdir(root)) == ["a.txt"], "no conflict copy"
     assert (m / "a.txt").read_bytes() == b"new\n"
     assert m.unmount().returncode == 0
+
+
+def test_a_cache_directory_removed_while_mounted_is_made_again(docfs_serve, mount, xdg, tmp_path):
+    root = tmp_path / "store"
+    root.mkdir()
+    (root / "a.txt").write_bytes(b"placeholder\n")
+    (root / "b.txt").write_bytes(b"waits\n")
+    server = docfs_serve(root)
+    m = mount(server.url)
+    assert sorted(os.listdir(m.path)) == ["a.txt", "b.txt"]
+    assert (m / "a.txt").read_bytes() == b"placeholder\n"
+
+    # A change waiting for its upload (the server does not answer) when the cache goes.
+    os.kill(server.proc.pid, signal.SIGSTOP)
+    try:
+        (m / "b.txt").write_bytes(b"changed\n")
+        shutil.rmtree(xdg.cache_root)
+    finally:
+        os.kill(server.proc.pid, signal.SIGCONT)
+
+    assert (m / "a.txt").read_bytes() == b"placeholder\n"
+    (m / "new.txt").write_bytes(b"new\n")
+    wait_until(lambda: (root / "new.txt").exists() and (root / "new.txt").read_bytes() == b"new\n", 30, "new.txt to reach the store")
+    wait_until(lambda: (root / "b.txt").read_bytes() == b"changed\n", 40, "the waiting change to reach the store")
+    assert (m / "b.txt").read_bytes() == b"changed\n"
+    assert stat.S_IMODE(os.stat(xdg.cache_root).st_mode) == 0o700
+    assert m.unmount().returncode == 0
+    assert not xdg.cache_files()
