@@ -58,6 +58,11 @@ public protocol Store: Sendable {
     /// that can send them with the content (S3 metadata) overrides it and saves a round trip.
     func write(_ path: StorePath, fromLocalFile localFile: String, condition: WriteCondition,
                attributes: StoreAttributes) async throws(StoreError) -> RemoteEntry
+
+    /// Records, in `directory` (the mount's own), work the store leaves on the server while it
+    /// runs and must finish or undo even after a crash (S3: multipart uploads under way), and
+    /// undoes what an earlier run recorded there and never finished. Default: nothing.
+    func keepUnfinishedWork(in directory: String) async
 }
 
 /// When an upload may go ahead.

@@ -219,6 +219,10 @@ struct MountCommand: AsyncParsableCommand {
             }
         }
 
+        // Before any upload of this mount: an S3 store records its multipart uploads there, and
+        // aborts those a killed daemon left on the server.
+        await store.keepUnfinishedWork(in: layout.stateDirectory)
+
         let filesystem = DocFileSystem(store: store, catalog: catalog, cacheDirectory: layout.cacheDirectory,
                                        directoryTTL: dirCacheTtl, readOnly: readOnly,
                                        streaming: StreamingPolicy(wholeFileLimit: wholeFileLimit),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import time
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from conftest import run
 from helpers import sha256_file, wait_until, xattr_state
 from s3_support import s3, s3_mount, s3_server  # noqa: F401 - fixtures
+from write_support import sigkill_daemon
 
 pytestmark = pytest.mark.fuse
 
@@ -103,3 +105,49 @@ def test_s3_failed_part_aborts_the_upload_then_retries(s3, s3_mount):
     assert s3.multipart_uploads() == [], f"pending multipart uploads left: {s3.multipart_uploads()}"
     assert s3.head("thirty.bin")["ETag"].strip('"').endswith("-7")
     assert "aborted the multipart upload" in m.log_tail(20000), f"docfs did not log the abort:\n{m.log_tail(3000)}"
+
+
+def in_progress_uploads(s3) -> set[tuple[str, str]]:
+    """(key, upload id) of every multipart upload under way in the bucket."""
+    answer = s3.client.list_multipart_uploads(Bucket=s3.name)
+    return {(u["Key"], u["UploadId"]) for u in answer.get("Uploads", [])}
+
+
+def test_a_multipart_upload_cut_by_a_killed_daemon_is_aborted_by_the_next_mount(s3, s3_mount):
+    """A daemon killed during a multipart upload leaves its parts on the server, where they are
+    billed and seen by no one. The next mount aborts that upload (docfs recorded it before its
+    first part), and only that one: another client's upload under way in the bucket stays."""
+    s3.put_many({"keep.txt": b"keep\n"})
+    theirs = s3.client.create_multipart_upload(Bucket=s3.name, Key="theirs.bin")["UploadId"]
+    part_sent, release = threading.Event(), threading.Event()
+
+    def hold_parts(target: str, method: str) -> bool:
+        if method == "PUT" and "partNumber=" in target:
+            part_sent.set()
+            release.wait(60)
+            return True  # reset: the daemon that sent it is dead by now
+        return False
+
+    m = s3_mount("--part-size", "5M")
+    assert os.listdir(m.path) == ["keep.txt"]
+    data = os.urandom(12 * MiB)
+    s3.relay.fail_when = hold_parts
+    try:
+        (m / "big.bin").write_bytes(data)
+        assert part_sent.wait(30), "no part of big.bin was sent"
+        sigkill_daemon(m)
+    finally:
+        s3.relay.fail_when = None
+        release.set()
+    orphans = {upload for upload in in_progress_uploads(s3) if upload[0] == "big.bin"}
+    assert len(orphans) == 1, f"the killed daemon left no upload under way: {in_progress_uploads(s3)}"
+    assert m.unmount().returncode == 0
+
+    m2 = s3_mount("--part-size", "5M")
+    s3.wait_object("big.bin", data, timeout=60, what="(uploaded by the next mount)")
+    wait_until(lambda: not (orphans & in_progress_uploads(s3)), 30, "the next mount to abort the cut upload")
+    assert in_progress_uploads(s3) == {("theirs.bin", theirs)}, "another client's upload is not docfs's to abort"
+    assert m2.unmount().returncode == 0
+    records = list((m2.xdg.state_home / "docfs").glob("*/s3-uploads/*"))
+    assert not records, f"records of finished uploads are left: {records}"
+    s3.client.abort_multipart_upload(Bucket=s3.name, Key="theirs.bin", UploadId=theirs)

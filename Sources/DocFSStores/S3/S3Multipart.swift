@@ -3,6 +3,7 @@
 // a time, each read from the local file with pread, a transient failure retried twice), then
 // CompleteMultipartUpload — and its abort: on any failure, cancellation included, the upload is
 // aborted so that no parts are left behind on the server (where they would be billed and invisible).
+// A crash cannot abort: S3UploadLedger.swift records each upload so the next mount does.
 
 import AsyncHTTPClient
 import Crypto
@@ -40,10 +41,9 @@ extension S3Store {
     func uploadMultipart(_ path: StorePath, file: LocalFileChunks, conditionHeaders: [(name: String, value: String)],
                          metadata: [(name: String, value: String)] = [], condition: WriteCondition) async throws(StoreError) -> ETag {
         let objectKey = key(path)
-        let uploadId = try await createMultipartUpload(objectKey, path: path, metadata: metadata)
-        logger.debug("multipart upload of \(path): \(Self.parts(size: file.size, partSize: configuration.partSize).count) parts")
-        do {
+        return try await withMultipartUpload(objectKey, path: path, metadata: metadata) { (uploadId) throws(StoreError) -> ETag in
             let parts = Self.parts(size: file.size, partSize: configuration.partSize)
+            logger.debug("multipart upload of \(path): \(parts.count) parts")
             let etags = PartETags()
             try await forEachConcurrently(parts) { (part) throws(StoreError) in
                 let etag = try await self.uploadPart(part, of: file, key: objectKey, uploadId: uploadId, path: path)
@@ -51,21 +51,22 @@ extension S3Store {
             }
             return try await completeMultipartUpload(objectKey, uploadId: uploadId, parts: etags.sorted(), path: path,
                                                      conditionHeaders: conditionHeaders, condition: condition)
-        } catch {
-            await abortInBackground(objectKey, uploadId: uploadId, path: path)
-            throw error
         }
     }
 
     /// Aborts an upload, even when the calling task is cancelled (an unstructured task does not
     /// inherit the cancellation). Failures are logged: the caller already has an error to report.
-    func abortInBackground(_ objectKey: String, uploadId: String, path: StorePath) async {
+    /// Returns whether the upload is gone from the server.
+    @discardableResult
+    func abortInBackground(_ objectKey: String, uploadId: String, path: StorePath) async -> Bool {
         await Task {
             do {
                 try await self.abortMultipartUpload(objectKey, uploadId: uploadId, path: path)
                 self.logger.info("aborted the multipart upload of \(path)")
+                return true
             } catch {
                 self.logger.warning("could not abort the multipart upload of \(path): \(error)")
+                return false
             }
         }.value
     }
@@ -149,8 +150,7 @@ extension S3Store {
 
     /// UploadPartCopy in parts of 1 GiB, for a copy of an object above CopyObject's 5 GiB.
     func copyMultipart(from sourceKey: String, size: Int64, to targetKey: String, path: StorePath) async throws(StoreError) {
-        let uploadId = try await createMultipartUpload(targetKey, path: path)
-        do {
+        try await withMultipartUpload(targetKey, path: path) { (uploadId) throws(StoreError) in
             let parts = Self.parts(size: size, partSize: 1024 * 1024 * 1024)
             let etags = PartETags()
             try await forEachConcurrently(parts) { (part) throws(StoreError) in
@@ -166,9 +166,6 @@ extension S3Store {
             }
             _ = try await completeMultipartUpload(targetKey, uploadId: uploadId, parts: etags.sorted(), path: path,
                                                   conditionHeaders: [], condition: .always)
-        } catch {
-            await abortInBackground(targetKey, uploadId: uploadId, path: path)
-            throw error
         }
     }
 }

@@ -12,6 +12,7 @@
 //   S3Store+Namespace.swift      mkdir, delete, move (not atomic on S3)
 //   S3Store+Symlinks.swift       links the way s3fs writes them
 //   S3Multipart.swift            multipart uploads and copies above 5 GiB
+//   S3UploadLedger.swift         multipart uploads under way, recorded so a crash's are aborted
 // Signing lives in SigV4Signer.swift, credentials in S3Credentials.swift, XML in
 // S3ListParser.swift, object metadata in S3Metadata.swift; the HTTP transport (client,
 // timeouts, transport errors) is the one WebDAVStore uses, from HTTPClient+Store.swift.
@@ -25,6 +26,7 @@ import Foundation
 import Logging
 import NIOCore
 import NIOHTTP1
+import Synchronization
 
 public final class S3Store: Store {
     public let identity: StoreIdentity
@@ -42,6 +44,9 @@ public final class S3Store: Store {
     let logger: Logger
     /// Tests only: called before each part upload (part number), to inject failures.
     let partHook: (@Sendable (Int) async throws -> Void)?
+    /// Where multipart uploads under way are recorded, once the mount gives a directory for it
+    /// (`keepUnfinishedWork(in:)`).
+    let uploadLedger = Mutex<S3UploadLedger?>(nil)
 
     static let metadataTimeout: TimeAmount = .seconds(30)
     /// A server-side copy (CopyObject, UploadPartCopy) until its whole answer: no bytes pass
