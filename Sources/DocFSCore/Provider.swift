@@ -555,7 +555,28 @@ public actor Provider {
         do {
             try catalog.recordEvicted(inode)
         } catch {
-            logger.warning("cannot record eviction", metadata: ["inode": "\(inode)", "error": "\(error)"])
+            logger.warning("cannot record eviction; trying again", metadata: ["inode": "\(inode)", "error": "\(error)"])
+            recordEvictionLater(inode, after: .seconds(1))
+        }
+    }
+
+    /// An eviction the catalog could not record (its disk is full) leaves the item shown as
+    /// `local` with no copy on disk: it is recorded again a little later, and later still,
+    /// until it is, unless the item has a copy again by then (whose life the catalog records).
+    /// A restart would reset it anyway.
+    private func recordEvictionLater(_ inode: Inode, after delay: Duration) {
+        Task { [weak self] in
+            try? await Task.sleep(for: delay)
+            await self?.recordEvictionAgain(inode, delay: delay)
+        }
+    }
+
+    private func recordEvictionAgain(_ inode: Inode, delay: Duration) {
+        guard !isShutDown, providing[inode] == nil else { return }
+        do {
+            try catalog.recordEvicted(inode)
+        } catch {
+            recordEvictionLater(inode, after: min(delay * 2, .seconds(30)))
         }
     }
 }

@@ -208,3 +208,24 @@ def test_a_cache_directory_removed_while_mounted_is_made_again(docfs_serve, moun
     assert stat.S_IMODE(os.stat(xdg.cache_root).st_mode) == 0o700
     assert m.unmount().returncode == 0
     assert not xdg.cache_files()
+
+
+def test_an_eviction_the_catalog_could_not_record_is_recorded_once_there_is_space(docfs_serve, mount, xdg, small_disk, tmp_path):
+    """The last close of a file evicts its copy; with the state disk full the catalog could not
+    say so, and the file showed `local` (no copy on disk) until it was next opened."""
+    root = tmp_path / "store"
+    root.mkdir()
+    (root / "a.txt").write_bytes(b"read once\n")
+    server = docfs_serve(root)
+    xdg.state_home = small_disk("state", 8)
+    xdg.env["XDG_STATE_HOME"] = str(xdg.state_home)
+    m = mount(server.url)
+    with open(m / "a.txt", "rb") as f:
+        assert f.read() == b"read once\n"
+        assert xattr_state(m / "a.txt") == "local"
+        filler = fill(xdg.state_home)
+    wait_until(lambda: not xdg.cache_files(), 10, "the copy to go at the last close")
+    time.sleep(0.5)
+    filler.unlink()
+    wait_until(lambda: xattr_state(m / "a.txt") == "placeholder", 15, "a.txt to show as a placeholder again")
+    assert m.unmount().returncode == 0
