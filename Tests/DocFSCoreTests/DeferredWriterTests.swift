@@ -65,6 +65,28 @@ struct DeferredWriterTests {
         #expect(fixture.cachedFiles().isEmpty)
     }
 
+    /// Ctrl-C while a writer's first use waits for the content ends that wait with EINTR; the
+    /// handle stays deferred, and its next use gets the fetch that went on meanwhile.
+    @Test func anInterruptedFirstUseGivesEINTRAndTheFetchGoesOn() async throws {
+        let (fixture, handle) = try await Self.writerOfHello()
+        let gate = Gate()
+        fixture.store.holdReads { await gate.wait() }
+        let firstUse = Task { try await fixture.fs.provideDeferred(handle) }
+        for _ in 0..<200 where fixture.store.readCount("doc.txt") == 0 { try await Task.sleep(for: .milliseconds(5)) }
+        firstUse.cancel()
+        await #expect(throws: CallerWait.interrupted) { _ = try await firstUse.value }
+        #expect(fixture.fs.isDeferred(handle))
+
+        await gate.open()
+        _ = try await fixture.fs.provideDeferred(handle)
+        #expect(!fixture.fs.isDeferred(handle))
+        #expect(fixture.store.readCount("doc.txt") == 1, "the fetch the interrupted use began is the one used")
+        try fixture.write(handle: handle, Array("J".utf8))
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+        #expect(fixture.store.content("doc.txt") == Array("Jello".utf8))
+    }
+
     @Test func aReadThroughTheHandleFetchesTheContent() async throws {
         let fixture = try CoreFixture.writable()
         let content = randomBytes(100_000)
