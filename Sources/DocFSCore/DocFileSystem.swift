@@ -13,6 +13,8 @@ public final class DocFileSystem: Sendable {
     private let provider: Provider
     private let enumerator: DirectoryEnumerator
     private let uploader: Uploader
+    /// New files uploaded while they are written (nil: the store cannot, or it is off).
+    private let uploadStreams: UploadStreams?
     /// Downloads pinned files a listing shows new or changed on the store.
     private let pinnedRefresher: PinnedRefresher
     public let readOnly: Bool
@@ -109,7 +111,8 @@ public final class DocFileSystem: Sendable {
     public init(store: any Store, catalog: Catalog, cacheDirectory: String, directoryTTL: Double, readOnly: Bool,
                 uploadBackoff: Duration = .seconds(15), streaming: StreamingPolicy = .default, ioTimeout: Duration? = nil,
                 retry: RetryPolicy? = nil, retention: RetentionPolicy = .onLastRelease,
-                listAhead: DirectoryEnumerator.ListAhead = .default, conflictClock: @escaping @Sendable () -> Date = { Date() }, stateDirectory: String? = nil, logger: Logger) {
+                listAhead: DirectoryEnumerator.ListAhead = .default, conflictClock: @escaping @Sendable () -> Date = { Date() }, stateDirectory: String? = nil,
+                streamedUploads: StreamedUpload.Policy? = .default, logger: Logger) {
         // Store calls a caller waits for are retried within the caller's patience.
         let retry = retry ?? ioTimeout.map { RetryPolicy.interactive.within($0) } ?? .interactive
         self.store = store
@@ -124,8 +127,12 @@ public final class DocFileSystem: Sendable {
                                  ioTimeout: ioTimeout, retention: retention, logger: logger)
         self.enumerator = DirectoryEnumerator(store: store, catalog: catalog, ttl: directoryTTL, retry: retry, listAhead: listAhead,
                                               logger: logger)
+        let streams = streamedUploads.flatMap { policy in
+            store.capabilities.streamsUploads && !readOnly ? UploadStreams(store: store, catalog: catalog, policy: policy) : nil
+        }
+        self.uploadStreams = streams
         self.uploader = Uploader(store: store, catalog: catalog, provider: provider, maximumBackoff: uploadBackoff,
-                                 clock: conflictClock, logger: logger)
+                                 clock: conflictClock, streams: streams, logger: logger)
         let pinnedRefresher = PinnedRefresher(catalog: catalog, provider: provider, enumerator: enumerator, logger: logger)
         self.pinnedRefresher = pinnedRefresher
         // Weakly: the refresher holds the enumerator, and a cycle would keep the catalog open.
@@ -456,7 +463,9 @@ public final class DocFileSystem: Sendable {
             throw .invalidArgument
         }
         guard file.writable else { throw .invalidArgument }
-        return try file.copy.writeLocal(bytes, at: offset)
+        let written = try file.copy.writeLocal(bytes, at: offset)
+        uploadStreams?.consider(file.copy)
+        return written
     }
 
     /// Commits the copy's changes to the journal: the catalog row with its size and a new
@@ -1001,6 +1010,8 @@ public final class DocFileSystem: Sendable {
     private func shownState(of item: Item) throws(FSError) -> String {
         let pinned = try catalog.isPinned(item.inode)
         guard item.isDirectory else {
+            // Closed, and its stream still sending the rest: what an upload after close shows.
+            if item.state == .modified, uploadStreams?.progress(of: item.inode)?.complete == true { return ItemState.uploading.rawValue }
             return item.state == .local && pinned ? "pinned" : item.state.rawValue
         }
         let counts = try catalog.childStateCounts(of: item.inode).map { "\($0.state)=\($0.count)" }
@@ -1014,6 +1025,9 @@ public final class DocFileSystem: Sendable {
         guard item.kind == .file else { return nil }
         if let download = provider.downloadProgress(of: item.inode) {
             return (download.done, max(download.total, item.size))
+        }
+        if let streamed = uploadStreams?.progress(of: item.inode) {
+            return (streamed.sent, streamed.total)
         }
         if item.state == .uploading, let upload = UploadMeter.progress(provider.snapshotPath(for: item)) {
             return (upload.sent, upload.total)

@@ -68,6 +68,10 @@ public final class LocalCopy: ContentSink, Sendable {
         var closed = false
         /// Fills a sparse copy on demand (a large file streamed, not downloaded at open).
         var fetcher: RangeFetcher?
+        /// A new file's upload sent while it is written (`StreamedUpload`), until it is settled.
+        var streamed: StreamedUpload?
+        /// A stream was started once: a copy streams at most once.
+        var streamTried = false
         var life: CopyLife
     }
 
@@ -181,6 +185,7 @@ public final class LocalCopy: ContentSink, Sendable {
             state.held.insert(offset..<(offset + Int64(written)))
             state.length = max(state.length, offset + Int64(written))
             state.written = true
+            state.streamed?.wrote(offset..<(offset + Int64(written)))
         }
         return written
     }
@@ -217,6 +222,7 @@ public final class LocalCopy: ContentSink, Sendable {
                 state.held.insert(state.length..<size)
             }
             if size == 0 { state.held = ByteRangeSet() }
+            if size != state.length { state.streamed?.abandon() }
             state.length = size
             state.written = true
         }
@@ -251,6 +257,11 @@ public final class LocalCopy: ContentSink, Sendable {
     private func record(_ life: CopyLife, in state: inout State) throws(FSError) {
         if life.committed != state.life.committed {
             try catalog.recordCommit(inode, life, size: state.length, modified: modificationTime(state))
+            // A stream sent exactly this commit: the next change gets a file of its own, so the
+            // stream never sends a byte written after it.
+            if let stream = state.streamed, stream.seal(length: state.length, commit: life.committed) {
+                state.sharedWithSnapshot = true
+            }
         } else {
             try catalog.recordCopy(inode, life)
         }
@@ -469,6 +480,7 @@ public final class LocalCopy: ContentSink, Sendable {
     /// Forgets every byte (before a fetch is tried again from the start).
     public func reset() {
         state.withLock { state in
+            state.streamed?.abandon()
             state.held = ByteRangeSet()
             state.length = 0
         }
@@ -542,6 +554,7 @@ public final class LocalCopy: ContentSink, Sendable {
         let (first, unused, fetcher) = state.withLock { state -> (Bool, [Int32], RangeFetcher?) in
             guard !state.discarded else { return (false, [], nil) }
             state.discarded = true
+            state.streamed?.abandon()
             let fetcher = state.fetcher
             state.fetcher = nil
             return (true, state.closable(), fetcher)
@@ -549,6 +562,45 @@ public final class LocalCopy: ContentSink, Sendable {
         fetcher?.cancel(.stale)
         Self.close(unused)
         return first
+    }
+
+    // MARK: Streamed upload
+
+    /// Whether the copy could start a stream now (see `beginStream`): a cheap look, on every write.
+    func mayStream(_ policy: StreamedUpload.Policy) -> Bool {
+        state.withLock { state in
+            !state.streamTried && state.length >= policy.minimumLength && state.life.startedFromNothing
+                && state.life.uploaded == 0
+        }
+    }
+
+    /// Starts sending the copy to `path` as it is written (see `StreamedUpload`): when it is a
+    /// new file nothing of which was uploaded yet (`dd` commits it empty when it closes the
+    /// descriptor it dup'ed to its output, before the first write), of at least `policy.minimumLength` bytes, all written here
+    /// and none fetched, and it never streamed before. Nil otherwise.
+    func beginStream(to path: StorePath, policy: StreamedUpload.Policy) -> StreamedUpload? {
+        state.withLock { state -> StreamedUpload? in
+            guard state.streamed == nil, !state.streamTried, !state.discarded, state.fetcher == nil, !state.sharedWithSnapshot,
+                  state.writesInFlight == 0, state.length >= policy.minimumLength, state.held.contains(0..<state.length),
+                  state.life.startedFromNothing, state.life.uploaded == 0, state.life.uploading == nil, !state.life.removed
+            else { return nil }
+            let descriptor = fcntl(state.descriptor, F_DUPFD_CLOEXEC, 0)
+            guard descriptor >= 0 else { return nil }
+            state.streamTried = true
+            let stream = StreamedUpload(inode: inode, path: path, descriptor: descriptor, written: state.length, policy: policy)
+            state.streamed = stream
+            return stream
+        }
+    }
+
+    /// Takes the copy's stream away, if it is `stream` (or any, when nil): the one who takes
+    /// it applies what it left on the store.
+    func takeStream(_ stream: StreamedUpload? = nil) -> StreamedUpload? {
+        state.withLock { state -> StreamedUpload? in
+            guard let current = state.streamed, stream == nil || stream === current else { return nil }
+            state.streamed = nil
+            return current
+        }
     }
 
     // MARK: Streaming

@@ -28,6 +28,8 @@ public actor Uploader {
     private let catalog: Catalog
     private let provider: Provider
     private let logger: Logger
+    /// New files sent while they are written, settled here (nil: the store cannot, or it is off).
+    private let streams: UploadStreams?
     private let maximumConcurrentUploads = 4
     /// The waits between tries of an upload that failed transiently (only its `delay` is used:
     /// a background upload has no caller whose patience ends, so no deadline).
@@ -77,8 +79,9 @@ public actor Uploader {
 
     /// `clock` names conflict copies (tests stop it, so names do not depend on the second a run crosses).
     public init(store: any Store, catalog: Catalog, provider: Provider, maximumBackoff: Duration = .seconds(15),
-                clock: @escaping @Sendable () -> Date = { Date() }, logger: Logger) {
+                clock: @escaping @Sendable () -> Date = { Date() }, streams: UploadStreams? = nil, logger: Logger) {
         self.store = store
+        self.streams = streams
         self.catalog = catalog
         self.provider = provider
         self.retryDelays = RetryPolicy(attempts: .max, initialDelay: .milliseconds(500), maximumDelay: maximumBackoff)
@@ -145,12 +148,20 @@ public actor Uploader {
         let holder = nextHolder
         nextHolder += 1
         exclusiveHolders[holder] = paths
-        while inFlight.values.contains(where: { Uploader.overlaps($0.path, paths) }) {
-            await withCheckedContinuation { exclusiveWaiters.append($0) }
-        }
         defer {
+            streams?.release(holder)
             exclusiveHolders[holder] = nil
             startWork()
+        }
+        // A stream to one of the paths ends here (a commit it completed is recorded first: a
+        // rename then moves the file on the store, an unlink deletes it there).
+        for stream in streams?.hold(holder, paths) ?? [] {
+            if let copy = provider.presentCopies.withLock({ $0[stream.inode] }), copy.takeStream(stream) != nil {
+                await settle(stream, of: copy)
+            }
+        }
+        while inFlight.values.contains(where: { Uploader.overlaps($0.path, paths) }) {
+            await withCheckedContinuation { exclusiveWaiters.append($0) }
         }
         return try await body()
     }
@@ -175,6 +186,7 @@ public actor Uploader {
     /// (a hung call) holds the unmount at most `patience` longer.
     public func stop(patience: Duration = .seconds(1)) async {
         stopped = true
+        streams?.stop()
         // Those under way are cancelled: a cancelled upload leaves its change committed in the
         // journal, and the next mount sends it (one that reached the store meanwhile is found
         // there as its own version, not as a conflict).
@@ -203,7 +215,7 @@ public actor Uploader {
     // MARK: The work
 
     /// Whether `path` is one of `paths`, or above or below one of them.
-    private static func overlaps(_ path: StorePath, _ paths: [StorePath]) -> Bool {
+    static func overlaps(_ path: StorePath, _ paths: [StorePath]) -> Bool {
         paths.contains { other in
             let (a, b) = path.components.count <= other.components.count ? (path, other) : (other, path)
             return zip(a.components, b.components).allSatisfy { $0.utf8.elementsEqual($1.utf8) }
@@ -262,7 +274,7 @@ public actor Uploader {
     private enum Outcome { case done, retryLater(retryAfter: Duration?), refused }
 
     private func attempt(_ inode: Inode) async -> Outcome {
-        let item: Item
+        var item: Item
         do {
             guard let found = try catalog.item(inode) else { return .done }
             item = found
@@ -276,6 +288,17 @@ public actor Uploader {
                 logger.error("unsynced item has no local copy", metadata: ["path": "\(item.path)"])
             }
             return .done
+        }
+        if let stream = copy.takeStream() {
+            // Sent while it was written: that may be all there is to do.
+            await settle(stream, of: copy)
+            guard copy.life.isDirty else { return .done }
+            do {
+                guard let found = try catalog.item(inode) else { return .done }
+                item = found
+            } catch {
+                return .retryLater(retryAfter: nil)
+            }
         }
         let snapshot = provider.snapshotPath(for: item)
         defer {
@@ -336,6 +359,44 @@ public actor Uploader {
         } catch {
             folderRemakes[item.inode] = nil
             return await failed(item, copy, error, commit: commit)
+        }
+    }
+
+    /// Applies what a streamed upload did (see `StreamedUpload`) once it ended (cancelling it
+    /// now, unless the commit it sends completed it): that commit is confirmed as an upload's
+    /// would be, with the item's mode and times as an upload sends them; a stream cancelled or
+    /// failed left nothing on the store, and the upload of the commit does it all.
+    private func settle(_ stream: StreamedUpload, of copy: LocalCopy) async {
+        stream.abandon()
+        let outcome = await stream.outcome()
+        streams?.settled(stream)
+        do throws(FSError) {
+            switch outcome {
+            case .stored(let entry, let commit):
+                let confirmed = await withStoredAttributes(of: copy.inode, entry)
+                try await provider.uploaded(copy, commit: commit, as: confirmed)
+                sent.forget(copy.inode)
+                logger.info("uploaded while written", metadata: ["path": "\(stream.path)", "bytes": "\(confirmed.size)"])
+            case .failed(let error):
+                logger.debug("a streamed upload did not complete: the file goes up from its copy",
+                             metadata: ["path": "\(stream.path)", "error": "\(error)"])
+            }
+        } catch {
+            logger.warning("cannot record a streamed upload", metadata: ["path": "\(stream.path)", "error": "\(error)"])
+        }
+    }
+
+    /// The item's mode and times, given to what a stream stored as an upload gives them
+    /// (`Store.write(_:fromLocalFile:condition:attributes:)`); the entry as the store has it then.
+    private func withStoredAttributes(of inode: Inode, _ entry: RemoteEntry) async -> RemoteEntry {
+        guard let item = try? catalog.item(inode) else { return entry }
+        let attributes = StoreAttributes(mode: item.mode, modified: item.modified, owner: item.owner, group: item.group)
+        do {
+            guard try await store.setAttributes(entry.path, attributes) else { return entry }
+            return try await store.stat(entry.path)
+        } catch {
+            logger.info("cannot give a streamed upload its attributes", metadata: ["path": "\(entry.path)", "error": "\(error)"])
+            return entry
         }
     }
 

@@ -35,6 +35,11 @@ extension Store {
         throw .notSupported("special files")
     }
 
+    /// Uploads content still being written: only a store that can send a body of unknown length.
+    public func write(_ path: StorePath, growing content: any GrowingContent, condition: WriteCondition) async throws(StoreError) -> RemoteEntry {
+        throw .notSupported("uploads of unknown length")
+    }
+
     /// Applies permission bits and times to an entry. Returns false when the store cannot
     /// carry them (the caller keeps them locally).
     public func setAttributes(_ path: StorePath, _ attributes: StoreAttributes) async throws(StoreError) -> Bool {

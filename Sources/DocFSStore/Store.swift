@@ -34,6 +34,13 @@ public protocol Store: Sendable {
     /// Returns the new entry, with its new version when the store tells it.
     func write(_ path: StorePath, fromLocalFile localFile: String, condition: WriteCondition) async throws(StoreError) -> RemoteEntry
 
+    /// Uploads `content` while it is still being written, as `write(_:fromLocalFile:condition:)`
+    /// does a finished file: the body goes out as the content grows. Nothing shows at `path`
+    /// before the content is whole and arrived whole (no torn file, whatever ends the transfer);
+    /// `.mustNotExist` and `.always` only. A store that needs the length first cannot:
+    /// `capabilities.streamsUploads` is false and the default throws `.notSupported`.
+    func write(_ path: StorePath, growing content: any GrowingContent, condition: WriteCondition) async throws(StoreError) -> RemoteEntry
+
     /// Creates one directory; its parent must exist. `.alreadyExists` if it does.
     func makeDirectory(_ path: StorePath) async throws(StoreError) -> RemoteEntry
 
@@ -93,14 +100,18 @@ public struct StoreCapabilities: Sendable, Equatable {
     /// or two whatever the folder's size (S3: HEAD of the key, then a 1-key listing of `name/`,
     /// as mountpoint-s3 does).
     public var looksUpByStat: Bool
+    /// Whether an upload can start before its length is known (`write(_:growing:condition:)`):
+    /// WebDAV (a chunked PUT); not S3, whose PUT needs the length first.
+    public var streamsUploads: Bool
 
     public init(canWrite: Bool, canRename: Bool, hasRangeReads: Bool, symlinkDiscovery: SymlinkDiscovery = .inListings,
-                looksUpByStat: Bool = false) {
+                looksUpByStat: Bool = false, streamsUploads: Bool = false) {
         self.canWrite = canWrite
         self.canRename = canRename
         self.hasRangeReads = hasRangeReads
         self.symlinkDiscovery = symlinkDiscovery
         self.looksUpByStat = looksUpByStat
+        self.streamsUploads = streamsUploads
     }
 }
 

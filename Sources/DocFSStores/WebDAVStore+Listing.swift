@@ -182,6 +182,8 @@ extension WebDAVStore {
         guard rest.count == 1, let name = rest.first, StorePath.isValidName(name) else {
             return .skipped("an unsafe name")
         }
+        // A streamed upload under way (or one a crash left): not a file of the store's.
+        if Self.isStreamedUploadName(name) { return .ignored }
         return .entry(entry(StorePath(validated: directory.components + [name]), response))
     }
 

@@ -76,7 +76,7 @@ public final class WebDAVStore: Store {
     }
 
     public var capabilities: StoreCapabilities {
-        StoreCapabilities(canWrite: true, canRename: true, hasRangeReads: true)
+        StoreCapabilities(canWrite: true, canRename: true, hasRangeReads: true, streamsUploads: true)
     }
 
     /// The wire URL of `path` (a collection's ends with `/`).
@@ -201,25 +201,40 @@ public final class WebDAVStore: Store {
     public func write(_ path: StorePath, fromLocalFile localFile: String, condition: WriteCondition) async throws(StoreError) -> RemoteEntry {
         guard !path.isRoot else { throw .isADirectory(path) }
         let file = try LocalFileChunks(path: localFile)
-        var headers: [String: String] = [:]
-        // The condition goes to the server (atomic where it is honoured) and is also checked
-        // here first, because some servers (rclone's, for one) ignore If-Match on PUT.
+        let headers = try await preconditions(of: path, condition)
+        let body = HTTPClientRequest.Body.stream(file, length: .known(file.size))
+        let answer = try await transport.metadata(.PUT, url: url(path), path: path, headers: headers, body: body,
+                                                  timeout: transport.uploadTimeout(bytes: file.size))
+        try await checkPUT(answer, path, condition)
+        if let etag = answer.headers.first(name: "ETag").map(Self.normalizedETag) {
+            let modified = answer.headers.first(name: "Last-Modified").flatMap(HTTPDate.parse) ?? Date().timeIntervalSince1970
+            return RemoteEntry(path: path, kind: .file, size: file.size, modified: modified, etag: etag)
+        }
+        return try await stat(path)
+    }
+
+    /// The headers of a PUT made under `condition`. The condition goes to the server (atomic
+    /// where it is honoured) and is also checked here first, because some servers (rclone's,
+    /// for one) ignore If-Match on PUT.
+    func preconditions(of path: StorePath, _ condition: WriteCondition) async throws(StoreError) -> [String: String] {
         switch condition {
-        case .always: break
+        case .always:
+            return [:]
         case .ifMatch(let etag):
-            headers["If-Match"] = etag.value
             let current = try await statIfExists(path)
             guard let current, current.kind == .file, let currentETag = current.etag, Self.sameVersion(currentETag, etag) else {
                 if current?.kind == .directory { throw .isADirectory(path) }
                 throw .versionMismatch(path)
             }
+            return ["If-Match": etag.value]
         case .mustNotExist:
-            headers["If-None-Match"] = "*"
             if try await statIfExists(path) != nil { throw .alreadyExists(path) }
+            return ["If-None-Match": "*"]
         }
-        let body = HTTPClientRequest.Body.stream(file, length: .known(file.size))
-        let answer = try await transport.metadata(.PUT, url: url(path), path: path, headers: headers, body: body,
-                                                  timeout: transport.uploadTimeout(bytes: file.size))
+    }
+
+    /// What a PUT's status means.
+    func checkPUT(_ answer: HTTPTransport.Answer, _ path: StorePath, _ condition: WriteCondition) async throws(StoreError) {
         switch answer.status {
         case 200, 201, 204: break
         case 412:
@@ -232,11 +247,6 @@ public final class WebDAVStore: Store {
             throw .notFound(path.parent ?? .root)
         default: throw answer.error(method: "PUT", path: path)
         }
-        if let etag = answer.headers.first(name: "ETag").map(Self.normalizedETag) {
-            let modified = answer.headers.first(name: "Last-Modified").flatMap(HTTPDate.parse) ?? Date().timeIntervalSince1970
-            return RemoteEntry(path: path, kind: .file, size: file.size, modified: modified, etag: etag)
-        }
-        return try await stat(path)
     }
 
     // MARK: - makeDirectory

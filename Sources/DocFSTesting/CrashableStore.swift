@@ -98,6 +98,14 @@ public final class CrashableStore: Store, Sendable {
         }
     }
 
+    public func write(_ path: StorePath, growing content: any GrowingContent, condition: WriteCondition) async throws(StoreError) -> RemoteEntry {
+        try await change { () async throws(StoreError) -> RemoteEntry in
+            try await self.requireParentDirectory(path)
+            let condition = try await self.innerCondition(path, condition)
+            return Self.distinct(try await self.inner.write(path, growing: content, condition: condition))
+        }
+    }
+
     public func write(_ path: StorePath, fromLocalFile localFile: String, condition: WriteCondition,
                       attributes: StoreAttributes) async throws(StoreError) -> RemoteEntry {
         try await change { () async throws(StoreError) -> RemoteEntry in

@@ -52,6 +52,8 @@ public final class InMemoryStore: Store, Sendable {
         var statGate: (@Sendable () async -> Void)?
         var statFault: StoreError?
         var writes: [StorePath: Int] = [:]
+        /// Uploads of growing content begun (`write(_:growing:condition:)`), by path.
+        var streamedWritesBegun: [StorePath: Int] = [:]
         var writeFault: StoreError?
         var attributesFault: StoreError?
         var writeGate: (@Sendable () async -> Void)?
@@ -70,9 +72,11 @@ public final class InMemoryStore: Store, Sendable {
     /// listing show the time each version was stored (`storedTime(ofVersion:)`), as an S3
     /// listing shows `LastModified`: the file's own time (S3's `x-amz-meta-mtime`) only shows
     /// in `stat` and `read`.
-    public init(symlinkDiscovery: SymlinkDiscovery = .inListings, looksUpByStat: Bool = false, listsStoredTimes: Bool = false) {
+    /// `streamsUploads` makes it take uploads of content still being written, as a WebDAV server does.
+    public init(symlinkDiscovery: SymlinkDiscovery = .inListings, looksUpByStat: Bool = false, listsStoredTimes: Bool = false,
+                streamsUploads: Bool = false) {
         capabilities = StoreCapabilities(canWrite: true, canRename: true, hasRangeReads: true, symlinkDiscovery: symlinkDiscovery,
-                                         looksUpByStat: looksUpByStat)
+                                         looksUpByStat: looksUpByStat, streamsUploads: streamsUploads)
         self.listsStoredTimes = listsStoredTimes
     }
 
@@ -367,6 +371,66 @@ public final class InMemoryStore: Store, Sendable {
             state.log.append("PUT \(path)")
             return Self.entry(path, file)
         }
+    }
+
+    /// Takes the content as it grows, and stores it once it ends whole (a cancelled one leaves
+    /// nothing), as docfs's WebDAV store does with a temporary name and a MOVE. The condition
+    /// is checked before and after.
+    public func write(_ path: StorePath, growing content: any GrowingContent, condition: WriteCondition) async throws(StoreError) -> RemoteEntry {
+        guard capabilities.streamsUploads else { throw .notSupported("uploads of unknown length") }
+        try state.withLock { state throws(StoreError) in
+            if state.directories.contains(path) { throw .isADirectory(path) }
+            try Self.check(condition, path, state.files[path])
+            state.streamedWritesBegun[path, default: 0] += 1
+            state.log.append("PUT (streamed) \(path)")
+        }
+        var data: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 64 << 10)
+        reading: while true {
+            let upTo: Int64
+            switch await content.next(after: Int64(data.count)) {
+            case .end: break reading
+            case .cancelled: throw .timedOut("the upload was cancelled")
+            case .written(let end): upTo = end
+            }
+            while Int64(data.count) < upTo {
+                let want = min(buffer.count, Int(upTo - Int64(data.count)))
+                let offset = Int64(data.count)
+                let n = try buffer.withUnsafeMutableBytes { bytes in
+                    Result { () throws(StoreError) -> Int in
+                        try content.read(into: UnsafeMutableRawBufferPointer(rebasing: bytes[0..<want]), at: offset)
+                    }
+                }.get()
+                guard n > 0 else { throw .localIO(errno: EIO, message: "growing content ended early") }
+                data += buffer[0..<n]
+            }
+        }
+        if let gate = state.withLock({ $0.writeGate }) { await gate() }
+        return try state.withLock { state throws(StoreError) -> RemoteEntry in
+            if let fault = state.writeFault { throw fault }
+            if state.directories.contains(path) { throw .isADirectory(path) }
+            try Self.check(condition, path, state.files[path])
+            let file = File(content: data, version: state.nextVersion(), modified: Date().timeIntervalSince1970)
+            state.files[path] = file
+            state.written.append((path, data))
+            state.writes[path, default: 0] += 1
+            state.log.append("PUT (streamed, ended) \(path)")
+            return Self.entry(path, file)
+        }
+    }
+
+    private static func check(_ condition: WriteCondition, _ path: StorePath, _ existing: File?) throws(StoreError) {
+        switch condition {
+        case .always: break
+        case .mustNotExist: if existing != nil { throw .alreadyExists(path) }
+        case .ifMatch(let etag): if existing.map({ Self.entry(path, $0).etag }) != etag { throw .versionMismatch(path) }
+        }
+    }
+
+    /// How many uploads of growing content began at `path`.
+    public func streamedWritesBegun(_ path: String) -> Int {
+        let path = try! StorePath(path)
+        return state.withLock { $0.streamedWritesBegun[path] ?? 0 }
     }
 
     /// Reads `localFile` chunk by chunk through one descriptor opened first (as a client sending

@@ -73,6 +73,10 @@ struct MountCommand: AsyncParsableCommand {
                                valueName: "bytes"))
     var wholeFileLimit: Int64 = StreamingPolicy.default.wholeFileLimit
 
+    @Option(help: ArgumentHelp("WebDAV: a new file written in order from its start (cp, dd, a download saved here) is uploaded while it is written, once it has this many bytes (e.g. 4M; 0 or 'off': only at close). It goes to a temporary name and is moved in place once whole, so the store never shows a part of it.",
+                               valueName: "size"))
+    var uploadWhileWriting: String = "4M"
+
     @Option(help: ArgumentHelp("Seconds the kernel may trust a name it looked up (also one that was not found) before asking docfs again.",
                                valueName: "seconds"))
     var entryTimeout: Double = 1
@@ -106,6 +110,12 @@ struct MountCommand: AsyncParsableCommand {
                                valueName: "names"))
     var noFetchFor: String?
 
+    /// `--upload-while-writing` as the core's policy (nil: off).
+    var streamedUploads: StreamedUpload.Policy? {
+        guard uploadWhileWriting.lowercased() != "off", let size = RetentionPolicy.parseSize(uploadWhileWriting), size > 0 else { return nil }
+        return StreamedUpload.Policy(minimumLength: size)
+    }
+
     @Option(name: .customShort("o"), help: "FUSE mount options, comma-separated (e.g. allow_other).")
     var options: [String] = []
 
@@ -136,6 +146,9 @@ struct MountCommand: AsyncParsableCommand {
             if let value, !(value > 0 && value <= 86_400) { throw ValidationError("\(name) must be more than 0 and at most 86400 seconds") }
         }
         guard evictDelay >= 0, evictDelay <= 31_536_000 else { throw ValidationError("--evict-delay must be 0 or more seconds (at most a year)") }
+        if uploadWhileWriting.lowercased() != "off", RetentionPolicy.parseSize(uploadWhileWriting) == nil {
+            throw ValidationError("--upload-while-writing must be a size such as 4M, or 0 or off (got '\(uploadWhileWriting)')")
+        }
         if let cacheMax, RetentionPolicy.parseSize(cacheMax) == nil {
             throw ValidationError("--cache-max must be a size such as 500M or 2G (got '\(cacheMax)')")
         }
@@ -230,7 +243,7 @@ struct MountCommand: AsyncParsableCommand {
                                        retention: RetentionPolicy(evictDelay: .milliseconds(Int64(evictDelay * 1000)),
                                                                   cacheMax: cacheMax.flatMap(RetentionPolicy.parseSize)),
                                        listAhead: DirectoryEnumerator.ListAhead(folders: listAhead),
-                                       stateDirectory: layout.stateDirectory, logger: logger)
+                                       stateDirectory: layout.stateDirectory, streamedUploads: streamedUploads, logger: logger)
         // The source the mount table shows is the store as given (without credentials): what
         // an fstab line names, so `mount -a` sees the line is mounted already, and what df shows.
         var mountOptions = ["fsname=" + Self.escapedMountOption(StoreLocator.redacted(self.store)), "subtype=docfs", "default_permissions"]

@@ -13,6 +13,8 @@ struct CoreFixture {
     let fs: DocFileSystem
     /// How the core streams large files (a tiny policy makes every file of a test streamed).
     var streaming: StreamingPolicy
+    /// When a new file is uploaded while it is written (where the store can).
+    var streamedUploads: StreamedUpload.Policy
     /// The time the core names conflict copies after.
     var conflictClock: @Sendable () -> Date
     var cacheDirectory: String { directory + "/cache" }
@@ -21,12 +23,14 @@ struct CoreFixture {
     init(store: InMemoryStore = InMemoryStore(), through proxy: (any Store)? = nil, ttl: Double = 30, readOnly: Bool = true,
          streaming: StreamingPolicy = .default, retention: RetentionPolicy = .onLastRelease,
          listAhead: DirectoryEnumerator.ListAhead = .default,
-         conflictClock: @escaping @Sendable () -> Date = { Date() }, reuse directory: String? = nil) throws {
+         conflictClock: @escaping @Sendable () -> Date = { Date() }, streamedUploads: StreamedUpload.Policy = .default,
+         reuse directory: String? = nil) throws {
         let directory = directory ?? FileManager.default.temporaryDirectory.appendingPathComponent("docfs-core-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: directory + "/cache", withIntermediateDirectories: true)
         self.directory = directory
         self.store = store
         self.streaming = streaming
+        self.streamedUploads = streamedUploads
         self.conflictClock = conflictClock
         catalog = try Catalog(path: directory + "/catalog.sqlite")
         var logger = Logger(label: "test")
@@ -34,7 +38,7 @@ struct CoreFixture {
         fs = DocFileSystem(store: proxy ?? store, catalog: catalog, cacheDirectory: directory + "/cache", directoryTTL: ttl,
                            readOnly: readOnly, uploadBackoff: .milliseconds(200), streaming: streaming,
                            retry: Self.quickRetry, retention: retention, listAhead: listAhead, conflictClock: conflictClock,
-                           stateDirectory: directory, logger: logger)
+                           stateDirectory: directory, streamedUploads: streamedUploads, logger: logger)
     }
 
     /// A few quick tries: the tests' outages are switched on and off by the test itself, and
@@ -74,8 +78,8 @@ struct CoreFixture {
 extension CoreFixture {
     /// A writable fixture.
     static func writable(store: InMemoryStore = InMemoryStore(), streaming: StreamingPolicy = .default,
-                         reuse directory: String? = nil) throws -> CoreFixture {
-        try CoreFixture(store: store, readOnly: false, streaming: streaming, reuse: directory)
+                         streamedUploads: StreamedUpload.Policy = .default, reuse directory: String? = nil) throws -> CoreFixture {
+        try CoreFixture(store: store, readOnly: false, streaming: streaming, streamedUploads: streamedUploads, reuse: directory)
     }
 
     /// Writes `bytes` at `offset` through a handle, as the kernel would.

@@ -12,9 +12,10 @@ extension CoreFixture {
     /// A writable fixture whose core reaches `store` through `proxy` (a `CrashableStore` that
     /// can be crashed or taken down); `store` stays the test's handle for arranging changes.
     init(store: InMemoryStore, through proxy: any Store, streaming: StreamingPolicy = .default,
-         conflictClock: @escaping @Sendable () -> Date = { Date() }, reuse directory: String? = nil) throws {
+         conflictClock: @escaping @Sendable () -> Date = { Date() }, streamedUploads: StreamedUpload.Policy = .default,
+         reuse directory: String? = nil) throws {
         try self.init(store: store, through: proxy as (any Store)?, readOnly: false, streaming: streaming, conflictClock: conflictClock,
-                      reuse: directory)
+                      streamedUploads: streamedUploads, reuse: directory)
         self.streaming = streaming
     }
 
@@ -37,7 +38,8 @@ extension CoreFixture {
     /// The daemon starting on the catalog and cache a killed daemon left in `directory`, with
     /// the store reached through `proxy`: what `docfs mount` does before it serves anything.
     func restart(from directory: String, through proxy: any Store) async throws -> CoreFixture {
-        let next = try CoreFixture(store: store, through: proxy, streaming: streaming, conflictClock: conflictClock, reuse: directory)
+        let next = try CoreFixture(store: store, through: proxy, streaming: streaming, conflictClock: conflictClock,
+                                   streamedUploads: streamedUploads, reuse: directory)
         try await next.fs.start()
         return next
     }

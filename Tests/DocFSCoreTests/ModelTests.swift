@@ -285,11 +285,14 @@ final class ModelRun {
         self.seed = seed
         random = SeededGenerator(seed: seed)
         // Odd seeds ask names one by one and list the times versions were stored, as S3 does.
-        store = InMemoryStore(looksUpByStat: seed % 2 == 1, listsStoredTimes: seed % 2 == 1)
+        // Every third seed uploads new files while they are written, from their 8th byte on,
+        // giving up on a writer that pauses for 50 ms (most do, between operations).
+        store = InMemoryStore(looksUpByStat: seed % 2 == 1, listsStoredTimes: seed % 2 == 1, streamsUploads: seed % 3 == 0)
         if seed % 4 == 3 { store.pageListings(by: 2) }
         store.readUploads(Self.uploadReading(seed: seed))
         proxy = CrashableStore(wrapping: store)
-        fixture = try CoreFixture(store: store, through: proxy, streaming: streaming, conflictClock: conflictClock)
+        fixture = try CoreFixture(store: store, through: proxy, streaming: streaming, conflictClock: conflictClock,
+                                  streamedUploads: StreamedUpload.Policy(minimumLength: 8, idleLimit: .milliseconds(50), minimumRate: 1))
         directories.append(fixture.directory)
     }
 

@@ -39,7 +39,7 @@ Actions:
 - latency(delay): waits `delay` seconds, then relays.
 - throttle(rate): relays the head, then the whole body at about `rate` bytes per second (a slow
   but steady network: a transfer that takes a while and then completes).
-- throttle_upload(rate): reads the request body (Content-Length framed) at about `rate` bytes
+- throttle_upload(rate): reads the request body (Content-Length framed, or chunked) at about `rate` bytes
   per second before relaying it and the answer: a slow uplink, so an upload takes a while.
 - stall(every, after=0): relays the head and `after` body bytes, then one byte every `every`
   seconds, until the body ends or the client goes away.
@@ -167,8 +167,10 @@ class _Conn:
         line, _, self.buf = self.buf.partition(b"\r\n")
         return line + b"\r\n"
 
-    def chunked_raw(self) -> bytes:
-        """A chunked body as it is on the wire (chunk lines, trailers and all)."""
+    def chunked_raw(self, exact=None) -> bytes:
+        """A chunked body as it is on the wire (chunk lines, trailers and all); `exact` reads
+        each chunk's bytes (a throttle reads them slowly)."""
+        exact = exact or self.exact
         parts = []
         while True:
             line = self.line()
@@ -180,7 +182,7 @@ class _Conn:
                     parts.append(trailer)
                     if trailer == b"\r\n":
                         return b"".join(parts)
-            parts.append(self.exact(size + 2))
+            parts.append(exact(size + 2))
 
     def to_eof(self) -> bytes:
         parts = [self.buf]
@@ -435,7 +437,10 @@ class FaultProxy:
                 elif length is not None:
                     body = cin.exact(int(length))
                 elif "chunked" in (_get(headers, "transfer-encoding") or "").lower():
-                    body = cin.chunked_raw()
+                    if fault is not None and fault.action == "throttle_upload":
+                        body = cin.chunked_raw(exact=lambda n, rate=fault.rate: self._read_slowly(cin, n, rate))
+                    else:
+                        body = cin.chunked_raw()
                 else:
                     body = b""
                 action = fault.action if fault else "relay"

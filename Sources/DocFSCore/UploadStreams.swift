@@ -1,0 +1,88 @@
+import DocFSStore
+import Synchronization
+
+/// The streamed uploads of a mount (see `StreamedUpload`): which copy starts one, and which are
+/// not settled yet. A write on the FUSE thread asks `consider` (a lock and a few comparisons;
+/// the catalog only when a stream starts); the uploader settles each stream before it uploads
+/// the copy, and before a rename or unlink touches its path (`Uploader.exclusively`), so the
+/// part a stream left on the store is always known as ours before the namespace moves.
+public final class UploadStreams: Sendable {
+    private let store: any Store
+    private let catalog: Catalog
+    public let policy: StreamedUpload.Policy
+    private let state = Mutex(State())
+
+    private struct State {
+        /// Streams whose outcome nobody applied yet, by item.
+        var unsettled: [Inode: StreamedUpload] = [:]
+        /// Of those, the ones still sending.
+        var sending = 0
+        /// Paths a namespace operation holds (`Uploader.exclusively`): no stream starts there.
+        var held: [Int: [StorePath]] = [:]
+        var stopped = false
+    }
+
+    init(store: any Store, catalog: Catalog, policy: StreamedUpload.Policy) {
+        self.store = store
+        self.catalog = catalog
+        self.policy = policy
+    }
+
+    /// After a write to `copy`: starts its stream if it is a new file that just became long
+    /// enough, written in order, and nothing holds its path.
+    func consider(_ copy: LocalCopy) {
+        guard copy.mayStream(policy) else { return }
+        guard let path = try? catalog.item(copy.inode)?.path else { return }
+        let admitted = state.withLock { state -> Bool in
+            guard !state.stopped, state.sending < policy.maximumStreams, state.unsettled[copy.inode] == nil,
+                  !state.held.values.contains(where: { Uploader.overlaps(path, $0) }) else { return false }
+            state.sending += 1
+            return true
+        }
+        guard admitted else { return }
+        guard let stream = copy.beginStream(to: path, policy: policy) else {
+            state.withLock { $0.sending -= 1 }
+            return
+        }
+        state.withLock { $0.unsettled[copy.inode] = stream }
+        let store = store
+        stream.start { [weak self] (stream) async throws(StoreError) -> RemoteEntry in
+            defer { self?.state.withLock { $0.sending -= 1 } }
+            return try await store.write(stream.path, growing: stream, condition: .mustNotExist)
+        }
+    }
+
+    /// How far the stream of `inode` got while it is sending (see `StreamedUpload.progress`).
+    func progress(of inode: Inode) -> (sent: Int64, total: Int64, complete: Bool)? {
+        state.withLock { $0.unsettled[inode] }?.progress
+    }
+
+    /// The stream of `inode`'s copy is being settled: it no longer counts.
+    func settled(_ stream: StreamedUpload) {
+        state.withLock { state in
+            if state.unsettled[stream.inode] === stream { state.unsettled[stream.inode] = nil }
+        }
+    }
+
+    /// A namespace operation (`holder`) touches `paths`: no stream starts there until `release`;
+    /// returns the unsettled streams of those paths (and below them).
+    func hold(_ holder: Int, _ paths: [StorePath]) -> [StreamedUpload] {
+        state.withLock { state in
+            state.held[holder] = paths
+            return state.unsettled.values.filter { Uploader.overlaps($0.path, paths) }
+        }
+    }
+
+    func release(_ holder: Int) {
+        state.withLock { _ = $0.held.removeValue(forKey: holder) }
+    }
+
+    /// The mount is going away: no stream starts, those sending end.
+    func stop() {
+        let streams = state.withLock { state in
+            state.stopped = true
+            return Array(state.unsettled.values)
+        }
+        for stream in streams { stream.cancel() }
+    }
+}

@@ -1,0 +1,118 @@
+import AsyncHTTPClient
+import DocFSStore
+import Foundation
+import NIOCore
+
+// A PUT whose body is sent while the file is still being written (`GrowingContent`): chunked
+// transfer encoding, since the length is known only at the end. Used for a new file copied in
+// order (see the core's `StreamedUpload`); everything else is uploaded from a finished snapshot.
+//
+// The body goes to a temporary name in the same folder, and one MOVE (Overwrite: F for a new
+// file) puts it in place once it is whole and its size checked: a server that writes a body in
+// place (rclone's) would otherwise show a torn file under the real name while it streams, and
+// keep one when the stream is cancelled. The temporary name is never listed (see
+// `isStreamedUploadName`), and is deleted when the upload does not complete.
+
+extension WebDAVStore {
+    /// How a streamed upload's temporary name begins; 16 hex digits follow.
+    static let streamedUploadPrefix = ".docfs-upload-"
+
+    /// Whether `name` is a streamed upload's temporary name: listings leave it out.
+    static func isStreamedUploadName(_ name: String) -> Bool {
+        let bytes = Array(name.utf8)
+        let prefix = Array(streamedUploadPrefix.utf8)
+        guard bytes.count == prefix.count + 16, bytes.starts(with: prefix) else { return false }
+        return bytes[prefix.count...].allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) }
+    }
+
+    public func write(_ path: StorePath, growing content: any GrowingContent, condition: WriteCondition) async throws(StoreError) -> RemoteEntry {
+        guard !path.isRoot, let parent = path.parent else { throw .isADirectory(path) }
+        let replace: Bool
+        switch condition {
+        case .mustNotExist:
+            if try await statIfExists(path) != nil { throw .alreadyExists(path) }
+            replace = false
+        case .always:
+            replace = true
+        case .ifMatch:
+            throw .notSupported("a streamed upload over a version")
+        }
+        let temporary = try parent.appending(Self.streamedUploadPrefix + String(format: "%016llx", UInt64.random(in: 0...UInt64.max)))
+        do throws(StoreError) {
+            let (answer, sent): (HTTPTransport.Answer, Int64)
+            do {
+                // No fixed deadline (the length is unknown): the transfer fails once it falls
+                // behind the minimum rate, as a download does, besides the client's idle timeouts.
+                (answer, sent) = try await HTTPTransport.withTransferDeadline(transport.timeouts, what: "PUT \(path)") { progress in
+                    let body = HTTPClientRequest.Body.stream(GrowingChunks(content: content, progress: progress), length: .unknown)
+                    let answer = try await self.transport.metadata(.PUT, url: self.url(temporary), path: temporary,
+                                                                   headers: ["If-None-Match": "*"], body: body, timeout: .hours(24))
+                    return (answer, progress.bytes)
+                }
+            } catch {
+                throw HTTPTransport.storeError(error, method: "PUT", path: path)
+            }
+            try await checkPUT(answer, temporary, .mustNotExist)
+            // A server or proxy that mishandles a chunked body keeps less than was sent.
+            let stored = try await stat(temporary)
+            guard stored.kind == .file, stored.size == sent else {
+                throw StoreError.protocolError("PUT \(path): the server kept \(stored.size) of \(sent) bytes of a chunked body")
+            }
+            _ = try await move(temporary, to: path, replace: replace)
+        } catch {
+            // Whatever the server kept of it goes (a body cut short, or one whose MOVE failed).
+            do throws(StoreError) { try await delete(temporary, isDirectory: false) } catch .notFound {} catch {
+                logger.info("cannot delete a streamed upload's temporary file", metadata: ["path": "\(temporary)", "error": "\(error)"])
+            }
+            throw error
+        }
+        return try await stat(path)
+    }
+}
+
+/// The bytes of growing content as they are written, in chunks of at most 1 MiB.
+struct GrowingChunks: AsyncSequence, Sendable {
+    typealias Element = ByteBuffer
+    static let chunkSize = 1 << 20
+
+    let content: any GrowingContent
+    let progress: TransferProgress
+
+    struct AsyncIterator: AsyncIteratorProtocol {
+        let content: any GrowingContent
+        let progress: TransferProgress
+        var offset: Int64 = 0
+
+        mutating func next() async throws -> ByteBuffer? {
+            let upTo: Int64
+            switch await content.next(after: offset) {
+            case .end: return nil
+            case .cancelled: throw StoreError.timedOut("the upload was cancelled")
+            case .written(let end): upTo = end
+            }
+            guard upTo > offset else { return nil }
+            let want = Int(Swift.min(Int64(GrowingChunks.chunkSize), upTo - offset))
+            var buffer = ByteBufferAllocator().buffer(capacity: want)
+            var failure: StoreError?
+            let at = offset
+            let content = content
+            let got = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: want) { pointer in
+                do throws(StoreError) {
+                    return try content.read(into: UnsafeMutableRawBufferPointer(rebasing: pointer[0..<want]), at: at)
+                } catch {
+                    failure = error
+                    return 0
+                }
+            }
+            if let failure { throw failure }
+            guard got > 0 else { throw StoreError.localIO(errno: EIO, message: "the file being uploaded is shorter than written") }
+            offset += Int64(got)
+            progress.add(got)
+            return buffer
+        }
+    }
+
+    func makeAsyncIterator() -> AsyncIterator {
+        AsyncIterator(content: content, progress: progress)
+    }
+}

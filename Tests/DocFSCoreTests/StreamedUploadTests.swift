@@ -1,0 +1,195 @@
+import DocFSCore
+import DocFSStore
+import DocFSTesting
+import Foundation
+import Testing
+
+/// A new file copied into the mount in order is sent while it is written, so the store has it
+/// about when the close returns; whatever else the writer does, the store ends with exactly the
+/// committed content, and nothing is kept as a conflict that was not one.
+@Suite("A new file written in order is uploaded while it is written")
+struct StreamedUploadTests {
+    static let chunk = 64 << 10
+    /// Streams from 128 KiB on (the default waits for 4 MiB).
+    static let policy = StreamedUpload.Policy(minimumLength: 128 << 10, idleLimit: .seconds(5), minimumRate: 1)
+
+    static func fixture() throws -> CoreFixture {
+        try CoreFixture.writable(store: InMemoryStore(streamsUploads: true), streamedUploads: policy)
+    }
+
+    /// Creates `name` and writes `chunks` chunks of `content` in order through the new handle.
+    static func create(_ fixture: CoreFixture, _ name: String, _ content: [UInt8], chunks: Int) async throws -> (Item, UInt64) {
+        let (item, handle) = try await fixture.fs.create(in: Item.rootInode, name: name, mode: 0o644, owner: 0, group: 0,
+                                                         exclusive: true, truncate: false)
+        for index in 0..<chunks {
+            try fixture.write(handle: handle, Array(content[(index * chunk)..<((index + 1) * chunk)]), at: Int64(index * chunk))
+        }
+        return (item, handle)
+    }
+
+    /// Waits (a few seconds at most) until `condition` holds.
+    static func eventually(_ condition: () -> Bool) async throws {
+        for _ in 0..<500 where !condition() { try await Task.sleep(for: .milliseconds(10)) }
+    }
+
+    @Test func theStoreGetsTheBytesBeforeTheCloseAndNothingIsUploadedAgain() async throws {
+        let fixture = try Self.fixture()
+        let content = randomBytes(8 * Self.chunk)
+        let (item, handle) = try await Self.create(fixture, "copied.bin", content, chunks: 3)
+        try await Self.eventually { fixture.store.streamedWritesBegun("copied.bin") == 1 }
+        #expect(fixture.store.streamedWritesBegun("copied.bin") == 1)
+        for index in 3..<8 {
+            try fixture.write(handle: handle, Array(content[(index * Self.chunk)..<((index + 1) * Self.chunk)]), at: Int64(index * Self.chunk))
+        }
+        try fixture.fs.flush(handle: handle)
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+
+        #expect(fixture.store.content("copied.bin") == content)
+        #expect(fixture.store.writeCount("copied.bin") == 1)
+        #expect(fixture.store.streamedWritesBegun("copied.bin") == 1)
+        #expect(try fixture.fs.item(item.inode).state == .placeholder)
+        #expect(fixture.cachedFiles().isEmpty)
+    }
+
+    /// `dd of=FILE` opens FILE, dup2s it to its output and closes the first descriptor: a
+    /// flush that commits the empty file before the first write.
+    @Test func aNewFileCommittedEmptyBeforeItsFirstWriteStillStreams() async throws {
+        let fixture = try Self.fixture()
+        let content = randomBytes(4 * Self.chunk)
+        let (_, handle) = try await fixture.fs.create(in: Item.rootInode, name: "dd.out", mode: 0o644, owner: 0, group: 0,
+                                                      exclusive: false, truncate: true)
+        try fixture.fs.flush(handle: handle)
+        for index in 0..<4 {
+            try fixture.write(handle: handle, Array(content[(index * Self.chunk)..<((index + 1) * Self.chunk)]), at: Int64(index * Self.chunk))
+        }
+        try await Self.eventually { fixture.store.streamedWritesBegun("dd.out") == 1 }
+        try fixture.fs.flush(handle: handle)
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+
+        #expect(fixture.store.streamedWritesBegun("dd.out") == 1)
+        #expect(fixture.store.writtenContents.map(\.content) == [content])
+    }
+
+    @Test func aSmallFileGoesUpAtCloseAsBefore() async throws {
+        let fixture = try Self.fixture()
+        try await fixture.createFile("small.txt", randomBytes(Self.chunk))
+        await fixture.settle()
+        #expect(fixture.store.streamedWritesBegun("small.txt") == 0)
+        #expect(fixture.store.writeCount("small.txt") == 1)
+    }
+
+    /// A zip or a video muxer writes its header last: the stream is cancelled, and the close
+    /// uploads the file as before. The store never held a part of it.
+    @Test func aWriteBackAtTheStartEndsTheStreamAndTheCloseUploadsTheWholeFile() async throws {
+        let fixture = try Self.fixture()
+        var content = randomBytes(6 * Self.chunk)
+        let (_, handle) = try await Self.create(fixture, "archive.zip", content, chunks: 6)
+        try await Self.eventually { fixture.store.streamedWritesBegun("archive.zip") == 1 }
+        let header: [UInt8] = Array("PK\u{3}\u{4}".utf8)
+        try fixture.write(handle: handle, header, at: 0)
+        content.replaceSubrange(0..<4, with: header)
+        try fixture.fs.flush(handle: handle)
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+
+        #expect(fixture.store.content("archive.zip") == content)
+        #expect(fixture.store.fileNames(in: "/") == ["archive.zip"])
+        #expect(fixture.store.streamedWritesBegun("archive.zip") == 1)
+        #expect(fixture.store.writtenContents.map(\.content) == [content])
+        #expect(fixture.cachedFiles().isEmpty)
+    }
+
+    @Test func aRenameWhileItStreamsMovesWhatWasSentAndTheRestFollowsUnderTheNewName() async throws {
+        let fixture = try Self.fixture()
+        let content = randomBytes(6 * Self.chunk)
+        let (_, handle) = try await Self.create(fixture, "download.part", content, chunks: 3)
+        try await Self.eventually { fixture.store.streamedWritesBegun("download.part") == 1 }
+        try await fixture.fs.rename(from: Item.rootInode, name: "download.part", to: Item.rootInode, newName: "download.iso", noReplace: false)
+        for index in 3..<6 {
+            try fixture.write(handle: handle, Array(content[(index * Self.chunk)..<((index + 1) * Self.chunk)]), at: Int64(index * Self.chunk))
+        }
+        try fixture.fs.flush(handle: handle)
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+
+        #expect(fixture.store.fileNames(in: "/") == ["download.iso"])
+        #expect(fixture.store.content("download.iso") == content)
+        #expect(fixture.store.writtenContents.map(\.path) == ["/download.iso"])
+    }
+
+    @Test func anUnlinkWhileItStreamsLeavesNothingOnTheStore() async throws {
+        let fixture = try Self.fixture()
+        let content = randomBytes(4 * Self.chunk)
+        let (_, handle) = try await Self.create(fixture, "scratch.tmp", content, chunks: 4)
+        try await Self.eventually { fixture.store.streamedWritesBegun("scratch.tmp") == 1 }
+        try await fixture.fs.remove(from: Item.rootInode, name: "scratch.tmp", directory: false)
+        try fixture.write(handle: handle, Array(content[0..<Self.chunk]), at: Int64(4 * Self.chunk))
+        try fixture.fs.flush(handle: handle)
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+
+        #expect(fixture.store.fileNames(in: "/").isEmpty)
+        #expect(fixture.store.writtenContents.isEmpty)
+        #expect(fixture.cachedFiles().isEmpty)
+    }
+
+    /// fsync waits for what was sent so far; writes after it go in the next upload, never in
+    /// the streamed one (it reads the file as it was at the commit).
+    @Test func anFsyncCompletesTheStreamAndLaterWritesFollowInTheNextUpload() async throws {
+        let fixture = try Self.fixture()
+        let content = randomBytes(6 * Self.chunk)
+        let (_, handle) = try await Self.create(fixture, "log.bin", content, chunks: 3)
+        try await Self.eventually { fixture.store.streamedWritesBegun("log.bin") == 1 }
+        try await fixture.fs.fsync(handle: handle)
+        #expect(fixture.store.content("log.bin") == Array(content[0..<(3 * Self.chunk)]))
+        #expect(fixture.store.writeCount("log.bin") == 1)
+        for index in 3..<6 {
+            try fixture.write(handle: handle, Array(content[(index * Self.chunk)..<((index + 1) * Self.chunk)]), at: Int64(index * Self.chunk))
+        }
+        try fixture.fs.flush(handle: handle)
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+
+        #expect(fixture.store.content("log.bin") == content)
+        #expect(fixture.store.writeCount("log.bin") == 2)
+        #expect(fixture.store.writtenContents.map(\.content) == [Array(content[0..<(3 * Self.chunk)]), content])
+    }
+
+    @Test func aStreamThatFailsLeavesTheUploadToTheClose() async throws {
+        let fixture = try Self.fixture()
+        let content = randomBytes(4 * Self.chunk)
+        fixture.store.failWrites(with: .unreachable("down for a moment"))
+        let (_, handle) = try await Self.create(fixture, "report.pdf", content, chunks: 4)
+        try await Self.eventually { fixture.store.streamedWritesBegun("report.pdf") == 1 }
+        try fixture.fs.flush(handle: handle)
+        await fixture.fs.release(handle: handle)
+        try await Task.sleep(for: .milliseconds(100))
+        fixture.store.failWrites(with: nil)
+        try await Self.eventually { fixture.store.content("report.pdf") != nil }
+        await fixture.settle()
+
+        #expect(fixture.store.content("report.pdf") == content)
+        #expect(fixture.store.fileNames(in: "/") == ["report.pdf"])
+    }
+
+    /// Another client creates the name while ours streams: both are kept, as for any new file.
+    @Test func aFileSomeoneElseCreatedMeanwhileIsKeptNextToOurs() async throws {
+        let fixture = try Self.fixture()
+        let content = randomBytes(4 * Self.chunk)
+        let (_, handle) = try await Self.create(fixture, "notes.bin", content, chunks: 4)
+        try await Self.eventually { fixture.store.streamedWritesBegun("notes.bin") == 1 }
+        fixture.store.addFile("notes.bin", Array("theirs".utf8))
+        try fixture.fs.flush(handle: handle)
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+
+        #expect(fixture.store.content("notes.bin") == Array("theirs".utf8))
+        let names = fixture.store.fileNames(in: "/")
+        #expect(names.count == 2)
+        let conflict = try #require(names.first { $0 != "notes.bin" })
+        #expect(conflict.contains("conflict"))
+        #expect(fixture.store.content(conflict) == content)
+    }
+}

@@ -1,0 +1,87 @@
+"""A large new file copied into the mount in order is uploaded while it is written (issue 9's
+write target: the server has it about when `close` returns). Checked on the store side: the
+body goes to a temporary name that one MOVE puts in place, so the real name never holds a torn
+file; a writer that goes back (a zip, a video muxer) cancels the stream, leaves nothing behind
+and no conflict copy, and its file goes up whole at close as before."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+
+import pytest
+
+from helpers import wait_until
+from write_support import make_store, methods_log, moves, puts, wait_server_bytes
+
+pytestmark = pytest.mark.fuse
+
+TEMPORARY = re.compile(r"^\.docfs-upload-[0-9a-f]{16}$")
+MIB = 1 << 20
+
+
+@pytest.fixture
+def store(tmp_path):
+    return make_store(tmp_path / "store")
+
+
+def temporary_names(server) -> list[str]:
+    return [name for name in os.listdir(server.root) if TEMPORARY.match(name)]
+
+
+def test_dd_of_a_large_new_file_streams_it_to_a_temporary_name_and_moves_it_in_place(store_server, store, mount, tmp_path):
+    server = store_server(store)
+    m = mount(server.url)
+    source = tmp_path / "source.bin"
+    data = os.urandom(24 * MIB)
+    source.write_bytes(data)
+    subprocess.run(["dd", f"if={source}", f"of={m / 'copied.bin'}", "bs=1M", "status=none"], check=True)
+    wait_server_bytes(server, "copied.bin", data)
+
+    # The upload went through the stream: one PUT of a temporary name, one MOVE of it to the
+    # file's name, and no PUT of the name itself (the upload at close found nothing to send).
+    wait_until(lambda: moves(server), 10, f"a MOVE in the {server.kind} log")
+    time.sleep(1.0)
+    streamed = [r for r in server.requests() if r.method == "PUT" and TEMPORARY.match(r.path.lstrip("/"))]
+    assert len(streamed) == 1, methods_log(server)
+    assert [r.path for r in moves(server)] == [streamed[0].path], methods_log(server)
+    assert not puts(server, "copied.bin"), f"the file was uploaded again after its stream:\n{methods_log(server)}"
+    assert temporary_names(server) == []
+    assert not any(TEMPORARY.match(name) for name in os.listdir(m.path))
+    with open(m / "copied.bin", "rb") as f:
+        assert f.read() == data
+
+
+def test_a_writer_that_goes_back_leaves_no_torn_file_and_no_conflict_copy(store_server, store, mount):
+    server = store_server(store)
+    m = mount(server.url)
+    before = set(os.listdir(server.root))
+    data = bytearray(os.urandom(12 * MIB))
+    with open(m / "archive.zip", "wb") as f:
+        for offset in range(0, len(data), MIB):
+            f.write(data[offset:offset + MIB])
+        # The stream is under way (well within its 2 s patience): nothing shows under the
+        # file's name yet.
+        time.sleep(0.3)
+        assert not (server.root / "archive.zip").exists(), methods_log(server)
+        f.seek(0)
+        f.write(b"PK\x03\x04")
+    data[0:4] = b"PK\x03\x04"
+    wait_server_bytes(server, "archive.zip", bytes(data))
+    time.sleep(1.0)
+
+    assert set(os.listdir(server.root)) - before == {"archive.zip"}, methods_log(server)
+    assert not any("conflict" in name for name in os.listdir(server.root))
+    assert len(puts(server, "archive.zip")) == 1, methods_log(server)
+    assert not moves(server), methods_log(server)
+
+
+def test_a_temporary_upload_name_on_the_server_is_never_listed(store_server, store, mount):
+    (store / ".docfs-upload-0123456789abcdef").write_bytes(b"left by a killed daemon")
+    (store / ".docfs-upload-not-hex").write_bytes(b"a user's file")
+    server = store_server(store)
+    m = mount(server.url)
+    names = os.listdir(m.path)
+    assert ".docfs-upload-0123456789abcdef" not in names
+    assert ".docfs-upload-not-hex" in names
