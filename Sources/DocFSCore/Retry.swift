@@ -69,8 +69,16 @@ public struct RetryPolicy: Sendable {
             } catch let failure {
                 failures += 1
                 guard failure.isTransient, failures < attempts, !Task.isCancelled else { throw failure }
-                let wait = delay(afterFailures: failures, retryAfter: failure.retryAfter, using: &generator)
-                if let deadline, clock.now + wait >= start + deadline { throw failure }
+                var wait = delay(afterFailures: failures, retryAfter: failure.retryAfter, using: &generator)
+                if let deadline {
+                    let left = start + deadline - clock.now - Self.lastTryMargin
+                    // A drawn wait that would pass the deadline is cut short: one last try just
+                    // before it rather than giving up seconds early (a 500 that cleared at 2.5 s
+                    // failed a read whose --io-timeout was 6 s when the draw was 4 s). A wait the
+                    // store asked for (`Retry-After`) is never cut: then it is given up.
+                    if left <= .zero || (failure.retryAfter.map { $0 > left } ?? false) { throw failure }
+                    wait = min(wait, left)
+                }
                 beforeRetry(failure)
                 // Cancelled while waiting: the caller has gone; it gets the last failure.
                 do { try await Task.sleep(for: wait) } catch { throw failure }
@@ -79,6 +87,9 @@ public struct RetryPolicy: Sendable {
             }
         }
     }
+
+    /// How long before the deadline the last try begins, so that it can still answer in time.
+    static let lastTryMargin: Duration = .milliseconds(100)
 
     private static func nanoseconds(_ duration: Duration) -> Int64 {
         let (seconds, attoseconds) = duration.components

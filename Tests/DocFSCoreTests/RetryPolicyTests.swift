@@ -66,6 +66,22 @@ struct RetryPolicyTests {
         #expect(!begun.isEmpty)
     }
 
+    /// A drawn wait longer than the time left is cut short: the last try comes just before the
+    /// deadline (drawing up to 30 s against a 1 s deadline, it used to give up after one try).
+    @Test func aLongDrawnWaitIsCutToALastTryBeforeTheDeadline() async throws {
+        let calls = Mutex(0)
+        let clock = ContinuousClock()
+        let start = clock.now
+        let slow = RetryPolicy(attempts: 10, initialDelay: .seconds(30), maximumDelay: .seconds(30), deadline: .seconds(1))
+        let value = try await slow.run { () async throws(StoreError) -> Int in
+            let n = calls.withLock { $0 += 1; return $0 }
+            if n < 2 { throw .serverError(status: 500, message: "oops") }
+            return n
+        }
+        #expect(value == 2)
+        #expect(clock.now - start < .seconds(10))
+    }
+
     @Test func aWaitPastTheDeadlineIsNotBegun() async {
         let calls = Mutex(0)
         let clock = ContinuousClock()
