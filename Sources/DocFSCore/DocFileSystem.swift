@@ -1010,8 +1010,6 @@ public final class DocFileSystem: Sendable {
     private func shownState(of item: Item) throws(FSError) -> String {
         let pinned = try catalog.isPinned(item.inode)
         guard item.isDirectory else {
-            // Closed, and its stream still sending the rest: what an upload after close shows.
-            if item.state == .modified, uploadStreams?.progress(of: item.inode)?.complete == true { return ItemState.uploading.rawValue }
             return item.state == .local && pinned ? "pinned" : item.state.rawValue
         }
         let counts = try catalog.childStateCounts(of: item.inode).map { "\($0.state)=\($0.count)" }

@@ -255,12 +255,23 @@ public final class LocalCopy: ContentSink, Sendable {
     /// Records `life` in the catalog and makes it the copy's, under the lock; a new commit
     /// records the copy's size and time with it.
     private func record(_ life: CopyLife, in state: inout State) throws(FSError) {
+        var life = life
         if life.committed != state.life.committed {
-            try catalog.recordCommit(inode, life, size: state.length, modified: modificationTime(state))
-            // A stream sent exactly this commit: the next change gets a file of its own, so the
-            // stream never sends a byte written after it.
-            if let stream = state.streamed, stream.seal(length: state.length, commit: life.committed) {
-                state.sharedWithSnapshot = true
+            // A stream that sent exactly this commit completes it: the commit is being uploaded
+            // from now on (the journal says so), and the next change gets a file of its own, so
+            // the stream never sends a byte written after it.
+            let completing = state.streamed.map { life.uploading == nil && $0.wouldComplete(length: state.length) } ?? false
+            if completing { life.uploading = life.committed }
+            do {
+                try catalog.recordCommit(inode, life, size: state.length, modified: modificationTime(state))
+            } catch {
+                state.streamed?.abandon()
+                throw error
+            }
+            if completing {
+                if state.streamed?.seal(length: state.length, commit: life.committed) == true { state.sharedWithSnapshot = true }
+            } else {
+                state.streamed?.abandon()
             }
         } else {
             try catalog.recordCopy(inode, life)

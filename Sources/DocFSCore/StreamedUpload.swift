@@ -160,6 +160,15 @@ public final class StreamedUpload: GrowingContent, Sendable {
         waiter?.resume()
     }
 
+    /// Whether `seal(length:commit:)` would complete it now (the copy records the commit as
+    /// uploading with it, before it seals).
+    func wouldComplete(length: Int64) -> Bool {
+        state.withLock { !$0.abandoned && $0.end == nil && $0.written == length }
+    }
+
+    /// The commit that completed it, if one did.
+    public var sealedCommit: UInt64? { state.withLock { $0.commit } }
+
     /// The copy committed `length` bytes as commit `commit`: the body ends there. Returns
     /// whether that is the stream's whole content (else it ends early, as `abandon`).
     func seal(length: Int64, commit: UInt64) -> Bool {

@@ -11,6 +11,8 @@ public final class UploadStreams: Sendable {
     private let catalog: Catalog
     public let policy: StreamedUpload.Policy
     private let state = Mutex(State())
+    /// Told the item of each stream that ended: its settling is the uploader's (`whenEnded`).
+    private let ended = Mutex<(@Sendable (Inode) -> Void)?>(nil)
 
     private struct State {
         /// Streams whose outcome nobody applied yet, by item.
@@ -31,7 +33,7 @@ public final class UploadStreams: Sendable {
     /// After a write to `copy`: starts its stream if it is a new file that just became long
     /// enough, written in order, and nothing holds its path.
     func consider(_ copy: LocalCopy) {
-        guard copy.mayStream(policy) else { return }
+        guard copy.mayStream(policy), hasRoom(for: copy.inode) else { return }
         guard let path = try? catalog.item(copy.inode)?.path else { return }
         let admitted = state.withLock { state -> Bool in
             guard !state.stopped, state.sending < policy.maximumStreams, state.unsettled[copy.inode] == nil,
@@ -47,14 +49,33 @@ public final class UploadStreams: Sendable {
         state.withLock { $0.unsettled[copy.inode] = stream }
         let store = store
         stream.start { [weak self] (stream) async throws(StoreError) -> RemoteEntry in
-            defer { self?.state.withLock { $0.sending -= 1 } }
+            defer {
+                self?.state.withLock { $0.sending -= 1 }
+                self?.ended.withLock { $0 }?(stream.inode)
+            }
             return try await store.write(stream.path, growing: stream, condition: .mustNotExist)
         }
+    }
+
+    /// Calls `handler` with the item of each stream that ended (the uploader settles it).
+    func whenEnded(_ handler: @escaping @Sendable (Inode) -> Void) {
+        ended.withLock { $0 = handler }
+    }
+
+    /// Whether a stream that a commit completed is still to be settled: an upload under way.
+    var hasCompletedUnsettled: Bool {
+        state.withLock { $0.unsettled.values.contains { $0.sealedCommit != nil } }
     }
 
     /// How far the stream of `inode` got while it is sending (see `StreamedUpload.progress`).
     func progress(of inode: Inode) -> (sent: Int64, total: Int64, complete: Bool)? {
         state.withLock { $0.unsettled[inode] }?.progress
+    }
+
+    /// Whether a stream of `inode` could start now (before the catalog is asked for its path:
+    /// while `maximumStreams` are sending, the writes of other files ask nothing).
+    private func hasRoom(for inode: Inode) -> Bool {
+        state.withLock { !$0.stopped && $0.sending < policy.maximumStreams && $0.unsettled[inode] == nil }
     }
 
     /// The stream of `inode`'s copy is being settled: it no longer counts.

@@ -87,6 +87,11 @@ public actor Uploader {
         self.retryDelays = RetryPolicy(attempts: .max, initialDelay: .milliseconds(500), maximumDelay: maximumBackoff)
         self.clock = clock
         self.logger = logger
+        // A stream that ended is settled by an attempt of its item (a completed one is the
+        // commit's upload: nothing else queues it, since its copy says it is uploading).
+        streams?.whenEnded { [weak self] inode in
+            Task { await self?.enqueue(inode) }
+        }
     }
 
     /// Queues every committed change left from before a restart (or a crash).
@@ -136,7 +141,7 @@ public actor Uploader {
     /// Waits until nothing is queued or uploading (or until every pending item is waiting
     /// for a retry, when `untilStalled` is true), or until the uploader stops.
     public func waitUntilIdle(untilStalled: Bool = false) async {
-        while !stopped && !(queue.isEmpty && inFlight.isEmpty && (untilStalled || retryTasks.isEmpty)) {
+        while !stopped && !(queue.isEmpty && inFlight.isEmpty && (untilStalled || retryTasks.isEmpty) && streams?.hasCompletedUnsettled != true) {
             await withCheckedContinuation { idleWaiters.append($0) }
         }
     }
@@ -380,6 +385,12 @@ public actor Uploader {
             case .failed(let error):
                 logger.debug("a streamed upload did not complete: the file goes up from its copy",
                              metadata: ["path": "\(stream.path)", "error": "\(error)"])
+                if let commit = stream.sealedCommit {
+                    // The commit it was to complete goes up from the copy (a rename or unlink
+                    // settling it has no attempt of its own to do that).
+                    try copy.update { if $0.uploading == commit { $0.uploadFailed() } }
+                    enqueue(copy.inode)
+                }
             }
         } catch {
             logger.warning("cannot record a streamed upload", metadata: ["path": "\(stream.path)", "error": "\(error)"])

@@ -11,7 +11,9 @@ import NIOCore
 // file) puts it in place once it is whole and its size checked: a server that writes a body in
 // place (rclone's) would otherwise show a torn file under the real name while it streams, and
 // keep one when the stream is cancelled. The temporary name is never listed (see
-// `isStreamedUploadName`), and is deleted when the upload does not complete.
+// `isStreamedUploadName`), and is deleted when the upload does not complete. A server that
+// refuses a part of this (a chunked body, MOVE; a reverse proxy that does not rewrite MOVE's
+// Destination answers 502) is not asked again in this mount: its files go up at close.
 
 extension WebDAVStore {
     /// How a streamed upload's temporary name begins; 16 hex digits follow.
@@ -27,6 +29,7 @@ extension WebDAVStore {
 
     public func write(_ path: StorePath, growing content: any GrowingContent, condition: WriteCondition) async throws(StoreError) -> RemoteEntry {
         guard !path.isRoot, let parent = path.parent else { throw .isADirectory(path) }
+        if let refusal = streamedUploadRefusal.withLock({ $0 }) { throw .notSupported(refusal) }
         let replace: Bool
         switch condition {
         case .mustNotExist:
@@ -52,13 +55,20 @@ extension WebDAVStore {
             } catch {
                 throw HTTPTransport.storeError(error, method: "PUT", path: path)
             }
+            if [411, 501].contains(answer.status) { throw refused("PUT with a chunked body: HTTP \(answer.status)") }
             try await checkPUT(answer, temporary, .mustNotExist)
             // A server or proxy that mishandles a chunked body keeps less than was sent.
             let stored = try await stat(temporary)
             guard stored.kind == .file, stored.size == sent else {
-                throw StoreError.protocolError("PUT \(path): the server kept \(stored.size) of \(sent) bytes of a chunked body")
+                throw refused("PUT with a chunked body: the server kept \(stored.size) of \(sent) bytes")
             }
-            _ = try await move(temporary, to: path, replace: replace)
+            do {
+                _ = try await move(temporary, to: path, replace: replace)
+            } catch .notSupported(let why), .accessDenied(let why) {
+                throw refused(why)
+            } catch .serverError(let status, let why) where status == 502 {
+                throw refused(why)
+            }
         } catch {
             // Whatever the server kept of it goes (a body cut short, or one whose MOVE failed).
             do throws(StoreError) { try await delete(temporary, isDirectory: false) } catch .notFound {} catch {
@@ -67,6 +77,13 @@ extension WebDAVStore {
             throw error
         }
         return try await stat(path)
+    }
+
+    /// Streamed uploads stop for this mount: the server (or a proxy before it) refused one.
+    private func refused(_ why: String) -> StoreError {
+        logger.info("the server does not take streamed uploads; files go up after their close", metadata: ["why": "\(why)"])
+        streamedUploadRefusal.withLock { $0 = why }
+        return .notSupported(why)
     }
 }
 

@@ -17,6 +17,7 @@ import Foundation
 import Logging
 import NIOCore
 import NIOHTTP1
+import Synchronization
 
 public final class WebDAVStore: Store {
     public let identity: StoreIdentity
@@ -31,6 +32,8 @@ public final class WebDAVStore: Store {
     /// Bounds of a listing, and the PROPFIND answers read page by page (WebDAVStore+Listing.swift).
     let listingLimits: ListingLimits
     let propfindListings = PropfindListings()
+    /// Why this server cannot take streamed uploads, once it showed it (WebDAVStore+StreamedUpload.swift).
+    let streamedUploadRefusal = Mutex<String?>(nil)
 
     /// Deadline of a metadata call (PROPFIND, MKCOL, DELETE, MOVE, HEAD), body included.
     static let metadataTimeout: TimeAmount = .seconds(30)

@@ -416,8 +416,12 @@ class FaultProxy:
                     head = _build_head(request_line, headers)
                     client.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
                 if self.rewrite_host:
+                    # As a reverse proxy must: the Host, and the authority of a MOVE or COPY's
+                    # Destination (the server answers 502 to a Destination on another server).
                     upstream_host = f"127.0.0.1:{self.upstream_port}"
-                    head = _build_head(request_line, [(k, upstream_host if k.lower() == "host" else v) for k, v in headers])
+                    head = _build_head(request_line, [(k, upstream_host if k.lower() == "host" else
+                                                       re.sub(r"^(https?://)[^/]+", rf"\g<1>{upstream_host}", v) if k.lower() == "destination" else v)
+                                                      for k, v in headers])
                 length = _get(headers, "content-length")
                 fault = self._pick(method, target)
                 if fault is not None and fault.action == "cut_upload":
