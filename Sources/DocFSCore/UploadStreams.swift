@@ -34,7 +34,11 @@ public final class UploadStreams: Sendable {
     /// enough, written in order, and nothing holds its path.
     func consider(_ copy: LocalCopy) {
         guard copy.mayStream(policy), hasRoom(for: copy.inode) else { return }
-        guard let path = try? catalog.item(copy.inode)?.path else { return }
+        guard let item = try? catalog.item(copy.inode) else { return }
+        let path = item.path
+        // Mode and owners as they are now (a store that sends them with the content does; a
+        // change before the end is pushed when the stream is settled). Times are the store's.
+        let attributes = StoreAttributes(mode: item.mode, owner: item.owner, group: item.group)
         let admitted = state.withLock { state -> Bool in
             guard !state.stopped, state.sending < policy.maximumStreams, state.unsettled[copy.inode] == nil,
                   !state.held.values.contains(where: { Uploader.overlaps(path, $0) }) else { return false }
@@ -53,7 +57,7 @@ public final class UploadStreams: Sendable {
                 self?.state.withLock { $0.sending -= 1 }
                 self?.ended.withLock { $0 }?(stream.inode)
             }
-            return try await store.write(stream.path, growing: stream, condition: .mustNotExist)
+            return try await store.write(stream.path, growing: stream, condition: .mustNotExist, attributes: attributes)
         }
     }
 

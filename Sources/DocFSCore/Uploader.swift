@@ -398,9 +398,11 @@ public actor Uploader {
     }
 
     /// The item's mode and times, given to what a stream stored as an upload gives them
-    /// (`Store.write(_:fromLocalFile:condition:attributes:)`); the entry as the store has it then.
+    /// (`Store.write(_:fromLocalFile:condition:attributes:)`), unless the store sent them with
+    /// the content and they did not change since; the entry as the store has it then.
     private func withStoredAttributes(of inode: Inode, _ entry: RemoteEntry) async -> RemoteEntry {
         guard let item = try? catalog.item(inode) else { return entry }
+        if entry.mode != nil, entry.mode == item.mode, entry.owner == item.owner, entry.group == item.group { return entry }
         let attributes = StoreAttributes(mode: item.mode, modified: item.modified, owner: item.owner, group: item.group)
         do {
             guard try await store.setAttributes(entry.path, attributes) else { return entry }

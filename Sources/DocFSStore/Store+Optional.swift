@@ -36,7 +36,8 @@ extension Store {
     }
 
     /// Uploads content still being written: only a store that can send a body of unknown length.
-    public func write(_ path: StorePath, growing content: any GrowingContent, condition: WriteCondition) async throws(StoreError) -> RemoteEntry {
+    public func write(_ path: StorePath, growing content: any GrowingContent, condition: WriteCondition,
+                      attributes: StoreAttributes) async throws(StoreError) -> RemoteEntry {
         throw .notSupported("uploads of unknown length")
     }
 

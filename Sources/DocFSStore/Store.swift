@@ -37,9 +37,12 @@ public protocol Store: Sendable {
     /// Uploads `content` while it is still being written, as `write(_:fromLocalFile:condition:)`
     /// does a finished file: the body goes out as the content grows. Nothing shows at `path`
     /// before the content is whole and arrived whole (no torn file, whatever ends the transfer);
-    /// `.mustNotExist` and `.always` only. A store that needs the length first cannot:
-    /// `capabilities.streamsUploads` is false and the default throws `.notSupported`.
-    func write(_ path: StorePath, growing content: any GrowingContent, condition: WriteCondition) async throws(StoreError) -> RemoteEntry
+    /// `.mustNotExist` and `.always` only. A store that sends `attributes` with the content (S3's
+    /// metadata, at the upload's start) reports them in the entry it returns; one that does not
+    /// leaves them to `setAttributes`. A store that cannot stream at all: `capabilities.streamsUploads`
+    /// is false and the default throws `.notSupported`.
+    func write(_ path: StorePath, growing content: any GrowingContent, condition: WriteCondition,
+               attributes: StoreAttributes) async throws(StoreError) -> RemoteEntry
 
     /// Creates one directory; its parent must exist. `.alreadyExists` if it does.
     func makeDirectory(_ path: StorePath) async throws(StoreError) -> RemoteEntry
@@ -101,7 +104,7 @@ public struct StoreCapabilities: Sendable, Equatable {
     /// as mountpoint-s3 does).
     public var looksUpByStat: Bool
     /// Whether an upload can start before its length is known (`write(_:growing:condition:)`):
-    /// WebDAV (a chunked PUT); not S3, whose PUT needs the length first.
+    /// WebDAV (a chunked PUT to a temporary name, then a MOVE), S3 (a multipart upload fed part by part).
     public var streamsUploads: Bool
 
     public init(canWrite: Bool, canRename: Bool, hasRangeReads: Bool, symlinkDiscovery: SymlinkDiscovery = .inListings,

@@ -27,7 +27,9 @@ extension WebDAVStore {
         return bytes[prefix.count...].allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) }
     }
 
-    public func write(_ path: StorePath, growing content: any GrowingContent, condition: WriteCondition) async throws(StoreError) -> RemoteEntry {
+    /// Attributes go as dead properties afterwards (`setAttributes`), as after any PUT.
+    public func write(_ path: StorePath, growing content: any GrowingContent, condition: WriteCondition,
+                      attributes: StoreAttributes) async throws(StoreError) -> RemoteEntry {
         guard !path.isRoot, let parent = path.parent else { throw .isADirectory(path) }
         if let refusal = streamedUploadRefusal.withLock({ $0 }) { throw .notSupported(refusal) }
         let replace: Bool

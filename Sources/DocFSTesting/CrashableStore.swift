@@ -98,11 +98,12 @@ public final class CrashableStore: Store, Sendable {
         }
     }
 
-    public func write(_ path: StorePath, growing content: any GrowingContent, condition: WriteCondition) async throws(StoreError) -> RemoteEntry {
+    public func write(_ path: StorePath, growing content: any GrowingContent, condition: WriteCondition,
+                      attributes: StoreAttributes) async throws(StoreError) -> RemoteEntry {
         try await change { () async throws(StoreError) -> RemoteEntry in
             try await self.requireParentDirectory(path)
             let condition = try await self.innerCondition(path, condition)
-            return Self.distinct(try await self.inner.write(path, growing: content, condition: condition))
+            return Self.distinct(try await self.inner.write(path, growing: content, condition: condition, attributes: attributes))
         }
     }
 

@@ -354,21 +354,21 @@ public final class InMemoryStore: Store, Sendable {
             guard let whole = FileManager.default.contents(atPath: localFile) else { throw .localIO(errno: ENOENT, message: localFile) }
             data = Array(whole)
         }
-        return try state.withLock { state throws(StoreError) -> RemoteEntry in
+        return try store(data, at: path, condition, log: "PUT \(path)")
+    }
+
+    /// Stores `data` at `path` if `condition` holds: how every write that got its bytes ends.
+    private func store(_ data: [UInt8], at path: StorePath, _ condition: WriteCondition, log line: String) throws(StoreError) -> RemoteEntry {
+        try state.withLock { state throws(StoreError) -> RemoteEntry in
             if let fault = state.writeFault { throw fault }
             // As on a disk or a WebDAV server: a file never stands where a folder is.
             if state.directories.contains(path) { throw .isADirectory(path) }
-            let existing = state.files[path]
-            switch condition {
-            case .always: break
-            case .mustNotExist: if existing != nil { throw .alreadyExists(path) }
-            case .ifMatch(let etag): if existing.map({ Self.entry(path, $0).etag }) != etag { throw .versionMismatch(path) }
-            }
+            try Self.check(condition, path, state.files[path])
             let file = File(content: data, version: state.nextVersion(), modified: Date().timeIntervalSince1970)
             state.files[path] = file
             state.written.append((path, data))
             state.writes[path, default: 0] += 1
-            state.log.append("PUT \(path)")
+            state.log.append(line)
             return Self.entry(path, file)
         }
     }
@@ -376,7 +376,8 @@ public final class InMemoryStore: Store, Sendable {
     /// Takes the content as it grows, and stores it once it ends whole (a cancelled one leaves
     /// nothing), as docfs's WebDAV store does with a temporary name and a MOVE. The condition
     /// is checked before and after.
-    public func write(_ path: StorePath, growing content: any GrowingContent, condition: WriteCondition) async throws(StoreError) -> RemoteEntry {
+    public func write(_ path: StorePath, growing content: any GrowingContent, condition: WriteCondition,
+                      attributes: StoreAttributes) async throws(StoreError) -> RemoteEntry {
         guard capabilities.streamsUploads else { throw .notSupported("uploads of unknown length") }
         try state.withLock { state throws(StoreError) in
             if state.directories.contains(path) { throw .isADirectory(path) }
@@ -406,17 +407,7 @@ public final class InMemoryStore: Store, Sendable {
             }
         }
         if let gate = state.withLock({ $0.writeGate }) { await gate() }
-        return try state.withLock { state throws(StoreError) -> RemoteEntry in
-            if let fault = state.writeFault { throw fault }
-            if state.directories.contains(path) { throw .isADirectory(path) }
-            try Self.check(condition, path, state.files[path])
-            let file = File(content: data, version: state.nextVersion(), modified: Date().timeIntervalSince1970)
-            state.files[path] = file
-            state.written.append((path, data))
-            state.writes[path, default: 0] += 1
-            state.log.append("PUT (streamed, ended) \(path)")
-            return Self.entry(path, file)
-        }
+        return try store(data, at: path, condition, log: "PUT (streamed, ended) \(path)")
     }
 
     private static func check(_ condition: WriteCondition, _ path: StorePath, _ existing: File?) throws(StoreError) {

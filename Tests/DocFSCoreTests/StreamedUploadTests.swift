@@ -21,10 +21,15 @@ struct StreamedUploadTests {
     static func create(_ fixture: CoreFixture, _ name: String, _ content: [UInt8], chunks: Int) async throws -> (Item, UInt64) {
         let (item, handle) = try await fixture.fs.create(in: Item.rootInode, name: name, mode: 0o644, owner: 0, group: 0,
                                                          exclusive: true, truncate: false)
-        for index in 0..<chunks {
+        try writeChunks(fixture, handle, content, 0..<chunks)
+        return (item, handle)
+    }
+
+    /// Writes chunks `indices` of `content` at their places, in order, as `cp` does.
+    static func writeChunks(_ fixture: CoreFixture, _ handle: UInt64, _ content: [UInt8], _ indices: Range<Int>) throws {
+        for index in indices {
             try fixture.write(handle: handle, Array(content[(index * chunk)..<((index + 1) * chunk)]), at: Int64(index * chunk))
         }
-        return (item, handle)
     }
 
     /// Waits (a few seconds at most) until `condition` holds.
@@ -38,9 +43,7 @@ struct StreamedUploadTests {
         let (item, handle) = try await Self.create(fixture, "copied.bin", content, chunks: 3)
         try await Self.eventually { fixture.store.streamedWritesBegun("copied.bin") == 1 }
         #expect(fixture.store.streamedWritesBegun("copied.bin") == 1)
-        for index in 3..<8 {
-            try fixture.write(handle: handle, Array(content[(index * Self.chunk)..<((index + 1) * Self.chunk)]), at: Int64(index * Self.chunk))
-        }
+        try Self.writeChunks(fixture, handle, content, 3..<8)
         try fixture.fs.flush(handle: handle)
         await fixture.fs.release(handle: handle)
         await fixture.settle()
@@ -60,9 +63,7 @@ struct StreamedUploadTests {
         let (_, handle) = try await fixture.fs.create(in: Item.rootInode, name: "dd.out", mode: 0o644, owner: 0, group: 0,
                                                       exclusive: false, truncate: true)
         try fixture.fs.flush(handle: handle)
-        for index in 0..<4 {
-            try fixture.write(handle: handle, Array(content[(index * Self.chunk)..<((index + 1) * Self.chunk)]), at: Int64(index * Self.chunk))
-        }
+        try Self.writeChunks(fixture, handle, content, 0..<4)
         try await Self.eventually { fixture.store.streamedWritesBegun("dd.out") == 1 }
         try fixture.fs.flush(handle: handle)
         await fixture.fs.release(handle: handle)
@@ -107,9 +108,7 @@ struct StreamedUploadTests {
         let (_, handle) = try await Self.create(fixture, "download.part", content, chunks: 3)
         try await Self.eventually { fixture.store.streamedWritesBegun("download.part") == 1 }
         try await fixture.fs.rename(from: Item.rootInode, name: "download.part", to: Item.rootInode, newName: "download.iso", noReplace: false)
-        for index in 3..<6 {
-            try fixture.write(handle: handle, Array(content[(index * Self.chunk)..<((index + 1) * Self.chunk)]), at: Int64(index * Self.chunk))
-        }
+        try Self.writeChunks(fixture, handle, content, 3..<6)
         try fixture.fs.flush(handle: handle)
         await fixture.fs.release(handle: handle)
         await fixture.settle()
@@ -145,9 +144,7 @@ struct StreamedUploadTests {
         try await fixture.fs.fsync(handle: handle)
         #expect(fixture.store.content("log.bin") == Array(content[0..<(3 * Self.chunk)]))
         #expect(fixture.store.writeCount("log.bin") == 1)
-        for index in 3..<6 {
-            try fixture.write(handle: handle, Array(content[(index * Self.chunk)..<((index + 1) * Self.chunk)]), at: Int64(index * Self.chunk))
-        }
+        try Self.writeChunks(fixture, handle, content, 3..<6)
         try fixture.fs.flush(handle: handle)
         await fixture.fs.release(handle: handle)
         await fixture.settle()

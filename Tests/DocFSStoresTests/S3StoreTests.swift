@@ -7,6 +7,7 @@ import Glibc
 import DocFSStore
 @testable import DocFSStores
 import Foundation
+import Synchronization
 import Testing
 
 @Suite("S3Store on moto")
@@ -242,6 +243,55 @@ struct S3StoreTests {
             await expectStoreError(.alreadyExists(path("big.bin"))) { () throws(StoreError) in
                 try await store.write(path("big.bin"), fromLocalFile: file, condition: .mustNotExist)
             }
+        }
+    }
+
+    @Test("write growing content: each part goes once the writer passed it; nothing shows before the end")
+    func growingContent() async throws {
+        let content = randomBytes(12 * 1024 * 1024 + 12345, seed: 19)
+        try await withS3Store(partSize: 5 * 1024 * 1024) { store, server in
+            let growing = GrowingBytes(content)
+            let upload = Task { () throws(StoreError) -> RemoteEntry in
+                try await store.write(path("copied.bin"), growing: growing, condition: .mustNotExist,
+                                      attributes: StoreAttributes(mode: 0o100640))
+            }
+            growing.grow(to: 6 * 1024 * 1024)
+            for _ in 0..<500 where !server.log().contains("partNumber=1") { try await Task.sleep(for: .milliseconds(10)) }
+            #expect(server.log().contains("partNumber=1"), "the first part went before the end")
+            #expect(!server.log().contains("partNumber=2"), "a part goes only once the writer passed its end")
+            let before = try await server.python("print(s3.list_objects_v2(Bucket=B)['KeyCount'])", bucket: "docfs-test")
+            #expect(before.trimmingCharacters(in: .whitespacesAndNewlines) == "0", "nothing shows before the end")
+            growing.grow(to: Int64(content.count))
+            growing.end()
+            let written = try await upload.value
+            #expect(written.size == Int64(content.count))
+            #expect(written.etag?.value.hasSuffix("-3\"") == true, "\(String(describing: written.etag))")
+            #expect(written.mode == 0o100640)
+            #expect(try await readAll(store, path("copied.bin")) == content)
+            let remote = try await server.python("""
+                head = s3.head_object(Bucket=B, Key='copied.bin')
+                print(head['Metadata'].get('mode'), len(s3.list_multipart_uploads(Bucket=B).get('Uploads', [])))
+                """, bucket: "docfs-test").trimmingCharacters(in: .whitespacesAndNewlines)
+            #expect(remote == "\(0o100640) 0", "mode as s3fs keeps it; no upload left")
+        }
+    }
+
+    @Test("write growing content: cancelled by the core, the upload is aborted and nothing is left")
+    func growingContentCancelled() async throws {
+        let content = randomBytes(8 * 1024 * 1024, seed: 21)
+        try await withS3Store(partSize: 5 * 1024 * 1024) { store, server in
+            let growing = GrowingBytes(content)
+            let upload = Task { () throws(StoreError) -> RemoteEntry in
+                try await store.write(path("zip.bin"), growing: growing, condition: .mustNotExist, attributes: StoreAttributes())
+            }
+            growing.grow(to: 6 * 1024 * 1024)
+            for _ in 0..<500 where !server.log().contains("partNumber=1") { try await Task.sleep(for: .milliseconds(10)) }
+            growing.cancel()
+            await #expect(throws: StoreError.self) { _ = try await upload.value }
+            let remote = try await server.python("""
+                print(len(s3.list_multipart_uploads(Bucket=B).get('Uploads', [])), s3.list_objects_v2(Bucket=B)['KeyCount'])
+                """, bucket: "docfs-test").trimmingCharacters(in: .whitespacesAndNewlines)
+            #expect(remote == "0 0", "no upload in progress, no object")
         }
     }
 
@@ -483,5 +533,34 @@ final class EndpointBox: @unchecked Sendable {
     var endpoint: String? {
         get { lock.lock(); defer { lock.unlock() }; return value }
         set { lock.lock(); defer { lock.unlock() }; value = newValue }
+    }
+}
+
+/// Content a test writes bit by bit, as the core's `StreamedUpload` gives a store a file being written.
+final class GrowingBytes: GrowingContent, Sendable {
+    private let bytes: [UInt8]
+    private let state = Mutex((written: Int64(0), ended: false, cancelled: false))
+
+    init(_ bytes: [UInt8]) { self.bytes = bytes }
+
+    func grow(to count: Int64) { state.withLock { $0.written = count } }
+    func end() { state.withLock { $0.ended = true } }
+    func cancel() { state.withLock { $0.cancelled = true } }
+
+    func next(after offset: Int64) async -> GrowingExtent {
+        while true {
+            let now = state.withLock { $0 }
+            if now.cancelled { return .cancelled }
+            if offset < now.written { return .written(upTo: now.written) }
+            if now.ended { return .end }
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+    }
+
+    func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws(StoreError) -> Int {
+        let count = min(buffer.count, bytes.count - Int(offset))
+        guard count > 0 else { return 0 }
+        bytes.withUnsafeBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[Int(offset)..<(Int(offset) + count)])) }
+        return count
     }
 }

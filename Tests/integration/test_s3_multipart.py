@@ -151,3 +151,26 @@ def test_a_multipart_upload_cut_by_a_killed_daemon_is_aborted_by_the_next_mount(
     records = list((m2.xdg.state_home / "docfs").glob("*/s3-uploads/*"))
     assert not records, f"records of finished uploads are left: {records}"
     s3.client.abort_multipart_upload(Bucket=s3.name, Key="theirs.bin", UploadId=theirs)
+
+
+def test_s3_a_large_new_file_is_sent_part_by_part_while_it_is_written(s3, s3_mount):
+    """Issue 9's write target on S3: a new file written in order goes up as a multipart upload
+    whose parts are sent while the file is written, so the bucket has it about when close
+    returns; nothing shows under the key before the close completes it."""
+    m = s3_mount()
+    data = os.urandom(20 * MiB + 4321)
+    with open(m / "copied.bin", "wb") as f:
+        f.write(data[: 17 * MiB])
+        # Two whole parts (8 MiB each) are behind the writer: they go now, well within the 2 s
+        # a stream waits for a writer that pauses.
+        s3.wait_requests(lambda _: len(multipart_summary(s3, "copied.bin")[1]) >= 2, 1.5, "two parts sent before the close")
+        assert s3.head("copied.bin") is None, "the object showed before the file was closed"
+        f.write(data[17 * MiB:])
+    s3.wait_requests(lambda _: multipart_summary(s3, "copied.bin")[2], 60, "CompleteMultipartUpload of copied.bin")
+    wait_until(lambda: xattr_state(m / "copied.bin") in ("local", "placeholder"), 60, "copied.bin to be uploaded")
+    create, parts, complete, abort = multipart_summary(s3, "copied.bin")
+    assert len(create) == 1 and len(complete) == 1 and not abort, s3.log_text(40)
+    assert sorted(int(p.q()["partNumber"]) for p in parts) == [1, 2, 3], s3.log_text(40)
+    assert not [r for r in s3.of_key("copied.bin", "PUT") if "partNumber" not in r.q()], "uploaded again at close"
+    assert s3.get("copied.bin") == data
+    assert s3.multipart_uploads() == []

@@ -46,7 +46,9 @@ extension S3Store {
             logger.debug("multipart upload of \(path): \(parts.count) parts")
             let etags = PartETags()
             try await forEachConcurrently(parts) { (part) throws(StoreError) in
-                let etag = try await self.uploadPart(part, of: file, key: objectKey, uploadId: uploadId, path: path)
+                let etag = try await self.uploadPart(part, key: objectKey, uploadId: uploadId, path: path) {
+                    .stream(file.slice(part.range), length: .known(part.range.upperBound - part.range.lowerBound))
+                }
                 etags.set(part.number, etag)
             }
             return try await completeMultipartUpload(objectKey, uploadId: uploadId, parts: etags.sorted(), path: path,
@@ -79,8 +81,9 @@ extension S3Store {
         return try S3XML.parseUploadId(answer.body)
     }
 
-    private func uploadPart(_ part: Part, of file: LocalFileChunks, key objectKey: String, uploadId: String,
-                            path: StorePath) async throws(StoreError) -> String {
+    /// One part, its body made anew (`body`) for each try.
+    func uploadPart(_ part: Part, key objectKey: String, uploadId: String, path: StorePath,
+                    body: () -> HTTPClientRequest.Body) async throws(StoreError) -> String {
         var attempt = 0
         while true {
             attempt += 1
@@ -91,8 +94,7 @@ extension S3Store {
                 let call = Call(method: .PUT, key: objectKey,
                                 query: [("partNumber", String(part.number)), ("uploadId", uploadId)],
                                 payloadHash: SigV4Signer.unsignedPayload)
-                let body = file.slice(part.range)
-                let answer = try await send(call, path: path, body: .stream(body, length: .known(part.range.upperBound - part.range.lowerBound)),
+                let answer = try await send(call, path: path, body: body(),
                                             timeout: transport.uploadTimeout(bytes: part.range.upperBound - part.range.lowerBound))
                 guard answer.status == 200 else { throw error(answer, method: "PART \(part.number)", path: path) }
                 guard let etag = answer.headers.first(name: "ETag") else {
@@ -106,7 +108,7 @@ extension S3Store {
         }
     }
 
-    private func completeMultipartUpload(_ objectKey: String, uploadId: String, parts: [(Int, String)], path: StorePath,
+    func completeMultipartUpload(_ objectKey: String, uploadId: String, parts: [(Int, String)], path: StorePath,
                                          conditionHeaders: [(name: String, value: String)],
                                          condition: WriteCondition) async throws(StoreError) -> ETag {
         var xml = "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
