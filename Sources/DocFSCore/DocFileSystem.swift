@@ -485,6 +485,10 @@ public final class DocFileSystem: Sendable {
         if file.copy.life.uncommitted {
             try await Blocking.run { () throws(FSError) in _ = try file.copy.commit(durably: true) }
         }
+        // What was sent while it was written completes the commit, if it is all of it.
+        if file.copy.isStreaming {
+            try await Blocking.run { () throws(FSError) in _ = try file.copy.completeStream() }
+        }
         if file.copy.life.isDirty {
             try await uploader.sync(file.inode)
         }
@@ -504,6 +508,12 @@ public final class DocFileSystem: Sendable {
         if file.copy.life.uncommitted {
             do { try await Blocking.run { () throws(FSError) in _ = try file.copy.commit() } } catch {
                 logger.error("cannot commit changes", metadata: ["inode": "\(file.inode)", "error": "\(error)"])
+            }
+        }
+        // The last writer let go: a stream of what it wrote completes its commit.
+        if file.writable, file.copy.isStreaming, !handles.withLock({ $0.open.values.contains { $0.inode == file.inode && $0.writable } }) {
+            do { try await Blocking.run { () throws(FSError) in _ = try file.copy.completeStream() } } catch {
+                logger.warning("cannot record a streamed upload's commit", metadata: ["inode": "\(file.inode)", "error": "\(error)"])
             }
         }
         let outcome = await provider.release(file.inode)

@@ -50,6 +50,9 @@ public final class LocalCopy: ContentSink, Sendable {
         /// An upload's snapshot is a second name of the copy's file (`startUpload`): the first
         /// change gives the copy a file of its own again, and the snapshot keeps the old one.
         var sharedWithSnapshot = false
+        /// A completed stream still reads the copy's file: the first change gives the copy a file
+        /// of its own, as for a snapshot (only `unshare` clears it, so no upload's end can).
+        var sharedWithStream = false
 
         var held = ByteRangeSet()
         /// The file's length as the user sees it (downloads and local writes extend it).
@@ -255,24 +258,8 @@ public final class LocalCopy: ContentSink, Sendable {
     /// Records `life` in the catalog and makes it the copy's, under the lock; a new commit
     /// records the copy's size and time with it.
     private func record(_ life: CopyLife, in state: inout State) throws(FSError) {
-        var life = life
         if life.committed != state.life.committed {
-            // A stream that sent exactly this commit completes it: the commit is being uploaded
-            // from now on (the journal says so), and the next change gets a file of its own, so
-            // the stream never sends a byte written after it.
-            let completing = state.streamed.map { life.uploading == nil && $0.wouldComplete(length: state.length) } ?? false
-            if completing { life.uploading = life.committed }
-            do {
-                try catalog.recordCommit(inode, life, size: state.length, modified: modificationTime(state))
-            } catch {
-                state.streamed?.abandon()
-                throw error
-            }
-            if completing {
-                if state.streamed?.seal(length: state.length, commit: life.committed) == true { state.sharedWithSnapshot = true }
-            } else {
-                state.streamed?.abandon()
-            }
+            try catalog.recordCommit(inode, life, size: state.length, modified: modificationTime(state))
         } else {
             try catalog.recordCopy(inode, life)
         }
@@ -324,7 +311,7 @@ public final class LocalCopy: ContentSink, Sendable {
     /// a copy of the file, which takes the copy's name; the snapshot keeps the old file as it
     /// was. Calls that still use the old descriptor finish on it (it is closed after the last of them).
     private func unshare(_ state: inout State) throws(FSError) {
-        guard state.sharedWithSnapshot else { return }
+        guard state.sharedWithSnapshot || state.sharedWithStream else { return }
         let moving = path + ".unshared"
         try Snapshot.copy(from: state.descriptor, length: state.length, to: moving)
         let fd = open(moving, O_RDWR | O_CLOEXEC)
@@ -347,6 +334,7 @@ public final class LocalCopy: ContentSink, Sendable {
         state.users = 0
         state.descriptor = fd
         state.sharedWithSnapshot = false
+        state.sharedWithStream = false
     }
 
     /// Begins a local change; returns the descriptor to make it through (`endChange` ends it).
@@ -589,19 +577,57 @@ public final class LocalCopy: ContentSink, Sendable {
     /// new file nothing of which was uploaded yet (`dd` commits it empty when it closes the
     /// descriptor it dup'ed to its output, before the first write), of at least `policy.minimumLength` bytes, all written here
     /// and none fetched, and it never streamed before. Nil otherwise.
-    func beginStream(to path: StorePath, policy: StreamedUpload.Policy) -> StreamedUpload? {
+    func beginStream(to path: StorePath, policy: StreamedUpload.Policy,
+                     send: @escaping @Sendable (StreamedUpload) async throws(StoreError) -> RemoteEntry) -> StreamedUpload? {
         state.withLock { state -> StreamedUpload? in
-            guard state.streamed == nil, !state.streamTried, !state.discarded, state.fetcher == nil, !state.sharedWithSnapshot,
+            guard state.streamed == nil, !state.streamTried, !state.discarded, state.fetcher == nil,
+                  !state.sharedWithSnapshot, !state.sharedWithStream,
                   state.writesInFlight == 0, state.length >= policy.minimumLength, state.held.contains(0..<state.length),
                   state.life.startedFromNothing, state.life.uploaded == 0, state.life.uploading == nil, !state.life.removed
             else { return nil }
             let descriptor = fcntl(state.descriptor, F_DUPFD_CLOEXEC, 0)
             guard descriptor >= 0 else { return nil }
             state.streamTried = true
-            let stream = StreamedUpload(inode: inode, path: path, descriptor: descriptor, written: state.length, policy: policy)
+            let stream = StreamedUpload(inode: inode, path: path, descriptor: descriptor, written: state.length, policy: policy, send: send)
             state.streamed = stream
             return stream
         }
+    }
+
+    /// The last writer let go, or an fsync asks for the store to have it all: a stream that
+    /// sent exactly the committed content completes that commit, and the journal says it is
+    /// uploading. Any other stream is cancelled (writes since the commit, or out of order).
+    /// Not at every commit: a flush also comes when a dup of the writer's descriptor closes
+    /// (a forked child exiting), and that must not end an upload the writer goes on with.
+    /// Returns whether a commit is now being uploaded by the stream.
+    @discardableResult
+    func completeStream() throws(FSError) -> Bool {
+        try state.withLock { (state) throws(FSError) -> Bool in
+            guard let stream = state.streamed, stream.sealedCommit == nil else { return false }
+            var life = state.life
+            guard !life.uncommitted, life.uploading == nil, life.committed > life.uploaded,
+                  stream.seal(length: state.length, commit: life.committed) else {
+                stream.abandon()
+                return false
+            }
+            life.uploading = life.committed
+            do throws(FSError) {
+                try catalog.recordCopy(inode, life)
+            } catch {
+                // Not in the journal as uploading: the stream must not be confirmed either.
+                stream.revoke()
+                throw error
+            }
+            state.life = life
+            // The next change gets a file of its own: the stream never sends a byte written after it.
+            state.sharedWithStream = true
+            return true
+        }
+    }
+
+    /// Whether a stream of the copy is under way and not completed (a cheap look).
+    var isStreaming: Bool {
+        state.withLock { $0.streamed.map { $0.sealedCommit == nil } ?? false }
     }
 
     /// Takes the copy's stream away, if it is `stream` (or any, when nil): the one who takes

@@ -83,19 +83,15 @@ public final class StreamedUpload: GrowingContent, Sendable {
     }
 
     /// A stream of the copy's file (`descriptor`, which it now owns) from its start, of which
-    /// `written` bytes are there already.
-    init(inode: Inode, path: StorePath, descriptor: Int32, written: Int64, policy: Policy) {
+    /// `written` bytes are there already, sent at once with `send` (the store's upload of it):
+    /// whoever gets hold of it finds it sending.
+    init(inode: Inode, path: StorePath, descriptor: Int32, written: Int64, policy: Policy,
+         send: @escaping @Sendable (StreamedUpload) async throws(StoreError) -> RemoteEntry) {
         self.inode = inode
         self.path = path
         self.descriptor = descriptor
         self.policy = policy
         self.state = Mutex(State(written: written))
-    }
-
-    deinit { close(descriptor) }
-
-    /// Starts sending with `send`, the store's upload of this content.
-    func start(_ send: @escaping @Sendable (StreamedUpload) async throws(StoreError) -> RemoteEntry) {
         let task = Task { () -> Outcome in
             let sent: Result<RemoteEntry, StoreError> = await withTaskCancellationHandler {
                 do throws(StoreError) {
@@ -114,6 +110,8 @@ public final class StreamedUpload: GrowingContent, Sendable {
         }
         state.withLock { $0.task = task }
     }
+
+    deinit { close(descriptor) }
 
     /// The store's answer, once the stream ended.
     public func outcome() async -> Outcome {
@@ -160,12 +158,6 @@ public final class StreamedUpload: GrowingContent, Sendable {
         waiter?.resume()
     }
 
-    /// Whether `seal(length:commit:)` would complete it now (the copy records the commit as
-    /// uploading with it, before it seals).
-    func wouldComplete(length: Int64) -> Bool {
-        state.withLock { !$0.abandoned && $0.end == nil && $0.written == length }
-    }
-
     /// The commit that completed it, if one did.
     public var sealedCommit: UInt64? { state.withLock { $0.commit } }
 
@@ -184,6 +176,17 @@ public final class StreamedUpload: GrowingContent, Sendable {
         }
         waiter?.resume()
         return complete
+    }
+
+    /// A completed stream whose commit the journal could not record: it is cancelled after
+    /// all (its outcome is a failure, whatever the store answers).
+    func revoke() {
+        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            state.abandoned = true
+            state.commit = nil
+            return state.waiter.take()
+        }
+        waiter?.resume()
     }
 
     /// Cancels it, unless a commit completed it: the file goes up at close, as any other.

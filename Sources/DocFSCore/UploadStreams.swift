@@ -21,6 +21,8 @@ public final class UploadStreams: Sendable {
         var sending = 0
         /// Paths a namespace operation holds (`Uploader.exclusively`): no stream starts there.
         var held: [Int: [StorePath]] = [:]
+        /// Bumped by every namespace operation: a path read before one may be stale.
+        var generation = 0
         var stopped = false
     }
 
@@ -34,30 +36,30 @@ public final class UploadStreams: Sendable {
     /// enough, written in order, and nothing holds its path.
     func consider(_ copy: LocalCopy) {
         guard copy.mayStream(policy), hasRoom(for: copy.inode) else { return }
+        let generation = state.withLock { $0.generation }
         guard let item = try? catalog.item(copy.inode) else { return }
         let path = item.path
         // Mode and owners as they are now (a store that sends them with the content does; a
         // change before the end is pushed when the stream is settled). Times are the store's.
         let attributes = StoreAttributes(mode: item.mode, owner: item.owner, group: item.group)
-        let admitted = state.withLock { state -> Bool in
-            guard !state.stopped, state.sending < policy.maximumStreams, state.unsettled[copy.inode] == nil,
-                  !state.held.values.contains(where: { Uploader.overlaps(path, $0) }) else { return false }
-            state.sending += 1
-            return true
-        }
-        guard admitted else { return }
-        guard let stream = copy.beginStream(to: path, policy: policy) else {
-            state.withLock { $0.sending -= 1 }
-            return
-        }
-        state.withLock { $0.unsettled[copy.inode] = stream }
         let store = store
-        stream.start { [weak self] (stream) async throws(StoreError) -> RemoteEntry in
-            defer {
-                self?.state.withLock { $0.sending -= 1 }
-                self?.ended.withLock { $0 }?(stream.inode)
+        // Started and registered in one step, which a namespace operation's `hold` cannot fall
+        // into: either it finds the stream (and settles it), or the stream sees its paths (or
+        // the path it read went stale meanwhile) and does not start.
+        state.withLock { state in
+            guard !state.stopped, state.generation == generation, state.sending < policy.maximumStreams,
+                  state.unsettled[copy.inode] == nil, !state.held.values.contains(where: { Uploader.overlaps(path, $0) }) else { return }
+            let started = copy.beginStream(to: path, policy: policy) { [weak self] (stream) async throws(StoreError) -> RemoteEntry in
+                defer {
+                    // After `consider` counted it: this lock is held until then.
+                    self?.state.withLock { $0.sending -= 1 }
+                    self?.ended.withLock { $0 }?(stream.inode)
+                }
+                return try await store.write(stream.path, growing: stream, condition: .mustNotExist, attributes: attributes)
             }
-            return try await store.write(stream.path, growing: stream, condition: .mustNotExist, attributes: attributes)
+            guard let stream = started else { return }
+            state.sending += 1
+            state.unsettled[copy.inode] = stream
         }
     }
 
@@ -94,6 +96,7 @@ public final class UploadStreams: Sendable {
     func hold(_ holder: Int, _ paths: [StorePath]) -> [StreamedUpload] {
         state.withLock { state in
             state.held[holder] = paths
+            state.generation += 1
             return state.unsettled.values.filter { Uploader.overlaps($0.path, paths) }
         }
     }

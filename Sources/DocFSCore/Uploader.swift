@@ -379,7 +379,15 @@ public actor Uploader {
             switch outcome {
             case .stored(let entry, let commit):
                 let confirmed = await withStoredAttributes(of: copy.inode, entry)
-                try await provider.uploaded(copy, commit: commit, as: confirmed)
+                do {
+                    try await provider.uploaded(copy, commit: commit, as: confirmed)
+                } catch {
+                    // As an upload whose end the journal cannot take: the next attempt finds
+                    // its own version on the store and settles with no conflict copy.
+                    _ = copy.updateLettingTheJournalLag { if $0.uploading == commit { $0.uploadFailed() } }
+                    enqueue(copy.inode)
+                    throw error
+                }
                 sent.forget(copy.inode)
                 logger.info("uploaded while written", metadata: ["path": "\(stream.path)", "bytes": "\(confirmed.size)"])
             case .failed(let error):
@@ -388,7 +396,7 @@ public actor Uploader {
                 if let commit = stream.sealedCommit {
                     // The commit it was to complete goes up from the copy (a rename or unlink
                     // settling it has no attempt of its own to do that).
-                    try copy.update { if $0.uploading == commit { $0.uploadFailed() } }
+                    _ = copy.updateLettingTheJournalLag { if $0.uploading == commit { $0.uploadFailed() } }
                     enqueue(copy.inode)
                 }
             }

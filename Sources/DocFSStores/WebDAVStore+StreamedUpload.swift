@@ -72,10 +72,13 @@ extension WebDAVStore {
                 throw refused(why)
             }
         } catch {
-            // Whatever the server kept of it goes (a body cut short, or one whose MOVE failed).
-            do throws(StoreError) { try await delete(temporary, isDirectory: false) } catch .notFound {} catch {
-                logger.info("cannot delete a streamed upload's temporary file", metadata: ["path": "\(temporary)", "error": "\(error)"])
-            }
+            // Whatever the server kept of it goes (a body cut short, or one whose MOVE failed),
+            // also when the upload was cancelled (an unstructured task does not inherit that).
+            await Task {
+                do throws(StoreError) { try await self.delete(temporary, isDirectory: false) } catch .notFound {} catch {
+                    self.logger.info("cannot delete a streamed upload's temporary file", metadata: ["path": "\(temporary)", "error": "\(error)"])
+                }
+            }.value
             throw error
         }
         return try await stat(path)

@@ -73,6 +73,24 @@ struct StreamedUploadTests {
         #expect(fixture.store.writtenContents.map(\.content) == [content])
     }
 
+    /// A flush comes whenever a dup of the writer's descriptor closes (a forked child that
+    /// exits): it commits, but the stream goes on, and no part of the file reaches the store.
+    @Test func aFlushWhileTheWriterGoesOnNeitherEndsTheStreamNorPublishesAPart() async throws {
+        let fixture = try Self.fixture()
+        let content = randomBytes(6 * Self.chunk)
+        let (_, handle) = try await Self.create(fixture, "build.log", content, chunks: 3)
+        try await Self.eventually { fixture.store.streamedWritesBegun("build.log") == 1 }
+        try fixture.fs.flush(handle: handle)
+        try Self.writeChunks(fixture, handle, content, 3..<6)
+        try fixture.fs.flush(handle: handle)
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+
+        #expect(fixture.store.streamedWritesBegun("build.log") == 1)
+        #expect(fixture.store.writtenContents.map(\.content) == [content])
+        #expect(fixture.cachedFiles().isEmpty)
+    }
+
     @Test func aSmallFileGoesUpAtCloseAsBefore() async throws {
         let fixture = try Self.fixture()
         try await fixture.createFile("small.txt", randomBytes(Self.chunk))
