@@ -113,23 +113,9 @@ struct GrowingChunks: AsyncSequence, Sendable {
             case .written(let end): upTo = end
             }
             guard upTo > offset else { return nil }
-            let want = Int(Swift.min(Int64(GrowingChunks.chunkSize), upTo - offset))
-            var buffer = ByteBufferAllocator().buffer(capacity: want)
-            var failure: StoreError?
-            let at = offset
-            let content = content
-            let got = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: want) { pointer in
-                do throws(StoreError) {
-                    return try content.read(into: UnsafeMutableRawBufferPointer(rebasing: pointer[0..<want]), at: at)
-                } catch {
-                    failure = error
-                    return 0
-                }
-            }
-            if let failure { throw failure }
-            guard got > 0 else { throw StoreError.localIO(errno: EIO, message: "the file being uploaded is shorter than written") }
-            offset += Int64(got)
-            progress.add(got)
+            let buffer = try content.buffer(at: offset, count: Int(Swift.min(Int64(GrowingChunks.chunkSize), upTo - offset)))
+            offset += Int64(buffer.readableBytes)
+            progress.add(buffer.readableBytes)
             return buffer
         }
     }

@@ -114,21 +114,8 @@ struct GrowingSlice: AsyncSequence, Sendable {
 
         mutating func next() async throws -> ByteBuffer? {
             guard offset < end else { return nil }
-            let want = Int(Swift.min(Int64(256 << 10), end - offset))
-            var buffer = ByteBufferAllocator().buffer(capacity: want)
-            var failure: StoreError?
-            let (at, content) = (offset, content)
-            let got = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: want) { pointer in
-                do throws(StoreError) {
-                    return try content.read(into: UnsafeMutableRawBufferPointer(rebasing: pointer[0..<want]), at: at)
-                } catch {
-                    failure = error
-                    return 0
-                }
-            }
-            if let failure { throw failure }
-            guard got > 0 else { throw StoreError.localIO(errno: EIO, message: "the file being uploaded is shorter than written") }
-            offset += Int64(got)
+            let buffer = try content.buffer(at: offset, count: Int(Swift.min(Int64(256 << 10), end - offset)))
+            offset += Int64(buffer.readableBytes)
             return buffer
         }
     }
