@@ -75,6 +75,11 @@ public final class LocalCopy: ContentSink, Sendable {
         var streamed: StreamedUpload?
         /// A stream was started once: a copy streams at most once.
         var streamTried = false
+
+        /// A new file nothing of which was uploaded, long enough, that never streamed.
+        func mayStream(_ policy: StreamedUpload.Policy) -> Bool {
+            !streamTried && length >= policy.minimumLength && life.startedFromNothing && life.uploaded == 0
+        }
         var life: CopyLife
     }
 
@@ -567,10 +572,7 @@ public final class LocalCopy: ContentSink, Sendable {
 
     /// Whether the copy could start a stream now (see `beginStream`): a cheap look, on every write.
     func mayStream(_ policy: StreamedUpload.Policy) -> Bool {
-        state.withLock { state in
-            !state.streamTried && state.length >= policy.minimumLength && state.life.startedFromNothing
-                && state.life.uploaded == 0
-        }
+        state.withLock { $0.mayStream(policy) }
     }
 
     /// Starts sending the copy to `path` as it is written (see `StreamedUpload`): when it is a
@@ -580,10 +582,9 @@ public final class LocalCopy: ContentSink, Sendable {
     func beginStream(to path: StorePath, policy: StreamedUpload.Policy,
                      send: @escaping @Sendable (StreamedUpload) async throws(StoreError) -> RemoteEntry) -> StreamedUpload? {
         state.withLock { state -> StreamedUpload? in
-            guard state.streamed == nil, !state.streamTried, !state.discarded, state.fetcher == nil,
-                  !state.sharedWithSnapshot, !state.sharedWithStream,
-                  state.writesInFlight == 0, state.length >= policy.minimumLength, state.held.contains(0..<state.length),
-                  state.life.startedFromNothing, state.life.uploaded == 0, state.life.uploading == nil, !state.life.removed
+            guard state.mayStream(policy), state.streamed == nil, !state.discarded, state.fetcher == nil,
+                  !state.sharedWithSnapshot, !state.sharedWithStream, state.writesInFlight == 0,
+                  state.held.contains(0..<state.length), state.life.uploading == nil, !state.life.removed
             else { return nil }
             let descriptor = fcntl(state.descriptor, F_DUPFD_CLOEXEC, 0)
             guard descriptor >= 0 else { return nil }

@@ -207,8 +207,8 @@ public final class StreamedUpload: GrowingContent, Sendable {
                 if offset < state.written { return .written(upTo: state.end.map { min($0, state.written) } ?? state.written) }
                 if let end = state.end, offset >= end { return .end }
                 // A writer slower than the policy's rate is not worth a stream.
-                let elapsed = (ContinuousClock.now - started).seconds
-                if elapsed > 1, Double(state.written) < elapsed * Double(policy.minimumRate) {
+                let elapsed = ContinuousClock.now - started
+                if elapsed > .seconds(1), .seconds(Double(state.written) / Double(policy.minimumRate)) < elapsed {
                     state.abandoned = true
                     return .cancelled
                 }
@@ -257,9 +257,3 @@ public final class StreamedUpload: GrowingContent, Sendable {
     }
 }
 
-extension Duration {
-    fileprivate var seconds: Double {
-        let (whole, fraction) = components
-        return Double(whole) + Double(fraction) / 1e18
-    }
-}

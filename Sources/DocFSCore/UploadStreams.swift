@@ -23,6 +23,11 @@ public final class UploadStreams: Sendable {
         var held: [Int: [StorePath]] = [:]
         /// Bumped by every namespace operation: a path read before one may be stale.
         var generation = 0
+
+        /// Whether a stream of `inode` may start, as far as the streams under way go.
+        func admits(_ inode: Inode, _ policy: StreamedUpload.Policy) -> Bool {
+            !stopped && sending < policy.maximumStreams && unsettled[inode] == nil
+        }
         var stopped = false
     }
 
@@ -47,8 +52,8 @@ public final class UploadStreams: Sendable {
         // into: either it finds the stream (and settles it), or the stream sees its paths (or
         // the path it read went stale meanwhile) and does not start.
         state.withLock { state in
-            guard !state.stopped, state.generation == generation, state.sending < policy.maximumStreams,
-                  state.unsettled[copy.inode] == nil, !state.held.values.contains(where: { Uploader.overlaps(path, $0) }) else { return }
+            guard state.admits(copy.inode, policy), state.generation == generation,
+                  !state.held.values.contains(where: { Uploader.overlaps(path, $0) }) else { return }
             let started = copy.beginStream(to: path, policy: policy) { [weak self] (stream) async throws(StoreError) -> RemoteEntry in
                 defer {
                     // After `consider` counted it: this lock is held until then.
@@ -81,7 +86,7 @@ public final class UploadStreams: Sendable {
     /// Whether a stream of `inode` could start now (before the catalog is asked for its path:
     /// while `maximumStreams` are sending, the writes of other files ask nothing).
     private func hasRoom(for inode: Inode) -> Bool {
-        state.withLock { !$0.stopped && $0.sending < policy.maximumStreams && $0.unsettled[inode] == nil }
+        state.withLock { $0.admits(inode, policy) }
     }
 
     /// The stream of `inode`'s copy is being settled: it no longer counts.

@@ -32,6 +32,18 @@ struct StreamedUploadTests {
         }
     }
 
+    /// The last close of `handle`, as the kernel sends it (flush, release), and every upload tried.
+    static func closeAndSettle(_ fixture: CoreFixture, _ handle: UInt64) async throws {
+        try fixture.fs.flush(handle: handle)
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+    }
+
+    /// Waits (a few seconds at most) until the store is taking `name` as it is written.
+    static func streamBegins(_ fixture: CoreFixture, _ name: String) async throws {
+        try await eventually { fixture.store.streamedWritesBegun(name) == 1 }
+    }
+
     /// Waits (a few seconds at most) until `condition` holds.
     static func eventually(_ condition: () -> Bool) async throws {
         for _ in 0..<500 where !condition() { try await Task.sleep(for: .milliseconds(10)) }
@@ -41,12 +53,10 @@ struct StreamedUploadTests {
         let fixture = try Self.fixture()
         let content = randomBytes(8 * Self.chunk)
         let (item, handle) = try await Self.create(fixture, "copied.bin", content, chunks: 3)
-        try await Self.eventually { fixture.store.streamedWritesBegun("copied.bin") == 1 }
+        try await Self.streamBegins(fixture, "copied.bin")
         #expect(fixture.store.streamedWritesBegun("copied.bin") == 1)
         try Self.writeChunks(fixture, handle, content, 3..<8)
-        try fixture.fs.flush(handle: handle)
-        await fixture.fs.release(handle: handle)
-        await fixture.settle()
+        try await Self.closeAndSettle(fixture, handle)
 
         #expect(fixture.store.content("copied.bin") == content)
         #expect(fixture.store.writeCount("copied.bin") == 1)
@@ -64,10 +74,8 @@ struct StreamedUploadTests {
                                                       exclusive: false, truncate: true)
         try fixture.fs.flush(handle: handle)
         try Self.writeChunks(fixture, handle, content, 0..<4)
-        try await Self.eventually { fixture.store.streamedWritesBegun("dd.out") == 1 }
-        try fixture.fs.flush(handle: handle)
-        await fixture.fs.release(handle: handle)
-        await fixture.settle()
+        try await Self.streamBegins(fixture, "dd.out")
+        try await Self.closeAndSettle(fixture, handle)
 
         #expect(fixture.store.streamedWritesBegun("dd.out") == 1)
         #expect(fixture.store.writtenContents.map(\.content) == [content])
@@ -79,12 +87,10 @@ struct StreamedUploadTests {
         let fixture = try Self.fixture()
         let content = randomBytes(6 * Self.chunk)
         let (_, handle) = try await Self.create(fixture, "build.log", content, chunks: 3)
-        try await Self.eventually { fixture.store.streamedWritesBegun("build.log") == 1 }
+        try await Self.streamBegins(fixture, "build.log")
         try fixture.fs.flush(handle: handle)
         try Self.writeChunks(fixture, handle, content, 3..<6)
-        try fixture.fs.flush(handle: handle)
-        await fixture.fs.release(handle: handle)
-        await fixture.settle()
+        try await Self.closeAndSettle(fixture, handle)
 
         #expect(fixture.store.streamedWritesBegun("build.log") == 1)
         #expect(fixture.store.writtenContents.map(\.content) == [content])
@@ -105,13 +111,11 @@ struct StreamedUploadTests {
         let fixture = try Self.fixture()
         var content = randomBytes(6 * Self.chunk)
         let (_, handle) = try await Self.create(fixture, "archive.zip", content, chunks: 6)
-        try await Self.eventually { fixture.store.streamedWritesBegun("archive.zip") == 1 }
+        try await Self.streamBegins(fixture, "archive.zip")
         let header: [UInt8] = Array("PK\u{3}\u{4}".utf8)
         try fixture.write(handle: handle, header, at: 0)
         content.replaceSubrange(0..<4, with: header)
-        try fixture.fs.flush(handle: handle)
-        await fixture.fs.release(handle: handle)
-        await fixture.settle()
+        try await Self.closeAndSettle(fixture, handle)
 
         #expect(fixture.store.content("archive.zip") == content)
         #expect(fixture.store.fileNames(in: "/") == ["archive.zip"])
@@ -124,12 +128,10 @@ struct StreamedUploadTests {
         let fixture = try Self.fixture()
         let content = randomBytes(6 * Self.chunk)
         let (_, handle) = try await Self.create(fixture, "download.part", content, chunks: 3)
-        try await Self.eventually { fixture.store.streamedWritesBegun("download.part") == 1 }
+        try await Self.streamBegins(fixture, "download.part")
         try await fixture.fs.rename(from: Item.rootInode, name: "download.part", to: Item.rootInode, newName: "download.iso", noReplace: false)
         try Self.writeChunks(fixture, handle, content, 3..<6)
-        try fixture.fs.flush(handle: handle)
-        await fixture.fs.release(handle: handle)
-        await fixture.settle()
+        try await Self.closeAndSettle(fixture, handle)
 
         #expect(fixture.store.fileNames(in: "/") == ["download.iso"])
         #expect(fixture.store.content("download.iso") == content)
@@ -140,12 +142,10 @@ struct StreamedUploadTests {
         let fixture = try Self.fixture()
         let content = randomBytes(4 * Self.chunk)
         let (_, handle) = try await Self.create(fixture, "scratch.tmp", content, chunks: 4)
-        try await Self.eventually { fixture.store.streamedWritesBegun("scratch.tmp") == 1 }
+        try await Self.streamBegins(fixture, "scratch.tmp")
         try await fixture.fs.remove(from: Item.rootInode, name: "scratch.tmp", directory: false)
         try fixture.write(handle: handle, Array(content[0..<Self.chunk]), at: Int64(4 * Self.chunk))
-        try fixture.fs.flush(handle: handle)
-        await fixture.fs.release(handle: handle)
-        await fixture.settle()
+        try await Self.closeAndSettle(fixture, handle)
 
         #expect(fixture.store.fileNames(in: "/").isEmpty)
         #expect(fixture.store.writtenContents.isEmpty)
@@ -158,14 +158,12 @@ struct StreamedUploadTests {
         let fixture = try Self.fixture()
         let content = randomBytes(6 * Self.chunk)
         let (_, handle) = try await Self.create(fixture, "log.bin", content, chunks: 3)
-        try await Self.eventually { fixture.store.streamedWritesBegun("log.bin") == 1 }
+        try await Self.streamBegins(fixture, "log.bin")
         try await fixture.fs.fsync(handle: handle)
         #expect(fixture.store.content("log.bin") == Array(content[0..<(3 * Self.chunk)]))
         #expect(fixture.store.writeCount("log.bin") == 1)
         try Self.writeChunks(fixture, handle, content, 3..<6)
-        try fixture.fs.flush(handle: handle)
-        await fixture.fs.release(handle: handle)
-        await fixture.settle()
+        try await Self.closeAndSettle(fixture, handle)
 
         #expect(fixture.store.content("log.bin") == content)
         #expect(fixture.store.writeCount("log.bin") == 2)
@@ -177,7 +175,7 @@ struct StreamedUploadTests {
         let content = randomBytes(4 * Self.chunk)
         fixture.store.failWrites(with: .unreachable("down for a moment"))
         let (_, handle) = try await Self.create(fixture, "report.pdf", content, chunks: 4)
-        try await Self.eventually { fixture.store.streamedWritesBegun("report.pdf") == 1 }
+        try await Self.streamBegins(fixture, "report.pdf")
         try fixture.fs.flush(handle: handle)
         await fixture.fs.release(handle: handle)
         try await Task.sleep(for: .milliseconds(100))
@@ -194,11 +192,9 @@ struct StreamedUploadTests {
         let fixture = try Self.fixture()
         let content = randomBytes(4 * Self.chunk)
         let (_, handle) = try await Self.create(fixture, "notes.bin", content, chunks: 4)
-        try await Self.eventually { fixture.store.streamedWritesBegun("notes.bin") == 1 }
+        try await Self.streamBegins(fixture, "notes.bin")
         fixture.store.addFile("notes.bin", Array("theirs".utf8))
-        try fixture.fs.flush(handle: handle)
-        await fixture.fs.release(handle: handle)
-        await fixture.settle()
+        try await Self.closeAndSettle(fixture, handle)
 
         #expect(fixture.store.content("notes.bin") == Array("theirs".utf8))
         let names = fixture.store.fileNames(in: "/")

@@ -6,7 +6,7 @@ directory (`file://`), WebDAV (`docfs serve` and `rclone serve webdav`) and S3 (
 - `test_fsx`: the random exerciser (fsx.py) over a few seeds per store, each seed on its own
   file of one mount. `make test` runs DEFAULT_SEEDS and REGRESSION_SEEDS with
   DEFAULT_OPERATIONS each; `make fsx SEEDS=N` runs N more seeds (FSX_FIRST_SEED picks the
-  first, else a random one, printed), `FSX_SEED=S` replays one seed, `FSX_OPS` sets the
+  first, else a random one, printed), `FSX_SEED=S` replays one seed, `FSX_MOUNT_ARGS` adds mount options, `FSX_OPS` sets the
   number of operations per seed.
 """
 from __future__ import annotations
@@ -147,7 +147,8 @@ def test_fsx(fsx_store, mount):
     operations = chosen_operations()
     names = {seed: f"fsx-{seed}.bin" for seed in seeds}
     store = fsx_store({names[seed]: data for seed in seeds if (data := Fsx.initial_content(seed)) is not None})
-    m = mount(*store.args)
+    # FSX_MOUNT_ARGS: more mount options (e.g. `--upload-while-writing 4K`, so that new files stream).
+    m = mount(*store.args, *os.environ.get("FSX_MOUNT_ARGS", "").split())
     peer = Peer()
     started = time.monotonic()
     cycles = 0
