@@ -14,10 +14,31 @@ import NIOCore
 // `isStreamedUploadName`), and is deleted when the upload does not complete. A server that
 // refuses a part of this (a chunked body, MOVE; a reverse proxy that does not rewrite MOVE's
 // Destination answers 502) is not asked again in this mount: its files go up at close.
+// A temporary file is recorded (UploadLedger.swift) until it is moved or deleted, so that the
+// next mount deletes one a killed daemon left on a server that writes bodies in place.
 
 extension WebDAVStore {
     /// How a streamed upload's temporary name begins; 16 hex digits follow.
     static let streamedUploadPrefix = ".docfs-upload-"
+
+    /// What is recorded of a streamed upload under way.
+    struct TemporaryUpload: Codable, Equatable, Sendable {
+        /// The store path of its temporary file.
+        var temporary: String
+    }
+
+    /// Records the streamed uploads of this run in `directory/webdav-uploads`, and deletes the
+    /// temporary files of those an earlier run recorded there and never ended.
+    public func keepUnfinishedWork(in directory: String) async {
+        let ledger = UploadLedger<TemporaryUpload>(directory: directory + "/webdav-uploads", logger: logger)
+        uploadLedger.withLock { $0 = ledger }
+        ledger.endUnfinished(what: "a streamed upload's temporary file", logger: logger) { upload throws(StoreError) in
+            let temporary = try StorePath(upload.temporary)
+            guard Self.isStreamedUploadName(temporary.name) else { return temporary }  // never a user's file
+            do throws(StoreError) { try await self.delete(temporary, isDirectory: false) } catch .notFound {}  // moved in place, or never written
+            return temporary
+        }
+    }
 
     /// Whether `name` is a streamed upload's temporary name: listings leave it out.
     static func isStreamedUploadName(_ name: String) -> Bool {
@@ -43,6 +64,8 @@ extension WebDAVStore {
             throw .notSupported("a streamed upload over a version")
         }
         let temporary = try parent.appending(Self.streamedUploadPrefix + String(format: "%016llx", UInt64.random(in: 0...UInt64.max)))
+        let ledger = uploadLedger.withLock { $0 }
+        let record = ledger?.record(TemporaryUpload(temporary: temporary.description), identity: temporary.description, path: path)
         do throws(StoreError) {
             let (answer, sent): (HTTPTransport.Answer, Int64)
             do {
@@ -75,12 +98,17 @@ extension WebDAVStore {
             // Whatever the server kept of it goes (a body cut short, or one whose MOVE failed),
             // also when the upload was cancelled (an unstructured task does not inherit that).
             await Task {
-                do throws(StoreError) { try await self.delete(temporary, isDirectory: false) } catch .notFound {} catch {
-                    self.logger.info("cannot delete a streamed upload's temporary file", metadata: ["path": "\(temporary)", "error": "\(error)"])
+                do throws(StoreError) {
+                    do throws(StoreError) { try await self.delete(temporary, isDirectory: false) } catch .notFound {}
+                    if let record { ledger?.remove(record) }
+                } catch {
+                    self.logger.info("cannot delete a streamed upload's temporary file; the next mount tries again",
+                                     metadata: ["path": "\(temporary)", "error": "\(error)"])
                 }
             }.value
             throw error
         }
+        if let record { ledger?.remove(record) }
         return try await stat(path)
     }
 

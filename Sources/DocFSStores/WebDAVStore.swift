@@ -34,6 +34,9 @@ public final class WebDAVStore: Store {
     let propfindListings = PropfindListings()
     /// Why this server cannot take streamed uploads, once it showed it (WebDAVStore+StreamedUpload.swift).
     let streamedUploadRefusal = Mutex<String?>(nil)
+    /// Where streamed uploads' temporary files are recorded until they are moved in place or
+    /// deleted, once the mount gives a directory for it (`keepUnfinishedWork(in:)`).
+    let uploadLedger = Mutex<UploadLedger<TemporaryUpload>?>(nil)
 
     /// Deadline of a metadata call (PROPFIND, MKCOL, DELETE, MOVE, HEAD), body included.
     static let metadataTimeout: TimeAmount = .seconds(30)

@@ -12,8 +12,9 @@ import time
 
 import pytest
 
+from fault_proxy import FaultProxy
 from helpers import wait_until
-from write_support import make_store, methods_log, moves, puts, wait_server_bytes
+from write_support import make_store, methods_log, moves, puts, sigkill_daemon, wait_server_bytes
 
 pytestmark = pytest.mark.fuse
 
@@ -85,3 +86,34 @@ def test_a_temporary_upload_name_on_the_server_is_never_listed(store_server, sto
     names = os.listdir(m.path)
     assert ".docfs-upload-0123456789abcdef" not in names
     assert ".docfs-upload-not-hex" in names
+
+
+def test_a_temporary_file_a_killed_daemon_left_is_deleted_by_the_next_mount(store_server, store, mount, tmp_path):
+    """A daemon killed between a streamed upload's PUT and its MOVE leaves the whole body under
+    its temporary name on the server, where no listing shows it. docfs recorded that name before
+    the PUT, so the next mount deletes it; a temporary name it did not record (another client's
+    stream under way) stays. The file itself is not lost: the next mount uploads it."""
+    others = ".docfs-upload-0123456789abcdef"
+    (store / others).write_bytes(b"another client's stream, under way")
+    server = store_server(store)
+    proxy = FaultProxy(server.port, log_path=tmp_path / "proxy.log").start()
+    try:
+        held = proxy.latency(3600, method="MOVE", count=1)
+        m = mount(proxy.url)
+        data = os.urandom(8 * MIB)
+        (m / "big.bin").write_bytes(data)
+        wait_until(lambda: held.hits == 1, 30, "the stream's MOVE (held by the proxy)")
+        left = set(temporary_names(server)) - {others}
+        assert len(left) == 1, f"no temporary file on the server: {os.listdir(server.root)}"
+        sigkill_daemon(m)
+        assert m.unmount().returncode == 0
+
+        m2 = mount(proxy.url)
+        wait_server_bytes(server, "big.bin", data)
+        wait_until(lambda: temporary_names(server) == [others], 30,
+                   f"the next mount to delete {left} (and only that): {temporary_names(server)}")
+        assert m2.unmount().returncode == 0
+        records = list((m2.xdg.state_home / "docfs").glob("*/webdav-uploads/*"))
+        assert not records, f"records of ended uploads are left: {records}"
+    finally:
+        proxy.stop()

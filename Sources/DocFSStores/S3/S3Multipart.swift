@@ -3,7 +3,7 @@
 // a time, each read from the local file with pread, a transient failure retried twice), then
 // CompleteMultipartUpload — and its abort: on any failure, cancellation included, the upload is
 // aborted so that no parts are left behind on the server (where they would be billed and invisible).
-// A crash cannot abort: S3UploadLedger.swift records each upload so the next mount does.
+// A crash cannot abort: S3Store+UploadLedger.swift records each upload so the next mount does.
 
 import AsyncHTTPClient
 import Crypto

@@ -3,7 +3,7 @@
 // made part by part: each part goes once the writer has passed its end, `concurrency` at a
 // time, and the close completes it with the last part (`If-None-Match: *` for a new file).
 // Nothing shows under the key before CompleteMultipartUpload; a stream the core cancels, or
-// one that fails, is aborted (a killed daemon's by the next mount, S3UploadLedger.swift).
+// one that fails, is aborted (a killed daemon's by the next mount, S3Store+UploadLedger.swift).
 
 import AsyncHTTPClient
 import DocFSStore

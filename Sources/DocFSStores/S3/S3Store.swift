@@ -12,7 +12,7 @@
 //   S3Store+Namespace.swift      mkdir, delete, move (not atomic on S3)
 //   S3Store+Symlinks.swift       links the way s3fs writes them
 //   S3Multipart.swift            multipart uploads and copies above 5 GiB
-//   S3UploadLedger.swift         multipart uploads under way, recorded so a crash's are aborted
+//   S3Store+UploadLedger.swift   multipart uploads under way, recorded so a crash's are aborted
 // Signing lives in SigV4Signer.swift, credentials in S3Credentials.swift, XML in
 // S3ListParser.swift, object metadata in S3Metadata.swift; the HTTP transport (client,
 // timeouts, transport errors) is the one WebDAVStore uses, from HTTPClient+Store.swift.
@@ -46,7 +46,7 @@ public final class S3Store: Store {
     let partHook: (@Sendable (Int) async throws -> Void)?
     /// Where multipart uploads under way are recorded, once the mount gives a directory for it
     /// (`keepUnfinishedWork(in:)`).
-    let uploadLedger = Mutex<S3UploadLedger?>(nil)
+    let uploadLedger = Mutex<UploadLedger<MultipartRecord>?>(nil)
 
     static let metadataTimeout: TimeAmount = .seconds(30)
     /// A server-side copy (CopyObject, UploadPartCopy) until its whole answer: no bytes pass
