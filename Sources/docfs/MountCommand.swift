@@ -203,8 +203,24 @@ struct MountCommand: AsyncParsableCommand {
             fail("\(directory) is inside the mount point \(path): use another XDG_STATE_HOME / XDG_CACHE_HOME or --cache-dir")
         }
         let catalog: Catalog
+        let stateLock: StateLock
         do {
             try layout.createDirectories()
+        } catch {
+            await StoreLocator.shutdownIfNeeded(store)
+            fail("\(error)")
+        }
+        // One mount per store's state: a second one would recover the first's live journal.
+        do throws(StateLock.Failure) {
+            stateLock = try await Self.lockState(of: layout, for: path)
+        } catch .held(let holder) {
+            await StoreLocator.shutdownIfNeeded(store)
+            fail("\(store.identity) is mounted already \(holder); unmount it first (a second mount of one store needs its own XDG_STATE_HOME)")
+        } catch .unavailable(let code) {
+            await StoreLocator.shutdownIfNeeded(store)
+            fail("cannot lock \(layout.stateDirectory)/lock: \(String(cString: strerror(code)))")
+        }
+        do {
             catalog = try Catalog(path: layout.catalogPath)
         } catch {
             await StoreLocator.shutdownIfNeeded(store)
@@ -314,11 +330,29 @@ struct MountCommand: AsyncParsableCommand {
         MountRegistry.remove(path, environment: environmentForRegistry)
         signals.cancel()
         await StoreLocator.shutdownIfNeeded(store)
+        // Held until everything above is settled: the next mount may take over from here.
+        withExtendedLifetime(stateLock) {}
         logger.info("stopped")
     }
 }
 
 extension MountCommand {
+    /// The state lock of `layout` for a mount on `mountpoint`. A daemon whose mount point is
+    /// gone already (a plain `umount`, `fusermount -u`) may still be finishing its uploads and
+    /// evictions: its lock is waited for, up to a minute, as `docfs unmount` waits for it.
+    static func lockState(of layout: MountLayout, for mountpoint: String) async throws(StateLock.Failure) -> StateLock {
+        let deadline = ContinuousClock.now + .seconds(60)
+        while true {
+            do throws(StateLock.Failure) {
+                return try StateLock(stateDirectory: layout.stateDirectory, mountpoint: mountpoint)
+            } catch .held(let holder) {
+                let stillMounted = holder.mountpoint.map { MountTable.entry(at: $0)?.type == MountTable.docfsType } ?? true
+                guard !stillMounted, ContinuousClock.now < deadline else { throw .held(by: holder) }
+                try? await Task.sleep(for: .milliseconds(100))
+            }
+        }
+    }
+
     /// A value inside a FUSE `-o` list: libfuse splits at commas and takes a backslash as an escape.
     static func escapedMountOption(_ value: String) -> String {
         value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: ",", with: "\\,")

@@ -38,7 +38,8 @@ import Testing
 /// torn upload.
 ///
 /// Environment: `DOCFS_MODEL_SEED=N` replays one seed (printing its run), `DOCFS_MODEL_SEEDS=N`
-/// runs seeds 1...N, `DOCFS_MODEL_OPS=N` operations per seed, `DOCFS_MODEL_JOBS=N` seeds at
+/// runs seeds 1...N (`DOCFS_MODEL_FIRST_SEED=F`: F...F+N-1, for a campaign beyond the seeds CI
+/// runs), `DOCFS_MODEL_OPS=N` operations per seed, `DOCFS_MODEL_JOBS=N` seeds at
 /// once. Every finding fails the test. The seed being run is written to
 /// `$TMPDIR/docfs-model-seeds` so a seed that traps the process can be found.
 @Suite("Model: random operation sequences keep every version")
@@ -64,7 +65,8 @@ struct ModelTests {
         let environment = ProcessInfo.processInfo.environment
         let single = environment["DOCFS_MODEL_SEED"].flatMap { UInt64($0) }
         let seedCount = environment["DOCFS_MODEL_SEEDS"].flatMap { UInt64($0) } ?? defaultCount
-        let seeds: [UInt64] = single.map { [$0] } ?? Array(1...max(1, seedCount))
+        let first = environment["DOCFS_MODEL_FIRST_SEED"].flatMap { UInt64($0) } ?? 1
+        let seeds: [UInt64] = single.map { [$0] } ?? Array(first..<first + max(1, seedCount))
         let operations = environment["DOCFS_MODEL_OPS"].flatMap { Int($0) } ?? 40
         let jobs = environment["DOCFS_MODEL_JOBS"].flatMap { Int($0) } ?? 6
 

@@ -1,6 +1,7 @@
-"""Mount lifecycle: unmount leaves nothing behind, a remount lists the cached tree even with the
-server gone (and fails opens quickly), foreground mounts stop cleanly on SIGINT/SIGTERM,
-a stale mount of a killed daemon is cleaned, and a --read-only mount refuses writes with EROFS."""
+"""Mount lifecycle: unmount leaves nothing behind, a store is mounted once at a time, a remount
+lists the cached tree even with the server gone (and fails opens quickly), foreground mounts
+stop cleanly on SIGINT/SIGTERM, a stale mount of a killed daemon is cleaned, and a --read-only
+mount refuses writes with EROFS."""
 from __future__ import annotations
 
 import errno
@@ -157,3 +158,40 @@ def test_read_only_mount_refuses_writes_with_erofs(docfs_serve, content_tree, mo
         assert info.value.errno == errno.EROFS, f"{what}: expected EROFS, got {info.value!r}"
     assert sorted(os.listdir(content_tree.root)) == sorted(os.listdir(m.path))
     assert not server.gets(), f"refused writes fetched content: {server.gets()}"
+
+
+def test_a_second_mount_of_the_same_store_is_refused_and_leaves_the_first_alone(docfs_serve, mount, xdg, tmp_path):
+    """Two mounts of one store would share one catalog, journal and cache directory: the second
+    one's crash recovery took over the first's live state, uploaded a write the first had not
+    closed yet (a torn file under the real name), and turned the first's own upload into a
+    conflict copy. The second mount is refused, naming the first; the first's file reaches the
+    store once, whole, at its close; once the first is unmounted the store mounts again."""
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "a.txt").write_text("a\n")
+    server = docfs_serve(store)
+    before = set(os.listdir(store))
+    m = mount(server.url)
+    second = tmp_path / "second"
+    second.mkdir()
+    try:
+        with open(m / "w.txt", "w") as f:
+            f.write("first half\n")
+            f.flush()
+            result = xdg.docfs("mount", server.url, second, "--log-file", tmp_path / "second.log")
+            assert result.returncode == 1, f"a second mount of the same store exited {result.returncode}: {result.stderr}"
+            assert "mounted already" in result.stderr and str(m.path) in result.stderr, result.stderr
+            assert not is_mounted(second)
+            time.sleep(1.0)
+            assert not (store / "w.txt").exists(), "a write never closed reached the store"
+            f.write("second half\n")
+    finally:
+        if is_mounted(second):
+            xdg.docfs("unmount", second)
+    wait_until(lambda: (store / "w.txt").exists() and (store / "w.txt").read_text() == "first half\nsecond half\n",
+               30, "w.txt, whole, on the store")
+    time.sleep(0.5)
+    assert set(os.listdir(store)) - before == {"w.txt"}, f"more than the one file: {os.listdir(store)}"
+    assert m.unmount().returncode == 0
+    again = mount(server.url, mountpoint=second)
+    assert sorted(os.listdir(again.path)) == ["a.txt", "w.txt"]

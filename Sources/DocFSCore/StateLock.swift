@@ -1,0 +1,69 @@
+import Foundation
+
+/// One mount at a time per store: an exclusive `flock` on `lock` in the store's state
+/// directory, held by the daemon for as long as it runs (the kernel lets it go when the daemon
+/// exits, also on SIGKILL, so a crash never leaves a stale lock behind).
+///
+/// Two mounts of one store would share one catalog, one journal and one cache directory, and
+/// the second would run its crash recovery over the first's live state: it uploaded writes the
+/// first had not closed yet (a torn version under the real name), evicted copies the first
+/// still served, and turned the first's next upload into a conflict copy. So the second mount
+/// is refused, naming the first; a store mounted twice on purpose needs its own state
+/// (another `XDG_STATE_HOME`).
+public final class StateLock: Sendable {
+    private let descriptor: Int32
+
+    /// Who holds the lock, as the holder wrote it: its pid and mount point.
+    public struct Holder: Sendable, Equatable, CustomStringConvertible {
+        public var pid: Int32?
+        public var mountpoint: String?
+
+        public var description: String {
+            switch (mountpoint, pid) {
+            case let (mountpoint?, pid?): return "on \(mountpoint) (pid \(pid))"
+            case let (mountpoint?, nil): return "on \(mountpoint)"
+            case let (nil, pid?): return "by pid \(pid)"
+            case (nil, nil): return "by another docfs"
+            }
+        }
+    }
+
+    public enum Failure: Error, Equatable {
+        /// Another running mount holds it.
+        case held(by: Holder)
+        /// The lock file cannot be opened or locked (errno).
+        case unavailable(errno: Int32)
+    }
+
+    /// Takes the lock of `stateDirectory` for a mount on `mountpoint`, without waiting.
+    public init(stateDirectory: String, mountpoint: String) throws(Failure) {
+        let path = stateDirectory + "/lock"
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw .unavailable(errno: errno) }
+        while flock(fd, LOCK_EX | LOCK_NB) != 0 {
+            let code = errno
+            if code == EINTR { continue }
+            defer { close(fd) }
+            if code == EWOULDBLOCK { throw .held(by: Self.holder(reading: fd)) }
+            throw .unavailable(errno: code)
+        }
+        descriptor = fd
+        // Who holds it, for the message a second mount prints; the lock, not this text, decides.
+        let text = Array("\(getpid())\n\(mountpoint)\n".utf8)
+        if ftruncate(fd, 0) == 0 { _ = text.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) } }
+    }
+
+    deinit {
+        close(descriptor)
+    }
+
+    private static func holder(reading fd: Int32) -> Holder {
+        var bytes = [UInt8](repeating: 0, count: 4096)
+        let count = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, 0) }
+        guard count > 0 else { return Holder() }
+        let lines = String(decoding: bytes[..<count], as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false)
+        let pid = lines.first.flatMap { Int32($0) }
+        let mountpoint = lines.count > 1 && !lines[1].isEmpty ? String(lines[1]) : nil
+        return Holder(pid: pid, mountpoint: mountpoint)
+    }
+}
