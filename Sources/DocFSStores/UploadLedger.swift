@@ -63,19 +63,20 @@ final class UploadLedger<Entry: Codable & Equatable & Sendable>: Sendable {
 
     /// Ends what an earlier run left of each unfinished upload with `end`, in the background (a
     /// store that cannot be reached now gets them ended by a later mount); a record goes once
-    /// its `end` succeeded.
-    func endUnfinished(what: String, logger: Logger, _ end: @escaping @Sendable (Entry) async throws(StoreError) -> StorePath) {
+    /// its `end` succeeded. `path` names an entry's file in the logs.
+    func endUnfinished(what: String, logger: Logger, path: @escaping @Sendable (Entry) -> String,
+                       _ end: @escaping @Sendable (Entry) async throws(StoreError) -> Void) {
         let leftovers = unfinished()
         guard !leftovers.isEmpty else { return }
         Task {
             for (file, entry) in leftovers {
                 do {
-                    let path = try await end(entry)
+                    try await end(entry)
                     self.remove(file)
-                    logger.info("removed \(what) an earlier run left unfinished", metadata: ["path": "\(path)"])
+                    logger.info("removed \(what) an earlier run left unfinished", metadata: ["path": "\(path(entry))"])
                 } catch {
                     logger.info("cannot remove \(what) an earlier run left unfinished; the next mount tries again",
-                                metadata: ["error": "\(error)"])
+                                metadata: ["path": "\(path(entry))", "error": "\(error)"])
                 }
             }
         }

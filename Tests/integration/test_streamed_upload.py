@@ -50,6 +50,9 @@ def test_dd_of_a_large_new_file_streams_it_to_a_temporary_name_and_moves_it_in_p
     assert not puts(server, "copied.bin"), f"the file was uploaded again after its stream:\n{methods_log(server)}"
     assert temporary_names(server) == []
     assert not any(TEMPORARY.match(name) for name in os.listdir(m.path))
+    # Its record in the ledger went with it: a next mount has nothing to clean up.
+    ledgers = list((m.xdg.state_home / "docfs").glob("*/webdav-uploads"))
+    assert ledgers and not [record for ledger in ledgers for record in ledger.iterdir()], ledgers
     with open(m / "copied.bin", "rb") as f:
         assert f.read() == data
 
