@@ -11,18 +11,25 @@ public struct MountLayout: Sendable, Equatable {
     public var cacheDirectory: String
     public var catalogPath: String { stateDirectory + "/catalog.sqlite" }
 
-    public init(store: StoreIdentity, environment: [String: String], cacheDirectoryOverride: String? = nil) {
+    /// - Parameters:
+    ///   - stateDirectoryOverride: `--state-dir`, in place of `$XDG_STATE_HOME/docfs` (a store
+    ///     mounted twice at once needs a second state: StateLock.swift).
+    ///   - cacheDirectoryOverride: `--cache-dir`, in place of `$XDG_CACHE_HOME/docfs`.
+    public init(store: StoreIdentity, environment: [String: String], stateDirectoryOverride: String? = nil,
+                cacheDirectoryOverride: String? = nil) {
         let home = environment["HOME"] ?? NSHomeDirectory()
         let stateHome = environment["XDG_STATE_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.local/state"
         let cacheHome = environment["XDG_CACHE_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.cache"
         key = MountLayout.key(for: store)
-        stateDirectory = stateHome + "/docfs/" + key
+        stateDirectory = (stateDirectoryOverride ?? stateHome + "/docfs") + "/" + key
         cacheDirectory = (cacheDirectoryOverride ?? cacheHome + "/docfs") + "/" + key
+        ownsStateParent = stateDirectoryOverride == nil
         ownsCacheParent = cacheDirectoryOverride == nil
     }
 
-    /// Whether the cache directory's parent is docfs's own (`$XDG_CACHE_HOME/docfs`), not a
-    /// `--cache-dir` the user named.
+    /// Whether the state and cache directories' parents are docfs's own (`$XDG_STATE_HOME/docfs`,
+    /// `$XDG_CACHE_HOME/docfs`), not a `--state-dir` or `--cache-dir` the user named.
+    private var ownsStateParent: Bool
     private var ownsCacheParent: Bool
 
     /// A readable, filesystem-safe key: `webdav-127.0.0.1-8080-docs-1a2b3c4d5e6f`.
@@ -50,7 +57,7 @@ public struct MountLayout: Sendable, Equatable {
                 throw .local(errno: EACCES, "cannot create \(directory): \(error.localizedDescription)")
             }
         }
-        let parents = [stateDirectory] + (ownsCacheParent ? [cacheDirectory] : [])
+        let parents = (ownsStateParent ? [stateDirectory] : []) + (ownsCacheParent ? [cacheDirectory] : [])
         for directory in parents { _ = chmod((directory as NSString).deletingLastPathComponent, 0o700) }
     }
 

@@ -8,8 +8,8 @@ import Foundation
 /// the second would run its crash recovery over the first's live state: it uploaded writes the
 /// first had not closed yet (a torn version under the real name), evicted copies the first
 /// still served, and turned the first's next upload into a conflict copy. So the second mount
-/// is refused, naming the first; a store mounted twice on purpose needs its own state
-/// (another `XDG_STATE_HOME`).
+/// is refused, naming the first; a store mounted twice on purpose needs a state of its own
+/// (`--state-dir`).
 public final class StateLock: Sendable {
     private let descriptor: Int32
 

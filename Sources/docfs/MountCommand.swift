@@ -63,6 +63,9 @@ struct MountCommand: AsyncParsableCommand {
     @Option(help: "Where local copies are kept (default: $XDG_CACHE_HOME/docfs).")
     var cacheDir: String?
 
+    @Option(help: "Where the catalog and the journal of changes are kept (default: $XDG_STATE_HOME/docfs); a store is mounted once per state directory.")
+    var stateDir: String?
+
     @Option(help: "A file with user= and password= lines for the store (mode 0600).")
     var credentials: String?
 
@@ -196,11 +199,12 @@ struct MountCommand: AsyncParsableCommand {
         } catch {
             fail("\(error)")
         }
-        let layout = MountLayout(store: store.identity, environment: environment, cacheDirectoryOverride: cacheDir)
+        let layout = MountLayout(store: store.identity, environment: environment, stateDirectoryOverride: stateDir.map(absolutePath),
+                                 cacheDirectoryOverride: cacheDir)
         // The daemon would reach its own catalog or cache through its own mount, and hang.
         for directory in [layout.stateDirectory, layout.cacheDirectory] where absolutePath(directory).hasPrefix(path + "/") {
             await StoreLocator.shutdownIfNeeded(store)
-            fail("\(directory) is inside the mount point \(path): use another XDG_STATE_HOME / XDG_CACHE_HOME or --cache-dir")
+            fail("\(directory) is inside the mount point \(path): use another --state-dir / --cache-dir (or XDG_STATE_HOME / XDG_CACHE_HOME)")
         }
         let catalog: Catalog
         let stateLock: StateLock
@@ -215,7 +219,7 @@ struct MountCommand: AsyncParsableCommand {
             stateLock = try await Self.lockState(of: layout, for: path)
         } catch .held(let holder) {
             await StoreLocator.shutdownIfNeeded(store)
-            fail("\(store.identity) is mounted already \(holder); unmount it first (a second mount of one store needs its own XDG_STATE_HOME)")
+            fail("\(store.identity) is mounted already \(holder); unmount it first, or give this mount its own --state-dir")
         } catch .unavailable(let code) {
             await StoreLocator.shutdownIfNeeded(store)
             fail("cannot lock \(layout.stateDirectory)/lock: \(String(cString: strerror(code)))")

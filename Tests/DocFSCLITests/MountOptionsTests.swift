@@ -36,7 +36,7 @@ struct MountOptionsTests {
     @Test("every long option of docfs mount is a mount option")
     func everyLongOption() throws {
         let options = MountOptions.longOptions
-        #expect(options["cache-dir"] == true && options["read-only"] == false && options["log-level"] == true)
+        #expect(options["cache-dir"] == true && options["state-dir"] == true && options["read-only"] == false && options["log-level"] == true)
         #expect(options["daemon-child"] == nil && options["help"] == nil)
         for (name, takesValue) in options {
             let option = name.replacingOccurrences(of: "-", with: "_") + (takesValue ? "=1" : "")

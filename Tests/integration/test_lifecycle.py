@@ -165,7 +165,8 @@ def test_a_second_mount_of_the_same_store_is_refused_and_leaves_the_first_alone(
     one's crash recovery took over the first's live state, uploaded a write the first had not
     closed yet (a torn file under the real name), and turned the first's own upload into a
     conflict copy. The second mount is refused, naming the first; the first's file reaches the
-    store once, whole, at its close; once the first is unmounted the store mounts again."""
+    store once, whole, at its close; a mount with a state of its own (--state-dir) is taken at
+    the same time; once the first is unmounted the store mounts again."""
     store = tmp_path / "store"
     store.mkdir()
     (store / "a.txt").write_text("a\n")
@@ -180,7 +181,7 @@ def test_a_second_mount_of_the_same_store_is_refused_and_leaves_the_first_alone(
             f.flush()
             result = xdg.docfs("mount", server.url, second, "--log-file", tmp_path / "second.log")
             assert result.returncode == 1, f"a second mount of the same store exited {result.returncode}: {result.stderr}"
-            assert "mounted already" in result.stderr and str(m.path) in result.stderr, result.stderr
+            assert "mounted already" in result.stderr and str(m.path) in result.stderr and "--state-dir" in result.stderr, result.stderr
             assert not is_mounted(second)
             time.sleep(1.0)
             assert not (store / "w.txt").exists(), "a write never closed reached the store"
@@ -192,6 +193,10 @@ def test_a_second_mount_of_the_same_store_is_refused_and_leaves_the_first_alone(
                30, "w.txt, whole, on the store")
     time.sleep(0.5)
     assert set(os.listdir(store)) - before == {"w.txt"}, f"more than the one file: {os.listdir(store)}"
+    own = mount(server.url, "--state-dir", tmp_path / "own-state", mountpoint=tmp_path / "own")
+    assert sorted(os.listdir(own.path)) == ["a.txt", "w.txt"]
+    assert list((tmp_path / "own-state").glob("*/catalog.sqlite")), "the catalog is not in --state-dir"
+    assert own.unmount().returncode == 0
     assert m.unmount().returncode == 0
     again = mount(server.url, mountpoint=second)
     assert sorted(os.listdir(again.path)) == ["a.txt", "w.txt"]

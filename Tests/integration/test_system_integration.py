@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import urllib.request
@@ -182,17 +181,16 @@ def test_mount_t_fuse_docfs_and_umount(ns, store, tmp_path, xdg):
 def test_fstab_lines(ns, store, tmp_path, xdg):
     """fstab lines of type docfs (the mount.docfs helper) and fuse.docfs (mount.fuse3): noauto,
     _netdev, nofail, x-systemd.*, comment= are taken; read_only refuses writes (EROFS); a second
-    `mount -a` sees the line is mounted already; log_level=debug reaches the log. (The two lines
-    name two stores: a store is mounted once at a time.)"""
+    `mount -a` sees the line is mounted already; log_level=debug reaches the log. The two lines
+    mount one store: the second has a state of its own (state_dir=), as a store is mounted once
+    per state directory."""
     ro_mp = new_mountpoint(ns, tmp_path, "ro")
     auto_mp = new_mountpoint(ns, tmp_path, "auto")
     log = tmp_path / "ro.log"
     fstab = tmp_path / "fstab"
-    archive = tmp_path / "archive"
-    shutil.copytree(store, archive)
     fstab.write_text(
         "# docfs test fstab\n"
-        f"{archive} {ro_mp} docfs cache_dir={tmp_path / 'c1'},read_only,evict_delay=5,noauto,_netdev,"
+        f"{store} {ro_mp} docfs cache_dir={tmp_path / 'c1'},state_dir={tmp_path / 's1'},read_only,evict_delay=5,noauto,_netdev,"
         f"log_level=debug,log_file={log} 0 0\n"
         f"{store} {auto_mp} fuse.docfs cache_dir={tmp_path / 'c2'},defaults,nofail,x-systemd.automount,"
         f"x-gvfs-show,comment=docfs,dir_cache_ttl=5,rw 0 0\n")
@@ -214,7 +212,7 @@ def test_fstab_lines(ns, store, tmp_path, xdg):
              "else:\n    print('written')\n")
     assert ns.run(["python3", "-c", probe, ro_mp / "new.txt"], check=True).stdout.strip() == "EROFS"
     assert ns.run(["python3", "-c", probe, ro_mp / "hello.txt"], check=True).stdout.strip() == "EROFS"
-    assert not (archive / "new.txt").exists()
+    assert not (store / "new.txt").exists()
     # The rw line writes through to the store.
     assert ns.run(["sh", "-c", f"echo written > {auto_mp}/new.txt"]).returncode == 0
     wait_until(lambda: (store / "new.txt").exists() and (store / "new.txt").read_text() == "written\n", 20,
