@@ -584,8 +584,14 @@ public final class LocalCopy: ContentSink, Sendable {
         state.withLock { state -> StreamedUpload? in
             guard state.mayStream(policy), state.streamed == nil, !state.discarded, state.fetcher == nil,
                   !state.sharedWithSnapshot, !state.sharedWithStream, state.writesInFlight == 0,
-                  state.held.contains(0..<state.length), state.life.uploading == nil, !state.life.removed
+                  state.life.uploading == nil, !state.life.removed
             else { return nil }
+            // Not written in order from its start: it never streams, and later writes need not
+            // ask again (each ask reads the catalog, on the path of a write).
+            guard state.held.contains(0..<state.length) else {
+                state.streamTried = true
+                return nil
+            }
             let descriptor = fcntl(state.descriptor, F_DUPFD_CLOEXEC, 0)
             guard descriptor >= 0 else { return nil }
             state.streamTried = true

@@ -64,7 +64,7 @@ final class UploadLedger<Entry: Codable & Equatable & Sendable>: Sendable {
     /// Ends what an earlier run left of each unfinished upload with `end`, in the background (a
     /// store that cannot be reached now gets them ended by a later mount); a record goes once
     /// its `end` succeeded. `path` names an entry's file in the logs.
-    func endUnfinished(what: String, logger: Logger, path: @escaping @Sendable (Entry) -> String,
+    func endUnfinished(what: String, path: @escaping @Sendable (Entry) -> String,
                        _ end: @escaping @Sendable (Entry) async throws(StoreError) -> Void) {
         let leftovers = unfinished()
         guard !leftovers.isEmpty else { return }
@@ -73,9 +73,9 @@ final class UploadLedger<Entry: Codable & Equatable & Sendable>: Sendable {
                 do {
                     try await end(entry)
                     self.remove(file)
-                    logger.info("removed \(what) an earlier run left unfinished", metadata: ["path": "\(path(entry))"])
+                    self.logger.info("removed \(what) an earlier run left unfinished", metadata: ["path": "\(path(entry))"])
                 } catch {
-                    logger.info("cannot remove \(what) an earlier run left unfinished; the next mount tries again",
+                    self.logger.info("cannot remove \(what) an earlier run left unfinished; the next mount tries again",
                                 metadata: ["path": "\(path(entry))", "error": "\(error)"])
                 }
             }

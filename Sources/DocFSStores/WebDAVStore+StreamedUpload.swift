@@ -32,7 +32,7 @@ extension WebDAVStore {
     public func keepUnfinishedWork(in directory: String) async {
         let ledger = UploadLedger<TemporaryUpload>(directory: directory + "/webdav-uploads", logger: logger)
         uploadLedger.withLock { $0 = ledger }
-        ledger.endUnfinished(what: "a streamed upload's temporary file", logger: logger, path: \.temporary) { upload throws(StoreError) in
+        ledger.endUnfinished(what: "a streamed upload's temporary file", path: \.temporary) { upload throws(StoreError) in
             let temporary = try StorePath(upload.temporary)
             guard Self.isStreamedUploadName(temporary.name) else { return }  // never a user's file
             do throws(StoreError) { try await self.delete(temporary, isDirectory: false) } catch .notFound {}  // moved in place, or never written

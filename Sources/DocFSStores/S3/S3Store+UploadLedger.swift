@@ -18,7 +18,7 @@ extension S3Store {
     public func keepUnfinishedWork(in directory: String) async {
         let ledger = UploadLedger<MultipartRecord>(directory: directory + "/s3-uploads", logger: logger)
         uploadLedger.withLock { $0 = ledger }
-        ledger.endUnfinished(what: "a multipart upload", logger: logger, path: \.path) { upload throws(StoreError) in
+        ledger.endUnfinished(what: "a multipart upload", path: \.path) { upload throws(StoreError) in
             try await self.abortMultipartUpload(upload.key, uploadId: upload.uploadId, path: (try? StorePath(upload.path)) ?? .root)
         }
     }
