@@ -500,11 +500,24 @@ public final class Catalog: Sendable {
     /// After a restart no local copy is open: a clean copy's item is a placeholder again (its
     /// content is on the store) unless it is pinned (its copy is kept, see `CrashRecovery`),
     /// and an upload cut short is simply pending again.
+    ///
+    /// A clean copy of an item the store no longer has (deleted there, or replaced by a folder,
+    /// while it was open: a listing keeps such a row for its copy, see `Catalog+Listing.swift`)
+    /// goes with its copy, as at an eviction (`recordEvicted`): as a placeholder not on the
+    /// store it would open as an empty file no one wrote, and hide the folder that took its
+    /// name. Its folder is listed again at the next lookup, which finds what the store has.
     public func resetTransientStates() throws(FSError) {
+        let clean = "state IN ('downloading', 'local') AND uncommitted = 0 AND NOT (state = 'local' AND pinned = 1)"
         try write { db in
+            try db.execute(sql: """
+                UPDATE item SET listedAt = NULL
+                WHERE inode IN (SELECT parent FROM item WHERE \(clean) AND onStore = 0 AND kind != ?)
+                """, arguments: [Item.Kind.directory.rawValue])
+            try db.execute(sql: "DELETE FROM item WHERE \(clean) AND onStore = 0 AND kind != ?",
+                           arguments: [Item.Kind.directory.rawValue])
             try db.cachedExecute(sql: """
                 UPDATE item SET state = 'placeholder', baseEtag = NULL, baseIsNothing = 0, committedSeq = 0, uploadedSeq = 0
-                WHERE state IN ('downloading', 'local') AND uncommitted = 0 AND NOT (state = 'local' AND pinned = 1)
+                WHERE \(clean)
                 """)
             try db.cachedExecute(sql: "UPDATE item SET state = 'modified' WHERE state = 'uploading'")
         }

@@ -88,6 +88,25 @@ struct CatalogTests {
         try catalog.resetTransientStates()
         #expect(try catalog.item(a.inode)?.state == .placeholder)
     }
+
+    /// Model seed 500407: a.txt was open (a clean copy) when another client replaced it by a
+    /// folder; the listing kept its row for the copy, not on the store. After a `kill -9` that
+    /// row came back as a placeholder with nothing to fetch: an empty file no one wrote, over
+    /// the folder.
+    @Test func aRestartDropsACleanCopyTheStoreNoLongerHasAndListsItsFolderAgain() throws {
+        let catalog = try Catalog(path: path)
+        try catalog.applyListing(of: Item.rootInode, entries: [entry("a.txt"), entry("b.txt")], listedAt: 1)
+        let a = try #require(try catalog.child(of: Item.rootInode, named: "a.txt"))
+        try catalog.recordCopy(a.inode, CopyLife(content: .present, base: a.etag))
+        try catalog.applyListing(of: Item.rootInode, entries: [entry("a.txt", directory: true), entry("b.txt")], listedAt: 2)
+        #expect(try catalog.item(a.inode)?.onStore == false, "the open copy keeps its row while open")
+
+        try catalog.resetTransientStates()
+        #expect(try catalog.item(a.inode) == nil)
+        #expect(try catalog.child(of: Item.rootInode, named: "a.txt") == nil)
+        #expect(try catalog.item(Item.rootInode)?.listedAt == nil, "the next lookup lists the folder and finds what took the name")
+        #expect(try catalog.child(of: Item.rootInode, named: "b.txt") != nil)
+    }
 }
 
 @Suite("A listing reaches the catalog page by page")
