@@ -14,6 +14,10 @@ with SIGKILL before close; `docfs unmount` cleans the stale mount; a new mount m
 store's version intact, show its true size (5 MB) at once, and put the unsaved bytes on the
 store as `big (unsaved YYYY-MM-DD HHMMSS).bin`.
 
+Scenario 12b (model seed 500407): a file is open with a clean copy when another client deletes it
+or replaces it by a folder; a listing sees that; the daemon is killed. The next mount must show
+what the store has at once (no file, or the folder), not an empty file no one wrote.
+
 Stores: `docfs serve` and `rclone serve webdav` (WebDAV) and moto (S3). rclone caches its
 directory listing, so there the other client goes through rclone's HTTP interface (PUT, DELETE,
 MOVE) instead of the directory underneath; docfs serve's directory and moto's bucket (boto3)
@@ -83,6 +87,17 @@ class WebDAVRemote:
         else:
             os.rename(self.root / rel, self.root / new)
 
+    def replace_by_folder(self, rel: str, inner: bytes) -> None:
+        """`rel` becomes a folder holding `inner.txt`."""
+        if isinstance(self.server, RcloneServer):
+            self._http("DELETE", rel)
+            self._http("MKCOL", rel)
+            self._http("PUT", rel + "/inner.txt", data=inner)
+        else:
+            (self.root / rel).unlink()
+            (self.root / rel).mkdir()
+            (self.root / rel / "inner.txt").write_bytes(inner)
+
     def get(self, rel: str) -> bytes | None:
         p = self.root / rel
         return p.read_bytes() if p.is_file() else None
@@ -122,6 +137,10 @@ class S3Remote:
         self.bucket.client.copy_object(Bucket=self.bucket.name, Key=new,
                                        CopySource={"Bucket": self.bucket.name, "Key": rel})
         self.delete(rel)
+
+    def replace_by_folder(self, rel: str, inner: bytes) -> None:
+        self.delete(rel)
+        self.bucket.put(rel + "/inner.txt", inner)
 
     def get(self, rel: str) -> bytes | None:
         return self.bucket.get(rel)
@@ -363,4 +382,58 @@ def test_kill_before_close_keeps_store_version_and_unsaved_bytes(remote, how):
     with open(m2 / "big.bin", "rb") as f:
         assert hashlib.sha256(f.read()).hexdigest() == hashlib.sha256(BIG).hexdigest(), \
             "the mount shows other content than the store's big.bin"
+    assert_cache_empty_after_unmount(m2)
+
+
+# --- scenario 12b: kill -9 while a clean copy of a file the store no longer has is open -------
+
+INNER = b"the folder's own file\n"
+
+
+@pytest.mark.parametrize("change", ["delete", "folder"])
+def test_kill_with_a_clean_copy_of_a_vanished_file_open_shows_the_store_after_remount(remote, change):
+    store = remote({"f.txt": OLD, "other.txt": b"bystander\n"})
+    m = store.mount("--dir-cache-ttl", "0")
+    target = m / "f.txt"
+    assert sorted(os.listdir(m.path)) == ["f.txt", "other.txt"]
+
+    fd = os.open(target, os.O_RDONLY)
+    try:
+        assert os.pread(fd, 1, 0) == OLD[:1]            # the copy is local and clean now
+        if change == "delete":
+            store.delete("f.txt")
+        else:
+            store.replace_by_folder("f.txt", INNER)
+        listed = store.listings()
+        # A listing sees the change; the open file keeps its row (and its copy) while open.
+        wait_until(lambda: os.listdir(m.path) is not None and store.listings() > listed, 15,
+                   "a listing of the store after the change", interval=0.2)
+        time.sleep(0.5)                                  # the refresh has applied what it listed
+        pids = sigkill_daemon(m)
+    finally:
+        try:
+            os.close(fd)
+        except OSError as error:
+            print(f"close after the kill: {error}")
+    wait_until(lambda: not any(os.path.exists(f"/proc/{p}") for p in pids), 60, f"the killed daemon {pids} to be reaped")
+    result = m.unmount()
+    assert result.returncode == 0, f"docfs unmount of the stale mount: exit {result.returncode}: {result.stderr}"
+
+    m2 = store.mount()
+    target = m2 / "f.txt"
+    # Right after the remount, before any background refresh could correct it.
+    if change == "delete":
+        assert not os.path.lexists(target), (f"f.txt, deleted on the store, is back after the remount: "
+                                             f"{os.lstat(target)}\n{m2.log_tail(3000)}")
+    else:
+        assert os.path.isdir(target), (f"f.txt is a folder on the store; after the remount the mount shows "
+                                       f"{os.lstat(target) if os.path.lexists(target) else 'nothing'}\n{m2.log_tail(3000)}")
+        assert (target / "inner.txt").read_bytes() == INNER
+    expected = ["f.txt", "other.txt"] if change == "folder" else ["other.txt"]
+    assert sorted(os.listdir(m2.path)) == expected
+    time.sleep(1.5)                                      # a stray upload (an empty f.txt) would have come by now
+    assert store.get("f.txt") is None, f"something was uploaded as f.txt: {sha(store.get('f.txt'))}\n{store.log()}"
+    assert store.get("other.txt") == b"bystander\n"
+    if change == "folder":
+        assert store.get("f.txt/inner.txt") == INNER
     assert_cache_empty_after_unmount(m2)
