@@ -203,16 +203,26 @@ CONFLICT = re.compile(r"^f \(conflict \d{4}-\d{2}-\d{2} \d{6}( \d+)?\)\.txt$")
 assert len(THEIRS_SAME_SIZE) == len(OLD) and THEIRS_SAME_SIZE != OLD and len(THEIRS_OTHER_SIZE) != len(OLD)
 
 
-@pytest.mark.parametrize("change", ["replace", "size", "delete", "rename"])
-def test_remote_change_under_open_clean_copy_keeps_both(remote, change):
+def open_clean_copy(remote, flags: int):
+    """A store holding f.txt (OLD) and other.txt, mounted listing every time (`--dir-cache-ttl
+    0`), with f.txt open (`flags`) and one byte read: its copy is local and clean."""
     store = remote({"f.txt": OLD, "other.txt": b"bystander\n"})
     m = store.mount("--dir-cache-ttl", "0")
     target = m / "f.txt"
     assert sorted(os.listdir(m.path)) == ["f.txt", "other.txt"]
-
-    fd = os.open(target, os.O_RDWR)
+    fd = os.open(target, flags)
     try:
-        assert os.pread(fd, 1, 0) == OLD[:1]            # the copy is local and clean now
+        assert os.pread(fd, 1, 0) == OLD[:1]
+    except BaseException:
+        os.close(fd)
+        raise
+    return store, m, target, fd
+
+
+@pytest.mark.parametrize("change", ["replace", "size", "delete", "rename"])
+def test_remote_change_under_open_clean_copy_keeps_both(remote, change):
+    store, m, target, fd = open_clean_copy(remote, os.O_RDWR)
+    try:
         before = getxattr(target, "user.docfs.etag")
         print(f"{store.kind}: user.docfs.etag before the change: {before!r}")
 
@@ -392,14 +402,8 @@ INNER = b"the folder's own file\n"
 
 @pytest.mark.parametrize("change", ["delete", "folder"])
 def test_kill_with_a_clean_copy_of_a_vanished_file_open_shows_the_store_after_remount(remote, change):
-    store = remote({"f.txt": OLD, "other.txt": b"bystander\n"})
-    m = store.mount("--dir-cache-ttl", "0")
-    target = m / "f.txt"
-    assert sorted(os.listdir(m.path)) == ["f.txt", "other.txt"]
-
-    fd = os.open(target, os.O_RDONLY)
+    store, m, target, fd = open_clean_copy(remote, os.O_RDONLY)
     try:
-        assert os.pread(fd, 1, 0) == OLD[:1]            # the copy is local and clean now
         if change == "delete":
             store.delete("f.txt")
         else:
