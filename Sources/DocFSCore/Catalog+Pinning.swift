@@ -43,7 +43,7 @@ extension Catalog {
     /// The pinned items whose copy is complete and clean: the copies a restart keeps.
     public func pinnedLocalItems() throws(FSError) -> [(inode: Inode, id: String)] {
         try read { db in
-            try Row.fetchAll(db, sql: "SELECT inode, id FROM item WHERE pinned = 1 AND state = 'local' AND uncommitted = 0")
+            try Row.fetchAll(db, sql: "SELECT inode, id FROM item WHERE pinned = 1 AND state = 'local' AND uncommitted = 0 AND partial = 0")
                 .map { (Inode(bitPattern: $0[0]), $0[1]) }
         }
     }

@@ -127,6 +127,12 @@ public final class Catalog: Sendable {
                 BEGIN UPDATE item SET pinned = 1 WHERE inode = NEW.inode; END;
                 """)
         }
+        migrator.registerMigration("v10-partial-copy") { db in
+            // A copy filled by ranges on demand (a streamed file): `local`, yet only some of its
+            // bytes are there. A pinned one kept by a killed daemon must not be taken for the
+            // whole file (its holes would read as zeros, and an edit would upload them).
+            try db.execute(sql: "ALTER TABLE item ADD COLUMN partial INTEGER NOT NULL DEFAULT 0")
+        }
         return migrator
     }
 
@@ -407,7 +413,9 @@ public final class Catalog: Sendable {
     /// a GET tells whole seconds), unless the answer carries the item's own time
     /// (`RemoteEntry.carriesOwnTime`) and nothing was learnt about the item since `askedAt`
     /// (a `touch` here after the GET was sent stays).
-    public func recordFetched(_ inode: Inode, _ life: CopyLife, entry: RemoteEntry, askedAt: Double? = nil) throws(FSError) {
+    /// `partial`: the copy holds only some of the bytes (a streamed file); reads fetch the rest.
+    public func recordFetched(_ inode: Inode, _ life: CopyLife, entry: RemoteEntry, askedAt: Double? = nil,
+                              partial: Bool = false) throws(FSError) {
         let takesOwnTime = entry.carriesOwnTime && askedAt != nil
         try write(invalidating: .item(inode)) { db in
             try Catalog.persist(db, inode, life)
@@ -415,9 +423,17 @@ public final class Catalog: Sendable {
                 UPDATE item SET size = ?,
                     modifiedNs = CASE WHEN etag IS NOT NULL AND etag = ? AND NOT (? AND (versionAt IS NULL OR versionAt < ?))
                                       THEN modifiedNs ELSE ? END,
-                    etag = COALESCE(?, etag), mode = COALESCE(?, mode), versionAt = ? WHERE inode = ?
+                    etag = COALESCE(?, etag), mode = COALESCE(?, mode), versionAt = ?, partial = ? WHERE inode = ?
                 """, arguments: [entry.size, entry.etag?.value, takesOwnTime, askedAt ?? 0, Timestamp(seconds: entry.modified).nanoseconds,
-                                 entry.etag?.value, entry.mode.map { Int64($0) }, Date().timeIntervalSince1970, Int64(bitPattern: inode)])
+                                 entry.etag?.value, entry.mode.map { Int64($0) }, Date().timeIntervalSince1970, partial,
+                                 Int64(bitPattern: inode)])
+        }
+    }
+
+    /// A partial copy (see `recordFetched`) holds every byte now.
+    public func recordComplete(_ inode: Inode) throws(FSError) {
+        try write(invalidating: .item(inode)) { db in
+            try db.cachedExecute(sql: "UPDATE item SET partial = 0 WHERE inode = ?", arguments: [Int64(bitPattern: inode)])
         }
     }
 
@@ -454,7 +470,8 @@ public final class Catalog: Sendable {
             try db.cachedExecute(sql: "DELETE FROM item WHERE inode = ? AND onStore = 0", arguments: [Int64(bitPattern: inode)])
             let deleted = db.changesCount > 0
             try db.cachedExecute(sql: """
-                UPDATE item SET state = 'placeholder', baseEtag = NULL, baseIsNothing = 0, uncommitted = 0, committedSeq = 0, uploadedSeq = 0
+                UPDATE item SET state = 'placeholder', baseEtag = NULL, baseIsNothing = 0, uncommitted = 0, committedSeq = 0, uploadedSeq = 0,
+                    partial = 0
                 WHERE inode = ? AND kind != ?
                 """, arguments: [Int64(bitPattern: inode), Item.Kind.directory.rawValue])
             return deleted
@@ -505,18 +522,18 @@ public final class Catalog: Sendable {
     /// while it was open: a listing keeps such a row for its copy, see `Catalog+Listing.swift`)
     /// goes with its copy, as at an eviction (`recordEvicted`): as a placeholder not on the
     /// store it would open as an empty file no one wrote, and hide the folder that took its
-    /// name. Its folder is listed again at the next lookup, which finds what the store has.
+    /// name. Its folder is listed again at the next lookup, which finds what the store has. A
+    /// pinned one goes too: its pin kept it past its release, but the store has another item
+    /// there, or none.
     public func resetTransientStates() throws(FSError) {
         let clean = "state IN ('downloading', 'local') AND uncommitted = 0 AND NOT (state = 'local' AND pinned = 1)"
+        let gone = "state IN ('downloading', 'local') AND uncommitted = 0 AND onStore = 0 AND kind != ?"
         try write { db in
-            try db.execute(sql: """
-                UPDATE item SET listedAt = NULL
-                WHERE inode IN (SELECT parent FROM item WHERE \(clean) AND onStore = 0 AND kind != ?)
-                """, arguments: [Item.Kind.directory.rawValue])
-            try db.execute(sql: "DELETE FROM item WHERE \(clean) AND onStore = 0 AND kind != ?",
+            try db.execute(sql: "UPDATE item SET listedAt = NULL WHERE inode IN (SELECT parent FROM item WHERE \(gone))",
                            arguments: [Item.Kind.directory.rawValue])
+            try db.execute(sql: "DELETE FROM item WHERE \(gone)", arguments: [Item.Kind.directory.rawValue])
             try db.cachedExecute(sql: """
-                UPDATE item SET state = 'placeholder', baseEtag = NULL, baseIsNothing = 0, committedSeq = 0, uploadedSeq = 0
+                UPDATE item SET state = 'placeholder', baseEtag = NULL, baseIsNothing = 0, committedSeq = 0, uploadedSeq = 0, partial = 0
                 WHERE \(clean)
                 """)
             try db.cachedExecute(sql: "UPDATE item SET state = 'modified' WHERE state = 'uploading'")

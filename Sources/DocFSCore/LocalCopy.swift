@@ -694,7 +694,10 @@ public final class LocalCopy: ContentSink, Sendable {
         }
         // Retired for good: a reader that still holds it can start no request, so no fetched
         // byte can land after a writer changes the copy.
-        if complete { fetcher.cancel(.stale) }
+        if complete {
+            fetcher.cancel(.stale)
+            try catalog.recordComplete(inode)
+        }
     }
 
     /// The store version the copy's ranges come from changed without its content (attributes

@@ -446,8 +446,9 @@ public actor Provider {
                 let entry = streamed
                     ? try await Self.fetchHead(of: item, into: copy, store: store, retry: retry, streaming: streaming, trouble: trouble, logger: logger)
                     : try await Self.fetch(item, into: copy, store: store, retry: retry, trouble: trouble, logger: logger)
+                let partial = copy.isSparse
                 try copy.update({ $0.fetched(etag: entry.etag) }, recording: { (life) throws(FSError) in
-                    try catalog.recordFetched(item.inode, life, entry: entry, askedAt: askedAt)
+                    try catalog.recordFetched(item.inode, life, entry: entry, askedAt: askedAt, partial: partial)
                 })
                 if entry.etag != item.etag, item.etag != nil {
                     logger.info("content changed on the store since listing", metadata: ["path": "\(item.path)"])
@@ -501,8 +502,9 @@ public actor Provider {
                 copy.attach(RangeFetcher(store: store, path: item.path, version: version, size: entry.size, fetched: 0,
                                          copy: copy, policy: streaming, retry: retry, logger: logger))
             }
+            let partial = copy.isSparse
             try copy.update({ $0.fetched(etag: version) },
-                            recording: { (life) throws(FSError) in try catalog.recordFetched(item.inode, life, entry: entry) })
+                            recording: { (life) throws(FSError) in try catalog.recordFetched(item.inode, life, entry: entry, partial: partial) })
         } catch {
             logger.error("cannot prepare a local copy", metadata: ["path": "\(item.path)", "error": "\(error)"])
             return Task { throw error }

@@ -341,7 +341,7 @@ public actor Uploader {
                 // A folder above it was deleted (or became a file) on the store meanwhile.
                 return await keepWhereFoldersWent(item, copy, commit: commit, snapshot: snapshot)
             }
-            let confirmed = await withAttributesChangedDuringUpload(of: item, copy, commit: commit, uploaded: entry)
+            let confirmed = await withAttributesChangedDuringUpload(of: item, copy, commit: commit, uploaded: entry, snapshot: snapshot)
             logger.debug("upload confirmed", metadata: ["path": "\(item.path)", "commit": "\(commit)", "etag": "\(confirmed.etag?.value ?? "-")"])
             sent.forget(inode)
             if try await provider.uploaded(copy, commit: commit, as: confirmed) {
@@ -414,7 +414,7 @@ public actor Uploader {
         let attributes = StoreAttributes(mode: item.mode, modified: item.modified, owner: item.owner, group: item.group)
         do {
             guard try await store.setAttributes(entry.path, attributes) else { return entry }
-            return try await store.stat(entry.path)
+            return entry.versionAfterAttributes(try await store.stat(entry.path))
         } catch {
             logger.info("cannot give a streamed upload its attributes", metadata: ["path": "\(entry.path)", "error": "\(error)"])
             return entry
@@ -426,19 +426,41 @@ public actor Uploader {
     /// recorded, so the version the copy is based on from then on is the one that carries them
     /// (on a store whose ETag follows the mtime, a later push would make the next upload a false
     /// conflict). A commit made meanwhile carries them with its own upload instead.
+    ///
+    /// The version read back after them is taken only when it is still the content this upload
+    /// sent (`sameContent`): the attributes and the look are two requests after the write, and
+    /// another client's version stored in between, taken as ours, would be the base the next
+    /// upload overwrites unconditionally (model seed 600517).
     private func withAttributesChangedDuringUpload(of uploaded: Item, _ copy: LocalCopy, commit: UInt64,
-                                                   uploaded entry: RemoteEntry) async -> RemoteEntry {
+                                                   uploaded entry: RemoteEntry, snapshot: String) async -> RemoteEntry {
         guard copy.life.committed == commit, let now = try? catalog.item(uploaded.inode),
               now.mode != uploaded.mode || now.modified != uploaded.modified || now.owner != uploaded.owner || now.group != uploaded.group
         else { return entry }
         do {
             guard try await store.setAttributes(uploaded.path, StoreAttributes(mode: now.mode, modified: now.modified, owner: now.owner,
                                                                                 group: now.group)) else { return entry }
-            return try await store.stat(uploaded.path)
+            let after = try await store.stat(uploaded.path)
+            guard await sameContent(after, as: entry, snapshot: snapshot) else {
+                logger.info("the store took another version right after this upload: it is met as a conflict",
+                            metadata: ["path": "\(uploaded.path)", "etag": "\(after.etag?.value ?? "-")"])
+                return entry
+            }
+            return after
         } catch {
             logger.info("store did not take attributes", metadata: ["path": "\(uploaded.path)", "error": "\(error)"])
             return entry
         }
+    }
+
+    /// Whether `after`, what the store showed of the item after this upload (`written`) and a
+    /// change of its attributes, still holds the bytes of `snapshot`: the same version, or one of
+    /// the same size whose bytes one GET finds identical (a store whose ETag follows the mtime
+    /// names the attributes' change a new version).
+    private func sameContent(_ after: RemoteEntry, as written: RemoteEntry, snapshot: String) async -> Bool {
+        if after.etag != nil, after.etag == written.etag { return true }
+        guard after.kind == .file, after.size == written.size, let comparison = try? SnapshotComparison(snapshot: snapshot),
+              let read = try? await store.read(after.path, range: nil, ifMatch: after.etag, into: comparison) else { return false }
+        return comparison.result(size: read.size).identical
     }
 
     /// A close while commit `commit` was on its way found an upload under way and queued

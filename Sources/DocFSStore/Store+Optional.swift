@@ -52,12 +52,26 @@ extension Store {
         let entry = try await write(path, fromLocalFile: localFile, condition: condition)
         guard !attributes.isEmpty, try await setAttributes(path, attributes) else { return entry }
         // Setting attributes may have given the entry a new version (a local file's ETag
-        // follows its mtime): report the version the store has now.
-        return try await stat(path)
+        // follows its mtime): report the version the store has now, if it can be the one written.
+        return entry.versionAfterAttributes(try await stat(path))
     }
 }
 
 extension Store {
     /// A store that leaves nothing unfinished on the server after a crash records nothing.
     public func keepUnfinishedWork(in directory: String) async {}
+}
+
+extension RemoteEntry {
+    /// What a store reports as the version a write (`self`) made, once its attributes were set
+    /// in a request of their own: `now`, the version the store shows then (setting attributes
+    /// may have named it anew), unless it cannot be the written content. Another size means
+    /// another client stored a version in between, and taking that as the write's own would
+    /// make it the base the next upload replaces; then `self`, so that the next upload meets
+    /// theirs as a conflict. (A version of the same size stored in that moment is not told
+    /// apart here.)
+    public func versionAfterAttributes(_ now: RemoteEntry) -> RemoteEntry {
+        guard now.kind == kind, now.size == size else { return self }
+        return now
+    }
 }

@@ -141,7 +141,7 @@ extension WebDAVStore {
         guard kept else { return written }
         // What the server reports now: its version, should a PROPPATCH have changed it, and the
         // time and mode as they will be read back.
-        return try await stat(path)
+        return written.versionAfterAttributes(try await stat(path))
     }
 
     /// One PROPPATCH. True when the server kept every property; false when it refused them.

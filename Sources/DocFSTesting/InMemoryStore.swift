@@ -56,6 +56,7 @@ public final class InMemoryStore: Store, Sendable {
         var streamedWritesBegun: [StorePath: Int] = [:]
         var writeFault: StoreError?
         var attributesFault: StoreError?
+        var afterAttributes: (@Sendable (StorePath) -> Void)?
         var writeGate: (@Sendable () async -> Void)?
         var uploadReading: UploadReading?
         /// The content of every write that succeeded, in order (what the store ever held).
@@ -102,6 +103,31 @@ public final class InMemoryStore: Store, Sendable {
                 parent = directory.parent
             }
             state.files[path] = File(content: content, version: state.nextVersion(), modified: modified)
+        }
+    }
+
+    /// Another client's write of a file, as a disk or a WebDAV server takes it: refused (false)
+    /// where a folder stands at `path` or a file at one of its parents. The check and the write
+    /// are one step, so an upload of the client under test cannot land between them (a check
+    /// made first, then `addFile`, once kept a file under a file the upload had just made).
+    /// `replaced` is the content the write replaced, if any.
+    public func addFileWhereAClientCould(_ path: String, _ content: [UInt8], modified: Double) -> (added: Bool, replaced: [UInt8]?) {
+        let path = try! StorePath(path)
+        return state.withLock { state in
+            var parent = path.parent
+            while let directory = parent, !directory.isRoot {
+                if state.files[directory] != nil { return (false, nil) }
+                parent = directory.parent
+            }
+            if state.directories.contains(path) { return (false, nil) }
+            parent = path.parent
+            while let directory = parent, !directory.isRoot {
+                state.directories.insert(directory)
+                parent = directory.parent
+            }
+            let replaced = state.files[path]?.content
+            state.files[path] = File(content: content, version: state.nextVersion(), modified: modified)
+            return (true, replaced)
         }
     }
 
@@ -199,6 +225,12 @@ public final class InMemoryStore: Store, Sendable {
     public func writeCount(_ path: String) -> Int {
         let path = try! StorePath(path)
         return state.withLock { $0.writes[path] ?? 0 }
+    }
+
+    /// `body` runs after every change of attributes (`setAttributes`), with the path: a test's
+    /// way to place another client's change between a client's two requests.
+    public func afterSettingAttributes(_ body: (@Sendable (StorePath) -> Void)?) {
+        state.withLock { $0.afterAttributes = body }
     }
 
     /// Every write (upload) fails with `error` (nil: writes work again).
@@ -445,7 +477,8 @@ public final class InMemoryStore: Store, Sendable {
     }
 
     public func setAttributes(_ path: StorePath, _ attributes: StoreAttributes) async throws(StoreError) -> Bool {
-        try state.withLock { state throws(StoreError) -> Bool in
+        defer { if let body = state.withLock({ $0.afterAttributes }) { body(path) } }
+        return try state.withLock { state throws(StoreError) -> Bool in
             if let fault = state.attributesFault { throw fault }
             guard state.files[path] != nil || state.directories.contains(path) else { throw .notFound(path) }
             var kept = state.attributes[path] ?? StoreAttributes()

@@ -260,6 +260,49 @@ struct ChangeTests {
         #expect(kept.modified == Timestamp(seconds: 1_600_000_000))
     }
 
+    /// Model seed 600517: the attributes changed during an upload go to the store after it,
+    /// and the version read back then was taken as the upload's own. Another client's version
+    /// stored between those requests became the base of the next upload, which replaced it.
+    @Test func anotherClientsVersionStoredRightAfterAnUploadIsNotTakenForIt() async throws {
+        let fixture = try CoreFixture.writable()
+        fixture.store.addFile("a.txt", Array("old".utf8))
+        let item = try await fixture.lookup("a.txt")
+        let writer = try await fixture.fs.open(item.inode, mode: .init(writable: true, truncate: true))
+        let (opened, gate) = AsyncStream<Void>.makeStream()
+        fixture.store.holdWrites { for await _ in opened { return } }
+        try fixture.write(handle: writer, Array("ours, first".utf8))
+        try fixture.fs.flush(handle: writer)
+        await fixture.fs.release(handle: writer)
+        for _ in 0..<200 where try fixture.fs.item(item.inode).state != .uploading {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        // An editor opens the file again while its upload is on its way: the same copy.
+        let keeper = try await fixture.fs.open(item.inode, mode: .init(writable: true, truncate: false))
+        // A touch while the upload is on its way: its time goes to the store after the upload,
+        // and another client's version lands just then.
+        let theirs = Array("their version".utf8)
+        let store = fixture.store
+        store.afterSettingAttributes { path in
+            guard path.description == "/a.txt" else { return }
+            store.afterSettingAttributes(nil)
+            store.addFile("a.txt", theirs, modified: 1_750_000_000)
+        }
+        _ = try await fixture.fs.setAttributes(of: item.inode, .init(modified: Timestamp(seconds: 1_600_000_000)), handle: nil)
+        fixture.store.holdWrites(until: nil)
+        gate.yield()
+        gate.finish()
+        await fixture.settle()
+        #expect(store.content("a.txt") == theirs)
+
+        try fixture.write(handle: keeper, Array("ours, second".utf8))
+        try fixture.fs.flush(handle: keeper)
+        await fixture.fs.release(handle: keeper)
+        await fixture.settle()
+        #expect(store.content("a.txt") == theirs, "the other client's version was replaced")
+        let kept = store.fileNames(in: "/").filter { $0.hasPrefix("a (conflict") }.map { store.content($0) }
+        #expect(kept == [Array("ours, second".utf8)], "ours is kept next to it")
+    }
+
     @Test func truncateWithoutAHandleToZeroDoesNotDownload() async throws {
         let fixture = try CoreFixture.writable()
         fixture.store.addFile("big", randomBytes(10_000))

@@ -3,6 +3,7 @@ import DocFSStore
 import DocFSTesting
 import Foundation
 import Logging
+import Synchronization
 
 /// A fresh catalog and cache directory in a temporary folder, with the core wired to an
 /// in-memory store.
@@ -17,6 +18,8 @@ struct CoreFixture {
     var streamedUploads: StreamedUpload.Policy
     /// The time the core names conflict copies after.
     var conflictClock: @Sendable () -> Date
+    /// Where the core's log goes, at debug level (nil: only critical messages, to stderr).
+    let capturedLog: CapturedLog?
     var cacheDirectory: String { directory + "/cache" }
 
     /// `proxy`: the way the core reaches `store` (a `CrashableStore`), if not directly.
@@ -24,7 +27,7 @@ struct CoreFixture {
          streaming: StreamingPolicy = .default, retention: RetentionPolicy = .onLastRelease,
          listAhead: DirectoryEnumerator.ListAhead = .default,
          conflictClock: @escaping @Sendable () -> Date = { Date() }, streamedUploads: StreamedUpload.Policy = .default,
-         reuse directory: String? = nil) throws {
+         reuse directory: String? = nil, capturing capturedLog: CapturedLog? = nil) throws {
         let directory = directory ?? FileManager.default.temporaryDirectory.appendingPathComponent("docfs-core-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: directory + "/cache", withIntermediateDirectories: true)
         self.directory = directory
@@ -33,8 +36,9 @@ struct CoreFixture {
         self.streamedUploads = streamedUploads
         self.conflictClock = conflictClock
         catalog = try Catalog(path: directory + "/catalog.sqlite")
-        var logger = Logger(label: "test")
-        logger.logLevel = .critical
+        self.capturedLog = capturedLog
+        var logger = capturedLog.map { log in Logger(label: "docfs", factory: { _ in CapturedLog.Handler(log: log) }) } ?? Logger(label: "test")
+        logger.logLevel = capturedLog == nil ? .critical : .debug
         fs = DocFileSystem(store: proxy ?? store, catalog: catalog, cacheDirectory: directory + "/cache", directoryTTL: ttl,
                            readOnly: readOnly, uploadBackoff: .milliseconds(200), streaming: streaming,
                            retry: Self.quickRetry, retention: retention, listAhead: listAhead, conflictClock: conflictClock,
@@ -117,4 +121,35 @@ func randomBytes(_ count: Int) -> [UInt8] {
 /// late (a request already on the wire, a copy under way).
 func sleepIgnoringCancellation(_ duration: Duration) async {
     await Task.detached { try? await Task.sleep(for: duration) }.value
+}
+
+/// A core's log kept in memory, each line with the time it was made, so that a model run can
+/// show what the core did between its operations (`DOCFS_MODEL_LOG`). Printing it as it comes
+/// slows the core enough to hide the timing-dependent failures it is wanted for.
+final class CapturedLog: Sendable {
+    private let lines = Mutex<[String]>([])
+
+    func append(_ line: String) {
+        let stamped = "\(Date().timeIntervalSince1970) \(line)"
+        lines.withLock { $0.append(stamped) }
+    }
+
+    var text: String { lines.withLock { $0.joined(separator: "\n") } }
+
+    struct Handler: LogHandler {
+        let log: CapturedLog
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .debug
+
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+
+        func log(level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String,
+                 file: String, function: String, line: UInt) {
+            let fields = self.metadata.merging(metadata ?? [:]) { $1 }.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
+            log.append("\(level) \(message) \(fields.joined(separator: " "))")
+        }
+    }
 }

@@ -13,9 +13,9 @@ extension CoreFixture {
     /// can be crashed or taken down); `store` stays the test's handle for arranging changes.
     init(store: InMemoryStore, through proxy: any Store, streaming: StreamingPolicy = .default,
          conflictClock: @escaping @Sendable () -> Date = { Date() }, streamedUploads: StreamedUpload.Policy = .default,
-         reuse directory: String? = nil) throws {
+         reuse directory: String? = nil, capturing log: CapturedLog? = nil) throws {
         try self.init(store: store, through: proxy as (any Store)?, readOnly: false, streaming: streaming, conflictClock: conflictClock,
-                      streamedUploads: streamedUploads, reuse: directory)
+                      streamedUploads: streamedUploads, reuse: directory, capturing: log)
         self.streaming = streaming
     }
 
@@ -39,7 +39,7 @@ extension CoreFixture {
     /// the store reached through `proxy`: what `docfs mount` does before it serves anything.
     func restart(from directory: String, through proxy: any Store) async throws -> CoreFixture {
         let next = try CoreFixture(store: store, through: proxy, streaming: streaming, conflictClock: conflictClock,
-                                   streamedUploads: streamedUploads, reuse: directory)
+                                   streamedUploads: streamedUploads, reuse: directory, capturing: capturedLog)
         try await next.fs.start()
         return next
     }

@@ -40,7 +40,9 @@ import Testing
 /// Environment: `DOCFS_MODEL_SEED=N` replays one seed (printing its run), `DOCFS_MODEL_SEEDS=N`
 /// runs seeds 1...N (`DOCFS_MODEL_FIRST_SEED=F`: F...F+N-1, for a campaign beyond the seeds CI
 /// runs), `DOCFS_MODEL_OPS=N` operations per seed, `DOCFS_MODEL_JOBS=N` seeds at
-/// once. Every finding fails the test. The seed being run is written to
+/// once, `DOCFS_MODEL_REPEAT=N` each seed N times (a failure that needs a busy machine's timing),
+/// `DOCFS_MODEL_LOG=1` the cores' debug log with a failing seed's report (kept in memory, so
+/// the timing moves little). Every finding fails the test. The seed being run is written to
 /// `$TMPDIR/docfs-model-seeds` so a seed that traps the process can be found.
 @Suite("Model: random operation sequences keep every version")
 struct ModelTests {
@@ -66,7 +68,8 @@ struct ModelTests {
         let single = environment["DOCFS_MODEL_SEED"].flatMap { UInt64($0) }
         let seedCount = environment["DOCFS_MODEL_SEEDS"].flatMap { UInt64($0) } ?? defaultCount
         let first = environment["DOCFS_MODEL_FIRST_SEED"].flatMap { UInt64($0) } ?? 1
-        let seeds: [UInt64] = single.map { [$0] } ?? Array(first..<first + max(1, seedCount))
+        let repeats = environment["DOCFS_MODEL_REPEAT"].flatMap { Int($0) } ?? 1
+        let seeds: [UInt64] = (single.map { [$0] } ?? Array(first..<first + max(1, seedCount))).flatMap { Array(repeating: $0, count: max(1, repeats)) }
         let operations = environment["DOCFS_MODEL_OPS"].flatMap { Int($0) } ?? 40
         let jobs = environment["DOCFS_MODEL_JOBS"].flatMap { Int($0) } ?? 6
 
@@ -91,7 +94,7 @@ struct ModelTests {
         print("model test\(streaming == .default ? "" : " (streaming)"): \(reports.count) seeds, \(total) operations, "
               + "\(failing.count) failing seeds in \(ContinuousClock.now - started)"
               + (failing.isEmpty ? "" : ": " + failing.map { "\($0.seed)" }.joined(separator: " ")))
-        if single != nil, let report = reports.first { print(report.text) }
+        if single != nil, let report = failing.first ?? reports.first { print(report.text) }
 
         for report in failing { Issue.record(Comment(rawValue: report.text)) }
     }
@@ -292,6 +295,8 @@ final class ModelRun {
     private var uploadHold: UploadHold?
     /// Every catalog-and-cache directory of the run (a crash leaves one, the restart takes a copy).
     private var directories: [String] = []
+    /// The cores' debug log and the operations, with times (`DOCFS_MODEL_LOG`).
+    private let log: CapturedLog?
 
     private init(seed: UInt64, streaming: StreamingPolicy, conflictClock: @escaping @Sendable () -> Date) throws {
         self.seed = seed
@@ -303,8 +308,10 @@ final class ModelRun {
         if seed % 4 == 3 { store.pageListings(by: 2) }
         store.readUploads(Self.uploadReading(seed: seed))
         proxy = CrashableStore(wrapping: store)
+        log = ProcessInfo.processInfo.environment["DOCFS_MODEL_LOG"] != nil ? CapturedLog() : nil
         fixture = try CoreFixture(store: store, through: proxy, streaming: streaming, conflictClock: conflictClock,
-                                  streamedUploads: StreamedUpload.Policy(minimumLength: 8, idleLimit: .milliseconds(50), minimumRate: 1))
+                                  streamedUploads: StreamedUpload.Policy(minimumLength: 8, idleLimit: .milliseconds(50), minimumRate: 1),
+                                  capturing: log)
         directories.append(fixture.directory)
     }
 
@@ -346,6 +353,10 @@ final class ModelRun {
             for directory in run.directories { try? FileManager.default.removeItem(atPath: directory) }
         } else {
             run.trace.append("// catalog and cache kept in \(run.fixture.directory)")
+        }
+        if !run.problems.isEmpty, let log = run.log {
+            run.trace.append("// the store's changes: " + run.store.mutations.joined(separator: ", "))
+            run.trace.append("// the cores' log (DOCFS_MODEL_LOG):\n" + log.text)
         }
         return ModelReport(seed: seed, operations: run.index, problems: run.problems, trace: run.trace)
     }
@@ -433,7 +444,9 @@ final class ModelRun {
             handleNumber = nextHandle
             nextHandle += 1
         }
+        log?.append("model: op \(number) \(op) begins")
         let outcome = await execute(op, number: number, handleNumber: handleNumber)
+        log?.append("model: op \(number) ends" + (outcome.isEmpty ? "" : ": " + outcome))
         trace.append("\(op)," + (handleNumber.map { " // h\($0)" } ?? "") + (outcome.isEmpty ? "" : " // " + outcome))
     }
 
@@ -654,18 +667,20 @@ final class ModelRun {
             return ""
 
         case .remoteChange(let path, let size):
-            guard await storeKind(path) != .directory, await parentsAreDirectories(path) else { return "skipped: not a file path on the store" }
-            await remoteWrite(path, size: size, note: "op \(number)")
+            guard await storeKind(path) != .directory, await parentsAreDirectories(path),
+                  await remoteWrite(path, size: size, note: "op \(number)") else { return "skipped: not a file path on the store" }
             return ""
 
         case .remoteDelete(let path):
             guard await storeKind(path) == .file else { return "skipped: no file there" }
             let removed = await proxy.asAnotherClient { () -> [UInt8]? in
-                let content = store.content(path)
+                // Checked again in one step with the delete: an upload may have landed since.
+                guard let content = store.content(path) else { return nil }
                 store.remove(path)
                 return content
             }
-            if let removed { discharge(removed, because: "op \(number) \(op)") }
+            guard let removed else { return "skipped: no file there" }
+            discharge(removed, because: "op \(number) \(op)")
             return ""
 
         case .remoteRename(let from, let to):
@@ -673,13 +688,14 @@ final class ModelRun {
                   await parentsAreDirectories(to), !to.hasPrefix(from + "/") else { return "skipped" }
             remoteVersions += 1
             let stamp = 1_700_000_000 + Double(remoteVersions)
-            let replaced = await proxy.asAnotherClient { () -> [UInt8]? in
-                guard let content = store.content(from) else { return nil }
-                let replaced = store.content(to)
-                store.remove(from)
-                store.addFile(to, content, modified: stamp)
-                return replaced
+            // Checked again in one step with the change: an upload may have landed since.
+            let (moved, replaced) = await proxy.asAnotherClient { () -> (Bool, [UInt8]?) in
+                guard let content = store.content(from) else { return (false, nil) }
+                let (added, replaced) = store.addFileWhereAClientCould(to, content, modified: stamp)
+                if added { store.remove(from) }
+                return (added, replaced)
             }
+            guard moved else { return "skipped" }
             if let replaced { discharge(replaced, because: "op \(number) \(op) replaced it") }
             return ""
 
@@ -856,18 +872,23 @@ final class ModelRun {
         return Array((tag + [UInt8](repeating: UInt8(ascii: "A") + UInt8(remoteVersions % 26), count: max(0, size - tag.count))).prefix(max(size, tag.count)))
     }
 
-    /// Another client writes `path`: a new version, replacing what the store had there.
-    private func remoteWrite(_ path: String, size: Int, note: String) async {
+    /// Another client writes `path`: a new version, replacing what the store had there. False
+    /// when the store refused it (a folder there, or a file above it: an upload landed since
+    /// the caller looked).
+    @discardableResult
+    private func remoteWrite(_ path: String, size: Int, note: String) async -> Bool {
         remoteVersions += 1
         let content = remoteContent(size: size)
         let stamp = 1_700_000_000 + Double(remoteVersions)
-        let replaced = await proxy.asAnotherClient { () -> [UInt8]? in
-            let replaced = store.content(path)
-            store.addFile(path, content, modified: stamp)
-            return replaced
+        let (added, replaced) = await proxy.asAnotherClient { store.addFileWhereAClientCould(path, content, modified: stamp) }
+        guard added else { return false }
+        if let log {
+            let version = try? await store.stat(StorePath(path)).etag
+            log.append("model: another client stored \(path) as \(version?.value ?? "-"), replacing \(replaced.map(shown) ?? "nothing")")
         }
         if let replaced { discharge(replaced, because: "\(note) remote change of \(path)") }
         versions.append(Version(kind: .remote, bytes: content, origin: "\(note) remote change", path: path))
+        return true
     }
 
     private enum StoreKind { case file, directory }
