@@ -49,6 +49,12 @@ extension CoreFixture {
         try await fs.refresh(directory: try await lookup(directoryPath).inode)
     }
 
+    /// Local copies in the cache that are not pinned ones (which stay by design).
+    func unpinnedCachedFiles() -> [String] {
+        let pinned = (try? catalog.pinnedCopyIDs()) ?? []
+        return cachedFiles().filter { !pinned.contains($0) }
+    }
+
     /// Files the catalog still holds unsynced changes for.
     func pendingUploads() -> [Item] {
         (try? fs.unsyncedItems()) ?? []
@@ -103,6 +109,11 @@ enum ModelOp: Sendable, CustomStringConvertible {
     /// Wait until an upload waits at the store (see `holdUploads`).
     case waitForHeldUpload
     case releaseUploads
+    /// `docfs pin`: keep the file (a folder: everything below it) downloaded, across releases,
+    /// unmounts and crashes.
+    case pin(String)
+    /// `docfs unpin`.
+    case unpin(String)
 
     var description: String {
         switch self {
@@ -130,6 +141,8 @@ enum ModelOp: Sendable, CustomStringConvertible {
         case .holdUploads: return ".holdUploads"
         case .waitForHeldUpload: return ".waitForHeldUpload"
         case .releaseUploads: return ".releaseUploads"
+        case .pin(let path): return ".pin(\"\(path)\")"
+        case .unpin(let path): return ".unpin(\"\(path)\")"
         }
     }
 

@@ -6,9 +6,9 @@ import Testing
 
 /// A model-based test of the core, in the style of mountpoint-s3's reference-model property
 /// tests: seeded random sequences of local operations (open, read, write, flush, fsync, close,
-/// truncate, create, rename, unlink), changes another client makes on the store (change,
-/// delete, rename, file <-> directory), background listings, server outages and `kill -9`
-/// with a restart, run against `DocFileSystem` on an in-memory store and checked against a
+/// truncate, create, rename, unlink, pin, unpin), changes another client makes on the store
+/// (change, delete, rename, file <-> directory), background listings, server outages and
+/// `kill -9` with a restart, run against `DocFileSystem` on an in-memory store and checked against a
 /// small reference model.
 ///
 /// The model is a ledger of *versions*: the content another client put on the store, the
@@ -27,7 +27,8 @@ import Testing
 /// A version someone else made is never superseded by a local write that did not see it.
 /// After every sequence (server up, handles closed, uploads settled) the test checks: every
 /// version to keep is on the store or in a recovery folder; every file on the store holds the
-/// content of some version (nothing torn); nothing is left in the cache or the journal; and
+/// content of some version (nothing torn); nothing but pinned copies is left in the cache, and
+/// nothing in the journal; and
 /// along the way, every read returned what the model says. Every content an upload ever put
 /// on the store, also one a later upload replaced, must be some version too.
 ///
@@ -423,6 +424,8 @@ final class ModelRun {
         choices.append((3, { .remoteRename(self.pick(Self.files), self.pick(Self.files)) }))
         choices.append((2, { .remoteKindChange(self.pick(Self.topLevel)) }))
         choices.append((7, { .refresh(self.pick(Self.listedDirectories)) }))
+        choices.append((2, { .pin(self.pick(Self.files + ["d"])) }))
+        choices.append((1, { .unpin(self.pick(Self.files + ["d"])) }))
         choices.append(down ? (8, { .serverUp }) : (2, { .serverDown }))
         choices.append((2, { .crashAndRestart }))
         choices.append((3, { .settle }))
@@ -813,6 +816,14 @@ final class ModelRun {
             }
             return ""
 
+        case .pin(let path):
+            guard let result = await call({ try await fs.pin(try await fixture.lookup(path).inode) }) else { return "hung" }
+            return Self.failure(result)
+
+        case .unpin(let path):
+            guard let result = await call({ try await fs.unpin(try await fixture.lookup(path).inode) }) else { return "hung" }
+            return Self.failure(result)
+
         case .releaseUploads:
             store.holdWrites(until: nil)
             await uploadHold?.gate.open()
@@ -920,16 +931,16 @@ final class ModelRun {
         while ContinuousClock.now < deadline {
             let fixture = self.fixture
             guard await call({ await fixture.settle() }) != nil else { return }
-            if fixture.pendingUploads().isEmpty && fixture.cachedFiles().isEmpty { break }
+            if fixture.pendingUploads().isEmpty && fixture.unpinnedCachedFiles().isEmpty { break }
             try? await Task.sleep(for: .milliseconds(50))
         }
         let pending = fixture.pendingUploads()
         if !pending.isEmpty {
             problems.append("uploads never settled: " + pending.map { "\($0.path) (\($0.state.rawValue), inode \($0.inode)\($0.uploadError.map { ", " + $0 } ?? ""))" }.joined(separator: ", "))
         }
-        let cached = fixture.cachedFiles()
+        let cached = fixture.unpinnedCachedFiles()
         if !cached.isEmpty {
-            problems.append("the cache holds \(cached.count) file(s) after every handle closed and uploads settled")
+            problems.append("the cache holds \(cached.count) unpinned file(s) after every handle closed and uploads settled")
         }
 
         let onStore = await storeFiles(StorePath.root)
