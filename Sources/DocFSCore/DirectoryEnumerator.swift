@@ -253,6 +253,9 @@ public actor DirectoryEnumerator {
 
     /// Lists `directory` now and waits for it (used by tests and explicit refreshes).
     public func refresh(_ directory: Item) async throws(FSError) {
+        // A file is never listed: the store's answer for its path (a folder another client made
+        // there) would become children of the file's row, and they went with that row unseen.
+        guard directory.isDirectory else { throw .notADirectory }
         do {
             try await listing(directory).value
         } catch {

@@ -6,6 +6,20 @@ import Testing
 
 @Suite("Directory listings are cached and revalidated")
 struct EnumerationTests {
+    /// Model seed 700922: a pinned file replaced by a folder on the store was "listed" as a
+    /// folder; the folder's file became a pinned child of the file's row, and its copy stayed in
+    /// the cache once that row went.
+    @Test func aFileIsNeverListed() async throws {
+        let store = InMemoryStore()
+        store.addFile("a.txt", Array("file".utf8))
+        let fixture = try CoreFixture(store: store)
+        let file = try await fixture.lookup("a.txt")
+        store.remove("a.txt")
+        store.addFile("a.txt/inner.txt", Array("theirs".utf8))
+        await #expect(throws: FSError.notADirectory) { try await fixture.fs.refresh(directory: file.inode) }
+        #expect(try fixture.catalog.children(of: file.inode).isEmpty)
+    }
+
     @Test func aDirectoryIsListedOnceWithinTheTTL() async throws {
         let fixture = try CoreFixture(ttl: 60)
         fixture.store.addFile("a", [1])

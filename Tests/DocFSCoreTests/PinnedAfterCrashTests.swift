@@ -21,17 +21,8 @@ struct PinnedAfterCrashTests {
         proxy.outage = .unreachable("down")
         do { try await fixture.fs.pin(file.inode) } catch {}
         proxy.outage = nil
-        let reader = try await fixture.fs.open(file.inode, mode: .read)
-        _ = try await fixture.fs.read(handle: reader, offset: 0, count: 100)
-        await fixture.fs.release(handle: reader)
-
-        let left = try await fixture.crash(proxy)
-        let restarted = try await fixture.restart(from: left, through: CrashableStore(wrapping: store))
-        let again = try await restarted.lookup("keep/big.bin")
-        let second = try await restarted.fs.open(again.inode, mode: .read)
-        let tail = try await restarted.fs.read(handle: second, offset: 3_000_000, count: 100)
+        let (restarted, again, tail) = try await readTheHeadCrashAndReadTheTail(file, fixture, proxy)
         #expect(tail == Array(content[3_000_000..<3_000_100]), "bytes no one wrote: \(tail.prefix(4))")
-        await restarted.fs.release(handle: second)
 
         let writer = try await restarted.fs.open(again.inode, mode: .init(writable: true, truncate: false))
         try restarted.write(handle: writer, Array("X".utf8))
@@ -56,17 +47,25 @@ struct PinnedAfterCrashTests {
         store.addFile("keep/big.bin", theirs)
         try await fixture.fs.refresh(directory: folder.inode)
         let file = try await fixture.lookup("keep/big.bin")
+        let (_, _, tail) = try await readTheHeadCrashAndReadTheTail(file, fixture, proxy)
+        #expect(tail == Array(theirs[3_000_000..<3_000_100]), "bytes no one wrote: \(tail.prefix(4))")
+    }
+
+    /// Reads the first bytes of `file` (streamed: only its head comes), lets it go (a pinned
+    /// copy stays), kills the daemon and restarts it; returns the restarted core, the file there,
+    /// and 100 bytes read at 3,000,000.
+    private func readTheHeadCrashAndReadTheTail(_ file: Item, _ fixture: CoreFixture, _ proxy: CrashableStore) async throws
+        -> (restarted: CoreFixture, file: Item, tail: [UInt8]) {
         let reader = try await fixture.fs.open(file.inode, mode: .read)
         _ = try await fixture.fs.read(handle: reader, offset: 0, count: 100)
         await fixture.fs.release(handle: reader)
-
         let left = try await fixture.crash(proxy)
-        let restarted = try await fixture.restart(from: left, through: CrashableStore(wrapping: store))
-        let again = try await restarted.lookup("keep/big.bin")
+        let restarted = try await fixture.restart(from: left, through: CrashableStore(wrapping: fixture.store))
+        let again = try await restarted.lookup(file.path.description.trimmingCharacters(in: ["/"]))
         let second = try await restarted.fs.open(again.inode, mode: .read)
         let tail = try await restarted.fs.read(handle: second, offset: 3_000_000, count: 100)
-        #expect(tail == Array(theirs[3_000_000..<3_000_100]), "bytes no one wrote: \(tail.prefix(4))")
         await restarted.fs.release(handle: second)
+        return (restarted, again, tail)
     }
 
     /// A pinned file deleted on the store, or replaced by a folder there, while a listing kept
