@@ -683,9 +683,18 @@ public actor Uploader {
         }
     }
 
-    /// What the store has at `path` now (nil: nothing).
+    /// The version of the file the store has at `path` now; nil when it has none there. A
+    /// folder under the name is no version of the file: taken for one, its missing ETag made
+    /// the file's next upload unconditional, and that replaced whatever file another client
+    /// put there later (model seed 800018). With nil the item is not on the store, and its
+    /// next upload only creates.
     private func storeVersion(of path: StorePath) async throws(StoreError) -> RemoteEntry? {
-        do { return try await store.stat(path) } catch .notFound { return nil }
+        do {
+            let entry = try await store.stat(path)
+            return entry.isDirectory ? nil : entry
+        } catch .notFound {
+            return nil
+        }
     }
 
     /// Uploads `localFile` next to `item` under the first free conflict name: two conflicts in

@@ -209,6 +209,17 @@ struct ModelScenario: Sendable, CustomTestStringConvertible {
             .close(handle: 0),
             .releaseUploads,
         ]),
+        ModelScenario(name: "seed 800018: a conflict kept while the store had a folder under the file's name recorded that folder as the file's version (no ETag); the next upload was unconditional and replaced the file another client put there", operations: [
+            .open("a.txt", .truncate),
+            .remoteKindChange("a.txt"),
+            .write(handle: 0, offset: 0, count: 4),
+            .close(handle: 0),
+            .settle,
+            .create("a.txt"),
+            .remoteKindChange("a.txt"),
+            .write(handle: 1, offset: 0, count: 5),
+            .close(handle: 1),
+        ]),
         ModelScenario(name: "seed 500407: a file open when it became a folder on the store came back after kill -9 as an empty file made here, hiding the folder", operations: [
             .open("a.txt", .read),
             .remoteKindChange("a.txt"),
