@@ -515,8 +515,8 @@ public final class Catalog: Sendable {
     }
 
     /// After a restart no local copy is open: a clean copy's item is a placeholder again (its
-    /// content is on the store) unless it is pinned (its copy is kept, see `CrashRecovery`),
-    /// and an upload cut short is simply pending again.
+    /// content is on the store) unless it is pinned and whole (its copy is kept, see
+    /// `CrashRecovery`), and an upload cut short is simply pending again.
     ///
     /// A clean copy of an item the store no longer has (deleted there, or replaced by a folder,
     /// while it was open: a listing keeps such a row for its copy, see `Catalog+Listing.swift`)
@@ -526,7 +526,7 @@ public final class Catalog: Sendable {
     /// pinned one goes too: its pin kept it past its release, but the store has another item
     /// there, or none.
     public func resetTransientStates() throws(FSError) {
-        let clean = "state IN ('downloading', 'local') AND uncommitted = 0 AND NOT (state = 'local' AND pinned = 1)"
+        let clean = "state IN ('downloading', 'local') AND uncommitted = 0 AND NOT (state = 'local' AND pinned = 1 AND partial = 0)"
         let gone = "state IN ('downloading', 'local') AND uncommitted = 0 AND onStore = 0 AND kind != ?"
         try write { db in
             try db.execute(sql: "UPDATE item SET listedAt = NULL WHERE inode IN (SELECT parent FROM item WHERE \(gone))",

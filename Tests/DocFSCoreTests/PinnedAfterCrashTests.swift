@@ -22,6 +22,7 @@ struct PinnedAfterCrashTests {
         do { try await fixture.fs.pin(file.inode) } catch {}
         proxy.outage = nil
         let (restarted, again, tail) = try await readTheHeadCrashAndReadTheTail(file, fixture, proxy)
+        #expect(again.state == .placeholder, "a placeholder again after the restart, for the pinned folder's refresh to download")
         #expect(tail == Array(content[3_000_000..<3_000_100]), "bytes no one wrote: \(tail.prefix(4))")
 
         let writer = try await restarted.fs.open(again.inode, mode: .init(writable: true, truncate: false))
