@@ -96,14 +96,19 @@ public final class InMemoryStore: Store, Sendable {
 
     public func addFile(_ path: String, _ content: [UInt8], modified: Double = 1_700_000_000) {
         let path = try! StorePath(path)
-        state.withLock { state in
-            var parent = path.parent
-            while let directory = parent, !directory.isRoot {
-                state.directories.insert(directory)
-                parent = directory.parent
-            }
-            state.files[path] = File(content: content, version: state.nextVersion(), modified: modified)
+        state.withLock { state in _ = Self.put(content, at: path, modified: modified, in: &state) }
+    }
+
+    /// Stores a file as another client does, its folders made as needed; returns what it replaced.
+    private static func put(_ content: [UInt8], at path: StorePath, modified: Double, in state: inout State) -> [UInt8]? {
+        var parent = path.parent
+        while let directory = parent, !directory.isRoot {
+            state.directories.insert(directory)
+            parent = directory.parent
         }
+        let replaced = state.files[path]?.content
+        state.files[path] = File(content: content, version: state.nextVersion(), modified: modified)
+        return replaced
     }
 
     /// Another client's write of a file, as a disk or a WebDAV server takes it: refused (false)
@@ -120,14 +125,7 @@ public final class InMemoryStore: Store, Sendable {
                 parent = directory.parent
             }
             if state.directories.contains(path) { return (false, nil) }
-            parent = path.parent
-            while let directory = parent, !directory.isRoot {
-                state.directories.insert(directory)
-                parent = directory.parent
-            }
-            let replaced = state.files[path]?.content
-            state.files[path] = File(content: content, version: state.nextVersion(), modified: modified)
-            return (true, replaced)
+            return (true, Self.put(content, at: path, modified: modified, in: &state))
         }
     }
 
