@@ -478,18 +478,18 @@ struct S3StoreTests {
             await unsigned.shutdown()
             _ = server
         }
-        // Nothing listens on a port that was just freed.
-        let port = try freePort()
-        let closed = try S3Store(configuration: .init(bucket: "b-u-c-k-e-t", endpoint: "http://127.0.0.1:\(port)",
-                                                      credentials: s3TestCredentials), logger: testLogger)
-        do throws(StoreError) {
-            _ = try await closed.stat(path("x"))
-            Issue.record("a refused connection succeeded")
-        } catch {
-            guard case .unreachable = error else { Issue.record("expected unreachable, got \(error)"); await closed.shutdown(); return }
-            #expect(error.isTransient)
+        try await withRefusingPort { port in
+            let closed = try S3Store(configuration: .init(bucket: "b-u-c-k-e-t", endpoint: "http://127.0.0.1:\(port)",
+                                                          credentials: s3TestCredentials), logger: testLogger)
+            do throws(StoreError) {
+                _ = try await closed.stat(path("x"))
+                Issue.record("a refused connection succeeded")
+            } catch {
+                guard case .unreachable = error else { Issue.record("expected unreachable, got \(error)"); await closed.shutdown(); return }
+                #expect(error.isTransient)
+            }
+            await closed.shutdown()
         }
-        await closed.shutdown()
     }
 
     @Test("error codes map onto StoreError")

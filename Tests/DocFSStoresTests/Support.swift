@@ -173,9 +173,27 @@ func withStore(_ backend: Backend, seed: (TemporaryDirectory) throws -> Void = {
 
 /// A free TCP port on 127.0.0.1 (bound and released; a tiny race with other processes remains).
 func freePort() throws -> Int {
+    let socket = try boundSocket()
+    defer { close(socket.descriptor) }
+    return socket.port
+}
+
+/// Runs `body` with a loopback port that refuses every connection: a socket is bound to it
+/// but never listens, so the kernel answers a connect with a reset, and no other test can
+/// take the port meanwhile (a port merely freed could be bound by a server another test
+/// starts in parallel).
+func withRefusingPort<Result>(_ body: (Int) async throws -> Result) async throws -> Result {
+    let socket = try boundSocket()
+    defer { close(socket.descriptor) }
+    return try await body(socket.port)
+}
+
+/// A TCP socket bound to a port the kernel picked on 127.0.0.1, not listening.
+private func boundSocket() throws -> (descriptor: Int32, port: Int) {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     guard fd >= 0 else { throw TestFailure("socket failed") }
-    defer { close(fd) }
+    var keep = false
+    defer { if !keep { close(fd) } }
     var address = sockaddr_in()
     address.sin_family = sa_family_t(AF_INET)
     address.sin_addr.s_addr = inet_addr("127.0.0.1")
@@ -188,7 +206,8 @@ func freePort() throws -> Int {
     _ = withUnsafeMutablePointer(to: &address) {
         $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
     }
-    return Int(UInt16(bigEndian: address.sin_port))
+    keep = true
+    return (fd, Int(UInt16(bigEndian: address.sin_port)))
 }
 
 /// Waits until a WebDAV server on `port` answers a PROPFIND of its root.

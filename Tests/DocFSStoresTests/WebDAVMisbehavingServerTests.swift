@@ -264,13 +264,14 @@ struct WebDAVMisbehavingServerTests {
     }
 
     @Test func refusedConnectionIsUnreachable() async throws {
-        let port = try freePort()
-        try await withWebDAVStore("http://127.0.0.1:\(port)/") { store in
-            do throws(StoreError) {
-                _ = try await store.stat(.root)
-                Issue.record("expected unreachable")
-            } catch {
-                guard case .unreachable = error else { Issue.record("got \(error)"); return }
+        try await withRefusingPort { port in
+            try await withWebDAVStore("http://127.0.0.1:\(port)/") { store in
+                do throws(StoreError) {
+                    _ = try await store.stat(.root)
+                    Issue.record("expected unreachable")
+                } catch {
+                    guard case .unreachable = error else { Issue.record("got \(error)"); return }
+                }
             }
         }
     }
