@@ -267,8 +267,10 @@ public final class DocFileSystem: Sendable {
     // MARK: Content
 
     /// Opens a file: provides its local copy (without a download when truncating). A reader
-    /// of a large file gets a sparse copy that reads fill (see `StreamingPolicy`); a writer
-    /// waits for every byte, since only a complete copy is ever uploaded.
+    /// of a large file gets a sparse copy that reads fill (see `StreamingPolicy`); a writer's
+    /// first change waits for every byte, since only a complete copy is ever uploaded (with
+    /// `fetchOnFirstUse` its open waits for nothing, and reads before that change fetch as a
+    /// reader's do).
     public func open(_ inode: Inode, mode: OpenMode) async throws(FSError) -> UInt64 {
         if mode.writable && readOnly { throw .readOnly }
         let item = try item(inode)
@@ -447,15 +449,15 @@ public final class DocFileSystem: Sendable {
 
     /// Writes into an open handle's local copy. The first write since a commit is recorded in
     /// the journal before its bytes land; flush/fsync/close commit them.
-    /// A handle whose open deferred its content (`OpenMode.fetchOnFirstUse`) must be provided
-    /// first (`provideDeferred`).
+    /// A handle whose open deferred its content (`OpenMode.fetchOnFirstUse`), or whose reads
+    /// left it sparse, must be readied first (`provideForChange`).
     public func write(handle: UInt64, offset: Int64, bytes: UnsafeRawBufferPointer) throws(FSError) -> Int {
         guard let written = try writeIfProvided(handle: handle, offset: offset, bytes: bytes) else { throw .invalidArgument }
         return written
     }
 
-    /// `write`, or nil for a handle whose content is still to be provided (`provideDeferred`):
-    /// one look at the handle table on the path of every write.
+    /// `write`, or nil for a handle whose content is still to be provided, or completed
+    /// (`provideForChange`): one look at the handle table on the path of every write.
     public func writeIfProvided(handle: UInt64, offset: Int64, bytes: UnsafeRawBufferPointer) throws(FSError) -> Int? {
         let (open, deferred) = handles.withLock { ($0.open[handle], $0.deferred[handle] != nil) }
         guard let file = open else {
@@ -463,6 +465,7 @@ public final class DocFileSystem: Sendable {
             throw .invalidArgument
         }
         guard file.writable else { throw .invalidArgument }
+        if file.copy.isSparse { return nil }
         let written = try file.copy.writeLocal(bytes, at: offset)
         uploadStreams?.consider(file.copy)
         return written
@@ -529,14 +532,17 @@ public final class DocFileSystem: Sendable {
         handles.withLock { $0.deferred[handle] != nil }
     }
 
-    /// Fetches the content of a deferred writer's handle (nothing for any other handle), once
-    /// however many of its uses wait: as the open would have, with the same errors. A failed
-    /// fetch leaves the handle deferred, and its next use tries again. The caller stops waiting
-    /// when its task is cancelled (`EINTR`); the fetch goes on for the handle's next use.
+    /// Provides the content of a deferred writer's handle (nothing for any other handle), once
+    /// however many of its uses wait, with the errors an open would have. A first use that
+    /// reads gets what a reader's open does (a large file streamed: its head, then the ranges
+    /// reads ask for), so a writer that only reads costs only what it reads; a first use that
+    /// changes the file fetches it whole. A failed fetch leaves the handle deferred, and its
+    /// next use tries again. The caller stops waiting when its task is cancelled (`EINTR`); the
+    /// fetch goes on for the handle's next use.
     /// Returns the item's inode when the content fetched changed its size, time or version
     /// since the handle was opened (the kernel's attributes of it are stale then), else nil.
     @discardableResult
-    public func provideDeferred(_ handle: UInt64) async throws(FSError) -> Inode? {
+    public func provideDeferred(_ handle: UInt64, forChange: Bool = false) async throws(FSError) -> Inode? {
         let providing: Task<Result<OpenFile, FSError>, Never>? = handles.withLock { table in
             guard var deferred = table.deferred[handle] else { return nil }
             if let running = deferred.providing { return running }
@@ -544,7 +550,7 @@ public final class DocFileSystem: Sendable {
             let task = Task { [self] () -> Result<OpenFile, FSError> in
                 do throws(FSError) {
                     let item = try self.item(inode)
-                    let copy = try await provider.open(item, intent: .content)
+                    let copy = try await provider.open(item, intent: forChange ? .content : .streamed)
                     return .success(OpenFile(inode: inode, copy: copy, writable: true, opened: opened))
                 } catch {
                     return .failure(error)
@@ -575,6 +581,19 @@ public final class DocFileSystem: Sendable {
         return now.showsSameContent(as: file.opened) ? nil : file.inode
     }
 
+    /// Readies a writer's handle for a change (a write, a truncate): its content provided
+    /// (`provideDeferred`) and, where reads through it (or another reader) left the copy
+    /// sparse, every byte it lacks fetched first, since only a complete copy is ever changed,
+    /// committed and uploaded. Returns what `provideDeferred` does.
+    @discardableResult
+    public func provideForChange(_ handle: UInt64) async throws(FSError) -> Inode? {
+        let changed = try await provideDeferred(handle, forChange: true)
+        if let file = handles.withLock({ $0.open[handle] }), file.writable {
+            try await provider.complete(file.copy, of: file.opened)
+        }
+        return changed
+    }
+
     /// Changes attributes: size (truncate, never downloading for a size of 0), times, mode,
     /// owner. Kept in the catalog, so they survive eviction and remount.
     ///
@@ -589,7 +608,7 @@ public final class DocFileSystem: Sendable {
         if let size = changes.size {
             guard item.kind == .file else { throw item.isDirectory ? .isADirectory : .invalidArgument }
             // A size of 0 needs no content (the handle stays as it is; a truncating open does it).
-            if let handle, size != 0 { try await provideDeferred(handle) }
+            if let handle, size != 0 { try await provideForChange(handle) }
             if let handle, let file = handles.withLock({ $0.open[handle] }) {
                 // Like a write: handed over by the handle's close or fsync.
                 try file.copy.truncate(to: size)

@@ -346,6 +346,9 @@ public final class LocalCopy: ContentSink, Sendable {
     private func beginChange() throws(FSError) -> Int32 {
         try state.withLock { (state) throws(FSError) -> Int32 in
             guard !state.discarded else { throw .stale }
+            // Only a complete copy is changed: a change among holes could be uploaded with
+            // them, or have fetched bytes land over it (`DocFileSystem.provideForChange`).
+            guard state.fetcher == nil else { throw .io("\(path) is changed before all its content is local") }
             try unshare(&state)
             if !state.life.uncommitted {
                 var life = state.life

@@ -120,11 +120,7 @@ public actor Provider {
                 do { try await fetch.value } catch { throw (error as? FSError) ?? .io("\(error)") }
             }
             switch intent {
-            case .content:
-                // A writer waits for every byte: its limit grows with the file.
-                let copy = entry.copy
-                try await CallerWait.run(limit: ioTimeout.map { Self.wholeTransferLimit($0, bytes: item.size) },
-                                         timeout: timedOut) { () throws(FSError) in try await copy.fetchRemaining() }
+            case .content: try await complete(entry.copy, of: item, trouble: entry.trouble)
             case .empty: await entry.copy.stopFetching()
             case .streamed, .cached: break
             }
@@ -134,6 +130,22 @@ public actor Provider {
             throw error
         }
         return entry.copy
+    }
+
+    /// Fetches every byte a sparse copy of `item` lacks, for a change (only a complete copy is
+    /// ever changed, committed and uploaded). The caller waits as an opener does: at most
+    /// `--io-timeout` plus a second per MiB of the file, and only while its task is not
+    /// cancelled (`EINTR`); the fetch of what it gave up on goes on for the next one who asks.
+    public func complete(_ copy: LocalCopy, of item: Item) async throws(FSError) {
+        guard copy.isSparse else { return }
+        try await complete(copy, of: item, trouble: providing[item.inode]?.trouble ?? FetchTrouble())
+    }
+
+    private func complete(_ copy: LocalCopy, of item: Item, trouble: FetchTrouble) async throws(FSError) {
+        let timedOut = { @Sendable [ioTimeout] in Self.gaveUp(on: item, after: ioTimeout, trouble: trouble) }
+        // A writer waits for every byte: its limit grows with the file.
+        try await CallerWait.run(limit: ioTimeout.map { Self.wholeTransferLimit($0, bytes: item.size) },
+                                 timeout: timedOut) { () throws(FSError) in try await copy.fetchRemaining() }
     }
 
     /// What an opener that waited `--io-timeout` for the content of `item` is told: the store

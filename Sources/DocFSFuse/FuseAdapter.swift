@@ -162,7 +162,8 @@ final class FuseAdapter: Sendable {
             // The kernel's pages of the version it cached stay if that is still the store's (see
             // keepsPageCache): the open need not fetch, reads the page cache misses will.
             if !mode.writable { mode.cachedVersion = cachedVersions.withLock { $0[inode] } }
-            // A writer's content is fetched at its first read, write or truncate (`touch` has none).
+            // A writer's content is fetched at its first use (`touch` has none): by the ranges
+            // its reads ask for, and whole at its first write or truncate.
             mode.fetchOnFirstUse = true
             let handle = try await fs.open(inode, mode: mode)
             let after = try? fs.item(inode)
@@ -250,8 +251,9 @@ final class FuseAdapter: Sendable {
     }
 
     /// A write: into the local copy, on this thread; the first through a writer's handle that
-    /// deferred its content (`OpenMode.fetchOnFirstUse`) waits for it in a task, with its bytes
-    /// copied (libfuse reuses its buffer once this returns).
+    /// deferred its content (`OpenMode.fetchOnFirstUse`), or whose reads left it sparse, waits
+    /// for the whole content in a task, with its bytes copied (libfuse reuses its buffer once
+    /// this returns).
     func write(_ raw: fuse_req_t, handle: UInt64, offset: Int64, bytes: UnsafeRawBufferPointer) {
         do {
             if let written = try fs.writeIfProvided(handle: handle, offset: offset, bytes: bytes) {
@@ -267,7 +269,7 @@ final class FuseAdapter: Sendable {
     private func writeWhenProvided(_ request: consuming FuseRequest, handle: UInt64, offset: Int64, bytes: [UInt8]) async {
         do {
             // The content fetched is not the version the kernel's attributes describe: drop them.
-            if let changed = try await fs.provideDeferred(handle) { invalidateAttributes(of: changed) }
+            if let changed = try await fs.provideForChange(handle) { invalidateAttributes(of: changed) }
             let written = bytes.withUnsafeBytes { buffer in
                 Result { () throws(FSError) -> Int in try fs.write(handle: handle, offset: offset, bytes: buffer) }
             }

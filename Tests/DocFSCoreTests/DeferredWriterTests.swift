@@ -48,8 +48,8 @@ struct DeferredWriterTests {
         #expect(fixture.fs.isDeferred(handle))
 
         // Two uses at once share one fetch.
-        async let first = fixture.fs.provideDeferred(handle)
-        async let second = fixture.fs.provideDeferred(handle)
+        async let first = fixture.fs.provideForChange(handle)
+        async let second = fixture.fs.provideForChange(handle)
         _ = try await (first, second)
         #expect(!fixture.fs.isDeferred(handle))
         #expect(fixture.store.readCount("doc.bin") == 1)
@@ -98,6 +98,67 @@ struct DeferredWriterTests {
         await fixture.fs.release(handle: handle)
     }
 
+    /// A program that opens a large file for writing and reads its header (a tagger, a
+    /// database that then only reads) fetched all of it at that read. Now its reads fetch what
+    /// they ask for, as a reader's do, and only its first change fetches the rest.
+    @Test func aWritersReadsFetchRangesAndItsFirstChangeTheRest() async throws {
+        let fixture = try CoreFixture.writable()
+        let old = randomBytes(3 << 20)
+        fixture.store.addFile("big.bin", old)
+        let item = try await fixture.lookup("big.bin")
+        let handle = try await fixture.fs.open(item.inode, mode: Self.writer)
+
+        #expect(try await fixture.fs.read(handle: handle, offset: 0, count: 4096) == Array(old[0..<4096]))
+        #expect(bytesAsked(fixture.store, "big.bin", of: 3 << 20) < 1 << 20, "a read of 4 KiB fetched \(bytesAsked(fixture.store, "big.bin", of: 3 << 20)) bytes")
+        #expect(!fixture.cachedFiles().isEmpty)
+
+        // Written in the fast path, a change to a sparse copy would be refused: the write waits.
+        #expect(try fixture.fs.writeIfProvided(handle: handle, offset: 0, bytes: UnsafeRawBufferPointer(start: nil, count: 0)) == nil)
+        try await fixture.fs.provideForChange(handle)
+        try fixture.write(handle: handle, [1, 2, 3], at: 2 << 20)
+        try fixture.fs.flush(handle: handle)
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+
+        var expected = old
+        expected.replaceSubrange((2 << 20)..<((2 << 20) + 3), with: [1, 2, 3])
+        #expect(fixture.store.content("big.bin") == expected)
+        #expect(bytesAsked(fixture.store, "big.bin", of: 3 << 20) <= 3 << 20, "the rest is fetched once")
+        #expect(fixture.cachedFiles().isEmpty)
+    }
+
+    /// A writer that only reads a large file, then closes it, leaves nothing to upload.
+    @Test func aWriterThatOnlyReadsUploadsNothing() async throws {
+        let fixture = try CoreFixture.writable()
+        fixture.store.addFile("big.bin", randomBytes(3 << 20))
+        let item = try await fixture.lookup("big.bin")
+        let handle = try await fixture.fs.open(item.inode, mode: Self.writer)
+        _ = try await fixture.fs.read(handle: handle, offset: 1 << 20, count: 100)
+        try fixture.fs.flush(handle: handle)
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+
+        #expect(fixture.store.writeCount("big.bin") == 0)
+        #expect(bytesAsked(fixture.store, "big.bin", of: 3 << 20) < 1 << 20)
+        #expect(fixture.cachedFiles().isEmpty)
+        #expect(try fixture.fs.item(item.inode).state == .placeholder)
+    }
+
+    /// A truncate through a writer's handle whose reads left the copy sparse fetches the rest
+    /// first: the bytes it keeps are the store's.
+    @Test func aTruncateAfterReadsFetchesTheBytesItKeeps() async throws {
+        let fixture = try CoreFixture.writable()
+        let old = randomBytes(3 << 20)
+        fixture.store.addFile("big.bin", old)
+        let item = try await fixture.lookup("big.bin")
+        let handle = try await fixture.fs.open(item.inode, mode: Self.writer)
+        _ = try await fixture.fs.read(handle: handle, offset: 0, count: 10)
+        _ = try await fixture.fs.setAttributes(of: item.inode, .init(size: 2 << 20), handle: handle)
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+        #expect(fixture.store.content("big.bin") == Array(old[0..<(2 << 20)]))
+    }
+
     @Test func aTruncateToZeroNeedsNoFetchAndOtherSizesFetchFirst() async throws {
         let fixture = try CoreFixture.writable()
         fixture.store.addFile("empty-me", randomBytes(50_000))
@@ -142,4 +203,9 @@ struct DeferredWriterTests {
         await fixture.settle()
         #expect(fixture.store.content("doc.txt") == nil)
     }
+}
+
+/// Bytes the reads of `path` (a file of `size` bytes) asked the store for.
+private func bytesAsked(_ store: InMemoryStore, _ path: String, of size: Int64) -> Int64 {
+    store.readRanges(path).reduce(0) { $0 + ($1.map { $0.upperBound - $0.lowerBound } ?? size) }
 }

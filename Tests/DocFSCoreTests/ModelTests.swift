@@ -561,8 +561,13 @@ final class ModelRun {
             guard let open = handles[h] else { return "skipped: no such handle" }
             let letter = UInt8(ascii: "a") + UInt8(number % 26)
             let bytes = [UInt8](repeating: letter, count: count)
-            guard let result = await call({ () throws -> Int in
-                try bytes.withUnsafeBytes { try fs.write(handle: open.handle, offset: Int64(offset), bytes: $0) }
+            guard let result = await call({ () async throws -> Int in
+                // As the FUSE layer writes: in place, or once the handle is ready for a change.
+                if let written = try bytes.withUnsafeBytes({ try fs.writeIfProvided(handle: open.handle, offset: Int64(offset), bytes: $0) }) {
+                    return written
+                }
+                try await fs.provideForChange(open.handle)
+                return try bytes.withUnsafeBytes { try fs.write(handle: open.handle, offset: Int64(offset), bytes: $0) }
             }) else { return "hung" }
             guard case .success(let written) = result else {
                 problems.append("op \(number): write failed: \(Self.failure(result))")
