@@ -135,6 +135,51 @@ def test_a_writer_of_a_streamed_file_uploads_the_whole_file(docfs_serve, mount, 
     wait_until(lambda: not m.xdg.cache_files(), 15, "the local copy to be evicted after the upload")
 
 
+def test_a_writer_that_only_reads_a_header_fetches_its_range(docfs_serve, mount, tmp_path):
+    """A program that opens a large file read-write and reads its header (a tagger, a
+    database that ends up only reading) pays for the header, as a reader does, and uploads
+    nothing."""
+    root, _ = store_with(tmp_path, {"movie.bin": 96 * MiB})
+    data = (root / "movie.bin").read_bytes()
+    server = docfs_serve(root)
+    m = mount(server.url)
+    fd = os.open(m / "movie.bin", os.O_RDWR)
+    try:
+        assert os.pread(fd, 4096, 0) == data[:4096]
+        assert os.pread(fd, 4096, 50 * MiB) == data[50 * MiB:50 * MiB + 4096]
+    finally:
+        os.close(fd)
+    wait_until(lambda: not m.xdg.cache_files(), 15, "the local copy to be evicted after close")
+    assert sent(server, "movie.bin") <= 8 * MiB, f"two 4 KiB reads by a writer cost {sent(server, 'movie.bin')} bytes"
+    assert not [r for r in server.requests() if r.method == "PUT"], "a writer that wrote nothing uploaded"
+    assert (root / "movie.bin").read_bytes() == data
+
+
+@pytest.mark.parametrize("store", ["docfs-serve", "rclone"])
+def test_a_writer_that_reads_then_edits_uploads_the_whole_edited_file(docfs_serve, rclone_serve, mount, tmp_path, store):
+    """Its reads stream, and its first write fetches the rest first: the store gets every
+    byte of the file with the edit, never holes."""
+    size = 40 * MiB + 7
+    root, _ = store_with(tmp_path, {"doc.bin": size})
+    original = (root / "doc.bin").read_bytes()
+    server = (docfs_serve if store == "docfs-serve" else rclone_serve)(root)
+    m = mount(server.url)
+    fd = os.open(m / "doc.bin", os.O_RDWR)
+    try:
+        assert os.pread(fd, 16, 0) == original[:16]
+        os.pwrite(fd, b"EDITED", 30 * MiB)
+        assert os.pread(fd, 10, 30 * MiB - 2) == original[30 * MiB - 2:30 * MiB] + b"EDITED" + original[30 * MiB + 6:30 * MiB + 8]
+        assert os.pread(fd, 16, size - 16) == original[-16:]
+    finally:
+        os.close(fd)
+    expected = original[:30 * MiB] + b"EDITED" + original[30 * MiB + 6:]
+    wait_until(lambda: (root / "doc.bin").read_bytes() == expected, 60, "the store to hold the whole edited file")
+    wait_until(lambda: not m.xdg.cache_files(), 15, "the local copy to be evicted after the upload")
+    if store == "docfs-serve":
+        total = sent(server, "doc.bin")
+        assert total <= size + 2 * MiB, f"{total} bytes fetched for a {size}-byte file: each byte once"
+
+
 def test_concurrent_readers_of_a_streamed_file_share_its_bytes(docfs_serve, mount, tmp_path):
     import threading
     size = 24 * MiB + 5
