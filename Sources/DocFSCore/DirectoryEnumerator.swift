@@ -68,6 +68,8 @@ public actor DirectoryEnumerator {
     private nonisolated let maximumLinkSize: Int64?
     /// Told about each directory whose listing reached the catalog (`whenListed`).
     private nonisolated let listedHandler = Mutex<(@Sendable (Item) -> Void)?>(nil)
+    /// Drops clean copies a listing found gone from the store (`whenCopiesGoneFromStore`).
+    private nonisolated let goneHandler = Mutex<(@Sendable ([Inode]) async -> Bool)?>(nil)
 
     public init(store: any Store, catalog: Catalog, ttl: Double, retry: RetryPolicy = .interactive,
                 listAhead: ListAhead = .default, logger: Logger) {
@@ -85,6 +87,14 @@ public actor DirectoryEnumerator {
     /// task: it must not wait for anything).
     public nonisolated func whenListed(_ handler: @escaping @Sendable (Item) -> Void) {
         listedHandler.withLock { $0 = handler }
+    }
+
+    /// Calls `handler` with the files a listing found gone from the store while they had clean
+    /// local copies (kept past their release: pinned, or idle), before the listing ends; it
+    /// returns whether any went. When some did, the folder is listed once more, so that the
+    /// names they held show what the store has there now (a folder that took one).
+    public nonisolated func whenCopiesGoneFromStore(_ handler: @escaping @Sendable ([Inode]) async -> Bool) {
+        goneHandler.withLock { $0 = handler }
     }
 
     /// `item`, when its kind is still to be confirmed before a lookup answers with it (see
@@ -266,6 +276,7 @@ public actor DirectoryEnumerator {
     private func listing(_ directory: Item) -> Task<Void, any Error> {
         if let task = inFlight[directory.inode] { return task }
         let handler = listedHandler.withLock { $0 }
+        let dropGone = goneHandler.withLock { $0 }
         let onePage = onePageListings[directory.inode]
         let task = Task { [store, catalog, retry, logger] in
             defer { self.finished(directory.inode) }
@@ -274,6 +285,10 @@ public actor DirectoryEnumerator {
             if let onePage, await onePage.value == true { return }
             try await Self.list(directory, store: store, catalog: catalog, retry: retry, logger: logger)
             handler?(directory)
+            if let dropGone, let gone = try? catalog.cleanCopiesGoneFromStore(in: directory.inode), !gone.isEmpty, await dropGone(gone) {
+                try await Self.list(directory, store: store, catalog: catalog, retry: retry, logger: logger)
+                handler?(directory)
+            }
         }
         inFlight[directory.inode] = task
         return task

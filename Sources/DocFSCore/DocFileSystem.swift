@@ -137,6 +137,7 @@ public final class DocFileSystem: Sendable {
         self.pinnedRefresher = pinnedRefresher
         // Weakly: the refresher holds the enumerator, and a cycle would keep the catalog open.
         enumerator.whenListed { [weak pinnedRefresher] directory in pinnedRefresher?.listed(directory) }
+        enumerator.whenCopiesGoneFromStore { [weak provider] gone in await provider?.dropCopiesGoneFromStore(gone) ?? false }
     }
 
     /// Calls `handler` with each pinned file whose copy a listing's refresh replaced with the

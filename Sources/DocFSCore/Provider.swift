@@ -239,6 +239,36 @@ public actor Provider {
         }
     }
 
+    /// A listing found `inodes` gone from the store (deleted there, or another kind now) while
+    /// they had clean copies: each copy no one uses goes now, pinned or kept idle, with its
+    /// row (`Catalog.recordGoneFromStore`), so the folder shows what the store has. A copy in
+    /// use stays for its handles (POSIX): unpinned, it goes at its last release, as it always
+    /// did; pinned, at the next listing of its folder. One holding changes goes up through the
+    /// uploader, which recreates the file. Returns whether any went.
+    public func dropCopiesGoneFromStore(_ inodes: [Inode]) -> Bool {
+        var dropped = false
+        for inode in inodes {
+            guard let item = try? catalog.item(inode), !item.onStore, item.state == .local else { continue }
+            if let entry = providing[inode] {
+                let life = entry.copy.life
+                guard life.openCount == 0, !life.isDirty, life.uploading == nil, !life.removed, life.content == .present else { continue }
+                idle[inode] = nil
+                evict(entry.copy)
+            } else {
+                // A pinned copy kept from an earlier mount, not adopted yet.
+                unlink(copyPath(for: item))
+            }
+            dropped = true
+            do {
+                try catalog.recordGoneFromStore(inode)
+                logger.info("a local copy of a file the store no longer has went", metadata: ["path": "\(item.path)"])
+            } catch {
+                logger.warning("cannot drop the row of a file the store no longer has", metadata: ["path": "\(item.path)", "error": "\(error)"])
+            }
+        }
+        return dropped
+    }
+
     /// The upload could not finish (it will be retried): keep the copy.
     public func uploadFailed(_ copy: LocalCopy) {
         // Also when the catalog cannot record it (a full disk): the attempt is over, and the

@@ -97,6 +97,56 @@ struct RetentionTests {
         #expect(fixture.store.readCount("keep/new.bin") == 1, "read from the copy the refresh made")
     }
 
+    /// Another client deletes a pinned file, and replaces another by a folder: the next
+    /// listing of the folder shows neither old file, and their copies go. They stayed until
+    /// the mount ended: `ls` showed the deleted file, and the folder stayed hidden.
+    @Test func aPinnedFileTheStoreNoLongerHasGoesAtTheNextListing() async throws {
+        let fixture = try CoreFixture()
+        fixture.store.addFile("keep/gone.txt", Array("bye".utf8))
+        fixture.store.addFile("keep/now-folder", Array("file".utf8))
+        fixture.store.addFile("keep/stays.txt", Array("stay".utf8))
+        let folder = try await fixture.lookup("keep")
+        try await fixture.fs.pin(folder.inode)
+        #expect(fixture.cachedFiles().count == 3)
+
+        fixture.store.remove("keep/gone.txt")
+        fixture.store.remove("keep/now-folder")
+        fixture.store.addFile("keep/now-folder/inside.txt", Array("in".utf8))
+        try await fixture.fs.refresh(directory: folder.inode)
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < deadline, fixture.cachedFiles().count > 1 { try await Task.sleep(for: .milliseconds(20)) }
+
+        #expect(fixture.cachedFiles().count == 1)
+        let names = try await fixture.fs.children(of: folder.inode).map(\.name).sorted()
+        #expect(names == ["now-folder", "stays.txt"])
+        #expect(try await fixture.lookup("keep/now-folder").isDirectory)
+        let inside = try await fixture.lookup("keep/now-folder/inside.txt")
+        #expect(try fixture.catalog.isPinned(inside.inode), "pinned, as a file the store added")
+        await #expect(throws: FSError.notFound) { _ = try await fixture.lookup("keep/gone.txt") }
+    }
+
+    /// A pinned file open while the store deletes it stays readable for its handle (POSIX),
+    /// and goes at the listing after its release.
+    @Test func anOpenPinnedFileTheStoreNoLongerHasStaysForItsHandle() async throws {
+        let fixture = try CoreFixture()
+        fixture.store.addFile("keep/open.txt", Array("open".utf8))
+        let folder = try await fixture.lookup("keep")
+        try await fixture.fs.pin(folder.inode)
+        let file = try await fixture.lookup("keep/open.txt")
+        let handle = try await fixture.fs.open(file.inode, mode: .read)
+        fixture.store.remove("keep/open.txt")
+        try await fixture.fs.refresh(directory: folder.inode)
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(try fixture.readAll(handle: handle, size: 10) == Array("open".utf8))
+        await fixture.fs.release(handle: handle)
+
+        try await fixture.fs.refresh(directory: folder.inode)
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < deadline, !fixture.cachedFiles().isEmpty { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(fixture.cachedFiles().isEmpty)
+        #expect(try await fixture.fs.children(of: folder.inode).isEmpty)
+    }
+
     @Test func aPinnedFolderRefreshLeavesAnOpenFileToItsHandles() async throws {
         let fixture = try CoreFixture()
         fixture.store.addFile("keep/open.bin", randomBytes(4_000_000))
