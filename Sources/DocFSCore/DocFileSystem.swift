@@ -137,7 +137,12 @@ public final class DocFileSystem: Sendable {
         self.pinnedRefresher = pinnedRefresher
         // Weakly: the refresher holds the enumerator, and a cycle would keep the catalog open.
         enumerator.whenListed { [weak pinnedRefresher] directory in pinnedRefresher?.listed(directory) }
-        enumerator.whenCopiesGoneFromStore { [weak provider] gone in await provider?.dropCopiesGoneFromStore(gone) ?? false }
+        enumerator.whenCopiesGoneFromStore { [weak self] gone in
+            guard let self else { return false }
+            // A writer's handle that has not fetched yet counts as a user of the copy.
+            let deferred = handles.withLock { Set($0.deferred.values.map(\.inode)) }
+            return await provider.dropCopiesGoneFromStore(gone.filter { !deferred.contains($0) })
+        }
     }
 
     /// Calls `handler` with each pinned file whose copy a listing's refresh replaced with the
