@@ -556,3 +556,36 @@ def test_a_listing_of_a_pinned_folder_downloads_new_files_and_keeps_changed_ones
     assert read_all(m / "keep" / "sub" / "deep.txt") == b"deep"
     time.sleep(0.5)
     assert len(server.gets("keep/new.bin")) == 1 and len(server.gets("keep/a.txt")) == 2 and len(server.gets("keep/sub/deep.txt")) == 1
+
+
+@pytest.mark.parametrize("change", ["deleted", "folder"])
+def test_a_pinned_file_gone_from_the_store_goes_at_the_next_listing(tmp_path, docfs_serve, mount, xdg, change):
+    """Another client deletes a pinned file, or puts a folder in its place: the next listing of
+    the pinned folder drops the copy and shows what the store has, instead of the old file
+    until the mount ends."""
+    root = tmp_path / "store"
+    (root / "keep").mkdir(parents=True)
+    (root / "keep" / "f.txt").write_bytes(b"pinned content")
+    (root / "keep" / "stays.txt").write_bytes(b"stays")
+    server = docfs_serve(root)
+    m = mount(server.url, "--dir-cache-ttl", "1")
+    assert xdg.docfs("pin", m / "keep").returncode == 0
+    assert len(xdg.cache_files()) == 2
+
+    (root / "keep" / "f.txt").unlink()
+    if change == "folder":
+        (root / "keep" / "f.txt").mkdir()
+        (root / "keep" / "f.txt" / "inside.txt").write_bytes(b"inside")
+    time.sleep(1.5)
+    os.listdir(m / "keep")  # a stale listing: answered at once, refreshed in the background
+
+    expected = ["f.txt", "stays.txt"] if change == "folder" else ["stays.txt"]
+    # The kernel trusts a name it was given for --entry-timeout (1 s): so does any remote change.
+    shown = (lambda: (m / "keep" / "f.txt").is_dir()) if change == "folder" else (lambda: not (m / "keep" / "f.txt").exists())
+    wait_until(lambda: sorted(os.listdir(m / "keep")) == expected and shown(), 20, f"the listing to show {expected}")
+    if change == "folder":
+        assert read_all(m / "keep" / "f.txt" / "inside.txt") == b"inside"
+    else:
+        assert len(xdg.cache_files()) == 1, "the deleted file's copy is still in the cache"
+
+    assert read_all(m / "keep" / "stays.txt") == b"stays"
