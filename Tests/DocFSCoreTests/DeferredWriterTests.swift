@@ -12,6 +12,14 @@ import Testing
 struct DeferredWriterTests {
     static let writer = DocFileSystem.OpenMode(writable: true, truncate: false, fetchOnFirstUse: true)
 
+    /// A writable store with `name` holding `content`, opened by a writer as FUSE opens it.
+    static func writer(of content: [UInt8], named name: String) async throws -> (CoreFixture, Item, UInt64) {
+        let fixture = try CoreFixture.writable()
+        fixture.store.addFile(name, content)
+        let item = try await fixture.lookup(name)
+        return (fixture, item, try await fixture.fs.open(item.inode, mode: writer))
+    }
+
     /// A writable store with `doc.txt` holding "hello", opened by a writer as FUSE opens it.
     static func writerOfHello() async throws -> (CoreFixture, UInt64) {
         let fixture = try CoreFixture.writable()
@@ -40,11 +48,8 @@ struct DeferredWriterTests {
     }
 
     @Test func theFirstWriteFetchesTheContentOnceAndChangesIt() async throws {
-        let fixture = try CoreFixture.writable()
         let old = randomBytes(2 << 20)
-        fixture.store.addFile("doc.bin", old)
-        let item = try await fixture.lookup("doc.bin")
-        let handle = try await fixture.fs.open(item.inode, mode: Self.writer)
+        let (fixture, _, handle) = try await Self.writer(of: old, named: "doc.bin")
         #expect(fixture.fs.isDeferred(handle))
 
         // Two uses at once share one fetch.
@@ -102,11 +107,8 @@ struct DeferredWriterTests {
     /// database that then only reads) fetched all of it at that read. Now its reads fetch what
     /// they ask for, as a reader's do, and only its first change fetches the rest.
     @Test func aWritersReadsFetchRangesAndItsFirstChangeTheRest() async throws {
-        let fixture = try CoreFixture.writable()
         let old = randomBytes(3 << 20)
-        fixture.store.addFile("big.bin", old)
-        let item = try await fixture.lookup("big.bin")
-        let handle = try await fixture.fs.open(item.inode, mode: Self.writer)
+        let (fixture, _, handle) = try await Self.writer(of: old, named: "big.bin")
 
         #expect(try await fixture.fs.read(handle: handle, offset: 0, count: 4096) == Array(old[0..<4096]))
         #expect(bytesAsked(fixture.store, "big.bin", of: 3 << 20) < 1 << 20, "a read of 4 KiB fetched \(bytesAsked(fixture.store, "big.bin", of: 3 << 20)) bytes")
@@ -129,10 +131,7 @@ struct DeferredWriterTests {
 
     /// A writer that only reads a large file, then closes it, leaves nothing to upload.
     @Test func aWriterThatOnlyReadsUploadsNothing() async throws {
-        let fixture = try CoreFixture.writable()
-        fixture.store.addFile("big.bin", randomBytes(3 << 20))
-        let item = try await fixture.lookup("big.bin")
-        let handle = try await fixture.fs.open(item.inode, mode: Self.writer)
+        let (fixture, item, handle) = try await Self.writer(of: randomBytes(3 << 20), named: "big.bin")
         _ = try await fixture.fs.read(handle: handle, offset: 1 << 20, count: 100)
         try fixture.fs.flush(handle: handle)
         await fixture.fs.release(handle: handle)
@@ -147,11 +146,8 @@ struct DeferredWriterTests {
     /// A truncate through a writer's handle whose reads left the copy sparse fetches the rest
     /// first: the bytes it keeps are the store's.
     @Test func aTruncateAfterReadsFetchesTheBytesItKeeps() async throws {
-        let fixture = try CoreFixture.writable()
         let old = randomBytes(3 << 20)
-        fixture.store.addFile("big.bin", old)
-        let item = try await fixture.lookup("big.bin")
-        let handle = try await fixture.fs.open(item.inode, mode: Self.writer)
+        let (fixture, item, handle) = try await Self.writer(of: old, named: "big.bin")
         _ = try await fixture.fs.read(handle: handle, offset: 0, count: 10)
         _ = try await fixture.fs.setAttributes(of: item.inode, .init(size: 2 << 20), handle: handle)
         await fixture.fs.release(handle: handle)
