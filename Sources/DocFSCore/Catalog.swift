@@ -441,7 +441,9 @@ public final class Catalog: Sendable {
     public func recordUploaded(_ inode: Inode, _ life: CopyLife, etag: ETag?) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
             try Catalog.persist(db, inode, life)
-            try db.cachedExecute(sql: "UPDATE item SET etag = ?, kindKnownFor = ?, onStore = 1, uploadError = NULL, versionAt = ? WHERE inode = ?",
+            // What was uploaded is a whole file (a copy emptied by a truncate while its fetch
+            // was under way included): the copy is not partial.
+            try db.cachedExecute(sql: "UPDATE item SET etag = ?, kindKnownFor = ?, onStore = 1, uploadError = NULL, versionAt = ?, partial = 0 WHERE inode = ?",
                            arguments: [etag?.value, etag?.value, Date().timeIntervalSince1970, Int64(bitPattern: inode)])
         }
     }

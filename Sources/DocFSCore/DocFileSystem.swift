@@ -616,6 +616,9 @@ public final class DocFileSystem: Sendable {
             // A size of 0 needs no content (the handle stays as it is; a truncating open does it).
             if let handle, size != 0 { try await provideForChange(handle) }
             if let handle, let file = handles.withLock({ $0.open[handle] }) {
+                // A copy its reads left sparse needs none of its content for a size of 0: its
+                // fetch stops first, so no fetched byte lands after the truncate (as for O_TRUNC).
+                if size == 0 { await file.copy.stopFetching() }
                 // Like a write: handed over by the handle's close or fsync.
                 try file.copy.truncate(to: size)
             } else {

@@ -155,6 +155,23 @@ struct DeferredWriterTests {
         #expect(fixture.store.content("big.bin") == Array(old[0..<(2 << 20)]))
     }
 
+    /// An ftruncate to 0 through a writer's handle whose reads left the copy sparse needs none
+    /// of the rest: the fetch stops, and no fetched byte lands in the emptied file (model seed
+    /// 940087: the truncate failed, refused as a change to an incomplete copy).
+    @Test func aTruncateToZeroAfterReadsStopsTheFetch() async throws {
+        let (fixture, item, handle) = try await Self.writer(of: randomBytes(3 << 20), named: "big.bin")
+        _ = try await fixture.fs.read(handle: handle, offset: 0, count: 10)
+        _ = try await fixture.fs.setAttributes(of: item.inode, .init(size: 0), handle: handle)
+        try await fixture.fs.provideForChange(handle)
+        try fixture.write(handle: handle, Array("new".utf8))
+        #expect(try await fixture.fs.read(handle: handle, offset: 0, count: 100) == Array("new".utf8))
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+        #expect(fixture.store.content("big.bin") == Array("new".utf8))
+        #expect(bytesAsked(fixture.store, "big.bin", of: 3 << 20) < 1 << 20)
+        #expect(fixture.cachedFiles().isEmpty)
+    }
+
     @Test func aTruncateToZeroNeedsNoFetchAndOtherSizesFetchFirst() async throws {
         let fixture = try CoreFixture.writable()
         fixture.store.addFile("empty-me", randomBytes(50_000))
