@@ -180,6 +180,26 @@ def test_a_writer_that_reads_then_edits_uploads_the_whole_edited_file(docfs_serv
         assert total <= size + 2 * MiB, f"{total} bytes fetched for a {size}-byte file: each byte once"
 
 
+def test_a_writer_that_reads_then_truncates_to_zero_fetches_no_more(docfs_serve, mount, tmp_path):
+    """ftruncate(0) after reads through a read-write handle: the file holds what is written
+    next, and the rest of the old content is never fetched."""
+    root, _ = store_with(tmp_path, {"log.bin": 64 * MiB})
+    data = (root / "log.bin").read_bytes()
+    server = docfs_serve(root)
+    m = mount(server.url)
+    fd = os.open(m / "log.bin", os.O_RDWR)
+    try:
+        assert os.pread(fd, 4096, 0) == data[:4096]
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, b"fresh start", 0)
+        assert os.pread(fd, 100, 0) == b"fresh start"
+    finally:
+        os.close(fd)
+    wait_until(lambda: (root / "log.bin").read_bytes() == b"fresh start", 30, "the store to hold the new content")
+    wait_until(lambda: not m.xdg.cache_files(), 15, "the local copy to be evicted after the upload")
+    assert sent(server, "log.bin") <= 4 * MiB, f"{sent(server, 'log.bin')} bytes fetched of a file truncated to 0"
+
+
 def test_concurrent_readers_of_a_streamed_file_share_its_bytes(docfs_serve, mount, tmp_path):
     import threading
     size = 24 * MiB + 5
