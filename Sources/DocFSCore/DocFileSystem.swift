@@ -471,8 +471,7 @@ public final class DocFileSystem: Sendable {
             throw .invalidArgument
         }
         guard file.writable else { throw .invalidArgument }
-        if file.copy.isSparse { return nil }
-        let written = try file.copy.writeLocal(bytes, at: offset)
+        guard let written = try file.copy.writeLocal(bytes, at: offset) else { return nil }
         uploadStreams?.consider(file.copy)
         return written
     }

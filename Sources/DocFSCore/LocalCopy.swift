@@ -174,9 +174,10 @@ public final class LocalCopy: ContentSink, Sendable {
     // MARK: Local changes
 
     /// Writes the user's bytes at `offset`. The first change since a commit is recorded in
-    /// the journal before the bytes land.
-    public func writeLocal(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(FSError) -> Int {
-        let descriptor = try beginChange()
+    /// the journal before the bytes land. Nil, writing nothing, while the copy is sparse: only
+    /// a complete copy is changed (`DocFileSystem.provideForChange` completes it).
+    public func writeLocal(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(FSError) -> Int? {
+        guard let descriptor = try beginChangeIfComplete() else { return nil }
         var written = 0
         while written < bytes.count {
             let n = pwrite(descriptor, bytes.baseAddress! + written, bytes.count - written, off_t(offset) + off_t(written))
@@ -344,11 +345,17 @@ public final class LocalCopy: ContentSink, Sendable {
 
     /// Begins a local change; returns the descriptor to make it through (`endChange` ends it).
     private func beginChange() throws(FSError) -> Int32 {
-        try state.withLock { (state) throws(FSError) -> Int32 in
+        guard let descriptor = try beginChangeIfComplete() else { throw .io("\(path) is changed before all its content is local") }
+        return descriptor
+    }
+
+    /// `beginChange`, or nil (nothing begun) while the copy is sparse. Only a complete copy is
+    /// changed: a change among holes could be uploaded with them, or have fetched bytes land
+    /// over it (`DocFileSystem.provideForChange`).
+    private func beginChangeIfComplete() throws(FSError) -> Int32? {
+        try state.withLock { (state) throws(FSError) -> Int32? in
             guard !state.discarded else { throw .stale }
-            // Only a complete copy is changed: a change among holes could be uploaded with
-            // them, or have fetched bytes land over it (`DocFileSystem.provideForChange`).
-            guard state.fetcher == nil else { throw .io("\(path) is changed before all its content is local") }
+            guard state.fetcher == nil else { return nil }
             try unshare(&state)
             if !state.life.uncommitted {
                 var life = state.life
