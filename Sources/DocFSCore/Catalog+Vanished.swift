@@ -17,20 +17,4 @@ extension Catalog {
                 """), arguments: [Int64(bitPattern: directory), Item.Kind.directory.rawValue]).map { Inode(bitPattern: $0) }
         }
     }
-
-    /// The clean copy of `inode`, an item the store no longer has, went: its row goes too (as
-    /// at an eviction), and its folder is listed again at the next lookup, which shows what
-    /// the store has under the name now. Nothing happens to a row back on the store, or
-    /// holding changes, meanwhile.
-    public func recordGoneFromStore(_ inode: Inode) throws(FSError) {
-        let gone = "inode = ? AND onStore = 0 AND state = 'local' AND uncommitted = 0 AND kind != ?"
-        let arguments: StatementArguments = [Int64(bitPattern: inode), Item.Kind.directory.rawValue]
-        let deleted: Bool = try write(invalidating: .item(inode)) { db in
-            try db.cachedExecute(sql: "UPDATE item SET listedAt = NULL WHERE inode = (SELECT parent FROM item WHERE \(gone))",
-                                 arguments: arguments)
-            try db.cachedExecute(sql: "DELETE FROM item WHERE \(gone)", arguments: arguments)
-            return db.changesCount > 0
-        }
-        if deleted { cache.invalidateAll() }
-    }
 }

@@ -13,7 +13,7 @@ public final class Catalog: Sendable {
     private let db: DatabasePool
     /// Rows read recently, for lookups and getattr without a database round trip (see
     /// `CatalogCache`; every write below invalidates what it touched).
-    let cache = CatalogCache()
+    private let cache = CatalogCache()
     private let writeTransactions = Atomic<Int>(0)
     private let databaseLookups = Atomic<Int>(0)
     /// Names local operations removed lately, which an older listing must not bring back.

@@ -241,7 +241,8 @@ public actor Provider {
 
     /// A listing found `inodes` gone from the store (deleted there, or another kind now) while
     /// they had clean copies: each copy no one uses goes now, pinned or kept idle, with its
-    /// row (`Catalog.recordGoneFromStore`), so the folder shows what the store has. A copy in
+    /// row (as at any eviction of an item not on the store), so the folder shows what the
+    /// store has once the enumerator lists it again. A copy in
     /// use stays for its handles (POSIX): unpinned, it goes at its last release, as it always
     /// did; pinned, at the next listing of its folder. One holding changes goes up through the
     /// uploader, which recreates the file. Returns whether any went.
@@ -249,6 +250,7 @@ public actor Provider {
         var dropped = false
         for inode in inodes {
             guard let item = try? catalog.item(inode), !item.onStore, item.state == .local else { continue }
+            // An eviction: it removes the row of an item not on the store with the copy.
             if let entry = providing[inode] {
                 let life = entry.copy.life
                 guard life.openCount == 0, !life.isDirty, life.uploading == nil, !life.removed, life.content == .present else { continue }
@@ -257,14 +259,12 @@ public actor Provider {
             } else {
                 // A pinned copy kept from an earlier mount, not adopted yet.
                 unlink(copyPath(for: item))
+                do { try catalog.recordEvicted(inode) } catch {
+                    logger.warning("cannot drop the row of a file the store no longer has", metadata: ["path": "\(item.path)", "error": "\(error)"])
+                }
             }
             dropped = true
-            do {
-                try catalog.recordGoneFromStore(inode)
-                logger.info("a local copy of a file the store no longer has went", metadata: ["path": "\(item.path)"])
-            } catch {
-                logger.warning("cannot drop the row of a file the store no longer has", metadata: ["path": "\(item.path)", "error": "\(error)"])
-            }
+            logger.info("a local copy of a file the store no longer has went", metadata: ["path": "\(item.path)"])
         }
         return dropped
     }
