@@ -34,6 +34,14 @@ def store_with(tmp_path, files: dict[str, int]):
     return root, hashes
 
 
+def mounted_file(serve, mount, tmp_path, rel: str, size: int):
+    """A store holding one file of `size` pseudo-random bytes, served by `serve` and mounted:
+    (the store's directory, the file's bytes, the server, the mount)."""
+    root, _ = store_with(tmp_path, {rel: size})
+    server = serve(root)
+    return root, (root / rel).read_bytes(), server, mount(server.url)
+
+
 def test_head_of_a_large_file_costs_a_range_not_the_file(docfs_serve, mount, tmp_path):
     root, _ = store_with(tmp_path, {"movie.bin": 96 * MiB})
     server = docfs_serve(root)
@@ -139,10 +147,7 @@ def test_a_writer_that_only_reads_a_header_fetches_its_range(docfs_serve, mount,
     """A program that opens a large file read-write and reads its header (a tagger, a
     database that ends up only reading) pays for the header, as a reader does, and uploads
     nothing."""
-    root, _ = store_with(tmp_path, {"movie.bin": 96 * MiB})
-    data = (root / "movie.bin").read_bytes()
-    server = docfs_serve(root)
-    m = mount(server.url)
+    root, data, server, m = mounted_file(docfs_serve, mount, tmp_path, "movie.bin", 96 * MiB)
     fd = os.open(m / "movie.bin", os.O_RDWR)
     try:
         assert os.pread(fd, 4096, 0) == data[:4096]
@@ -160,10 +165,8 @@ def test_a_writer_that_reads_then_edits_uploads_the_whole_edited_file(docfs_serv
     """Its reads stream, and its first write fetches the rest first: the store gets every
     byte of the file with the edit, never holes."""
     size = 40 * MiB + 7
-    root, _ = store_with(tmp_path, {"doc.bin": size})
-    original = (root / "doc.bin").read_bytes()
-    server = (docfs_serve if store == "docfs-serve" else rclone_serve)(root)
-    m = mount(server.url)
+    serve = docfs_serve if store == "docfs-serve" else rclone_serve
+    root, original, server, m = mounted_file(serve, mount, tmp_path, "doc.bin", size)
     fd = os.open(m / "doc.bin", os.O_RDWR)
     try:
         assert os.pread(fd, 16, 0) == original[:16]
@@ -183,10 +186,7 @@ def test_a_writer_that_reads_then_edits_uploads_the_whole_edited_file(docfs_serv
 def test_a_writer_that_reads_then_truncates_to_zero_fetches_no_more(docfs_serve, mount, tmp_path):
     """ftruncate(0) after reads through a read-write handle: the file holds what is written
     next, and the rest of the old content is never fetched."""
-    root, _ = store_with(tmp_path, {"log.bin": 64 * MiB})
-    data = (root / "log.bin").read_bytes()
-    server = docfs_serve(root)
-    m = mount(server.url)
+    root, data, server, m = mounted_file(docfs_serve, mount, tmp_path, "log.bin", 64 * MiB)
     fd = os.open(m / "log.bin", os.O_RDWR)
     try:
         assert os.pread(fd, 4096, 0) == data[:4096]
