@@ -878,6 +878,11 @@ public final class DocFileSystem: Sendable {
         await enumerator.waitUntilIdle()
     }
 
+    /// Waits until the background downloads and listings of pinned folders are done.
+    public func waitForPinnedRefresh() async {
+        await pinnedRefresher.waitUntilIdle()
+    }
+
     /// Lists `directory` from the store now and waits for it.
     public func refresh(directory inode: Inode) async throws(FSError) {
         try await enumerator.refresh(try item(inode))

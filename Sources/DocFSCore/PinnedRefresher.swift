@@ -30,6 +30,8 @@ final class PinnedRefresher: Sendable {
         var queued: Set<Work> = []
         var working = false
         var stopped = false
+        /// Those waiting for the queue to drain (`waitUntilIdle`).
+        var idleWaiters: [CheckedContinuation<Void, Never>] = []
     }
 
     private let catalog: Catalog
@@ -60,6 +62,20 @@ final class PinnedRefresher: Sendable {
         queue.withLock { $0.stopped = true; $0.waiting.removeAll(); $0.queued.removeAll() }
     }
 
+    /// Returns once no download or listing of this queue runs and none waits: what a test
+    /// checking the cache after everything settled needs, since a listing's refresh creates a
+    /// copy moments after the listing itself is done.
+    func waitUntilIdle() async {
+        await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
+            let idle = queue.withLock { queue -> Bool in
+                guard queue.working else { return true }
+                queue.idleWaiters.append(waiter)
+                return false
+            }
+            if idle { waiter.resume() }
+        }
+    }
+
     private func enqueue(_ work: [Work]) {
         guard !work.isEmpty else { return }
         let start = queue.withLock { queue -> Bool in
@@ -72,9 +88,12 @@ final class PinnedRefresher: Sendable {
     }
 
     private func drain() async {
+        var idleWaiters: [CheckedContinuation<Void, Never>] = []
+        defer { for waiter in idleWaiters { waiter.resume() } }
         while let work = queue.withLock({ queue -> Work? in
             guard !queue.stopped, !queue.waiting.isEmpty else {
                 queue.working = false
+                swap(&idleWaiters, &queue.idleWaiters)
                 return nil
             }
             let next = queue.waiting.removeFirst()

@@ -943,7 +943,10 @@ final class ModelRun {
         let deadline = ContinuousClock.now + .seconds(4)
         while ContinuousClock.now < deadline {
             let fixture = self.fixture
-            guard await call({ await fixture.settle() }) != nil else { return }
+            // A listing an upload caused (a conflict copy's folder) can queue a pinned file's
+            // download, whose copy exists before its row says it is pinned and local.
+            guard await call({ await fixture.settle(); await fixture.fs.waitForListings(); await fixture.fs.waitForPinnedRefresh() }) != nil
+            else { return }
             if fixture.pendingUploads().isEmpty && fixture.unpinnedCachedFiles().isEmpty { break }
             try? await Task.sleep(for: .milliseconds(50))
         }
