@@ -133,6 +133,20 @@ public final class Catalog: Sendable {
             // whole file (its holes would read as zeros, and an edit would upload them).
             try db.execute(sql: "ALTER TABLE item ADD COLUMN partial INTEGER NOT NULL DEFAULT 0")
         }
+        migrator.registerMigration("v11-changes-under-way") { db in
+            // A removal or rename sent to the store whose catalog change has not followed yet
+            // (see Catalog+ChangesUnderWay.swift). A row goes with its item.
+            try db.execute(sql: """
+                CREATE TABLE changeUnderWay (
+                    inode INTEGER PRIMARY KEY REFERENCES item(inode) ON DELETE CASCADE,
+                    kind TEXT NOT NULL,
+                    gonePath TEXT NOT NULL,
+                    toParent INTEGER,
+                    toName TEXT,
+                    committedSeq INTEGER NOT NULL
+                )
+                """)
+        }
         return migrator
     }
 
@@ -317,6 +331,7 @@ public final class Catalog: Sendable {
             try Catalog.touchFolder(db, parent, at: changed)
             try db.cachedExecute(sql: "DELETE FROM item WHERE parent = ? AND name = ? AND inode != ?",
                            arguments: [Int64(bitPattern: parent), name, Int64(bitPattern: inode)])
+            try db.cachedExecute(sql: "DELETE FROM changeUnderWay WHERE inode = ?", arguments: [Int64(bitPattern: inode)])
             try db.cachedExecute(sql: "UPDATE item SET parent = ?, name = ?, path = ?, changedNs = ?, versionAt = ? WHERE inode = ?",
                            arguments: [Int64(bitPattern: parent), name, newPath, changed.nanoseconds, Date().timeIntervalSince1970,
                                        Int64(bitPattern: inode)])

@@ -17,6 +17,8 @@ public final class DocFileSystem: Sendable {
     private let uploadStreams: UploadStreams?
     /// Downloads pinned files a listing shows new or changed on the store.
     private let pinnedRefresher: PinnedRefresher
+    /// The settling of changes a killed daemon left under way, while it runs.
+    private let settlingChangesCutShort = Mutex<Task<Void, Never>?>(nil)
     public let readOnly: Bool
     private let store: any Store
     private let cacheDirectory: String
@@ -745,12 +747,17 @@ public final class DocFileSystem: Sendable {
             // Re-read: an upload that was in flight until now may have put it on the store.
             let target = try catalog.item(target.inode) ?? target
             if target.onStore {
+                // Noted first when a kill between the store's change and the catalog's would
+                // bring the item back with its changes (Catalog+ChangesUnderWay.swift).
+                let noted = try catalog.holdsUnsentChanges(target)
+                if noted { try catalog.recordChangeUnderWay(.removal(of: target)) }
                 do throws(StoreError) {
                     try await store.delete(target.path, isDirectory: directory)
                 } catch .notFound {
                     // Already gone on the store: the catalog follows.
                 } catch {
                     // The file stays, and so does its pending upload (not cancelled yet).
+                    if noted { try? catalog.forgetChangeUnderWay(of: target.inode) }
                     throw FSError(error)
                 }
             }
@@ -799,6 +806,18 @@ public final class DocFileSystem: Sendable {
             let existing = try existing.map { (old: Item) throws(FSError) -> Item in try catalog.item(old.inode) ?? old }
             // From the store's move to the catalog's, no listing asked before may drop the row.
             try await catalog.moving.whileMoving(source.inode) { () async throws(FSError) in
+                // Noted first when a kill between the store's change and the catalog's would
+                // send the changes under the old name (Catalog+ChangesUnderWay.swift); the
+                // catalog's move removes the note.
+                var note: ChangeUnderWay?
+                if source.onStore {
+                    var unsent = try catalog.holdsUnsentChanges(source)
+                    if !unsent, let existing { unsent = try catalog.holdsUnsentChanges(existing) }
+                    if unsent { note = .move(of: source, to: newParent, name: newName, gone: source.path) }
+                } else if let existing, existing.onStore {
+                    note = .move(of: source, to: newParent, name: newName, gone: existing.path)
+                }
+                if let note { try catalog.recordChangeUnderWay(note) }
                 do throws(StoreError) {
                     if source.onStore {
                         _ = try await store.move(source.path, to: targetPath, replace: existing != nil)
@@ -807,6 +826,7 @@ public final class DocFileSystem: Sendable {
                         try await store.delete(existing.path, isDirectory: existing.isDirectory)
                     }
                 } catch {
+                    if note != nil { try? catalog.forgetChangeUnderWay(of: source.inode) }
                     throw FSError(error)
                 }
                 // Still exclusive: a queued upload of the source must only ever see the new path.
@@ -833,6 +853,7 @@ public final class DocFileSystem: Sendable {
         let reverted = try recovery.run()
         // Before anything is committed: from now on a machine crash is told from a daemon's.
         try sessionMarker?.markRunning(bootID: bootID)
+        try await settleChangesCutShort()
         try await uploader.resumePending()
         // Items whose unsaved writes were set aside show the store's version: ask for its size
         // now, so stat is right at once (a store that is down leaves them to the next listing).
@@ -841,6 +862,30 @@ public final class DocFileSystem: Sendable {
                 try? catalog.updateMetadata(of: item.inode, from: entry)
             }
         }
+    }
+
+    /// Removals and renames the last mount left under way (see `InterruptedChanges`): settled
+    /// in the background, asking the store once per change and again every few seconds while
+    /// it does not answer; the uploads of the paths they touch wait until then.
+    private func settleChangesCutShort() async throws(FSError) {
+        let notes = try catalog.changesUnderWay()
+        guard !notes.isEmpty else { return }
+        let settler = InterruptedChanges(store: store, catalog: catalog, provider: provider, uploader: uploader, logger: logger)
+        let holder = await uploader.hold(settler.paths(of: notes))
+        let task = Task { [uploader, logger] in
+            var open = notes
+            var delay = Duration.milliseconds(500)
+            while !Task.isCancelled {
+                open = await settler.settle(open)
+                if open.isEmpty { break }
+                logger.info("the store cannot say yet whether changes cut short by the last mount were made",
+                            metadata: ["count": "\(open.count)"])
+                try? await Task.sleep(for: delay)
+                delay = min(delay * 2, .seconds(15))
+            }
+            await uploader.release(holder)
+        }
+        settlingChangesCutShort.withLock { $0 = task }
     }
 
     /// Starts listing the top folder while the mount comes up, when it was never listed and the
@@ -902,6 +947,7 @@ public final class DocFileSystem: Sendable {
     /// every clean local copy. Unsynced copies stay in the cache and the journal for the next mount.
     public func shutdown(uploadGrace: Duration = .seconds(10)) async {
         pinnedRefresher.stop()
+        settlingChangesCutShort.withLock { $0 }?.cancel()
         let handlesLeft = handles.withLock { table in
             defer {
                 table.open.removeAll()

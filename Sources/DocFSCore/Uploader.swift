@@ -171,6 +171,21 @@ public actor Uploader {
         return try await body()
     }
 
+    /// Keeps uploads of `paths` (and of everything below them) from starting until `release`:
+    /// while the store cannot say where a change cut short by a kill left them
+    /// (`InterruptedChanges`).
+    public func hold(_ paths: [StorePath]) -> Int {
+        let holder = nextHolder
+        nextHolder += 1
+        exclusiveHolders[holder] = paths
+        return holder
+    }
+
+    public func release(_ holder: Int) {
+        exclusiveHolders[holder] = nil
+        startWork()
+    }
+
     /// Forgets a pending upload (the item was removed).
     public func cancel(_ inode: Inode) {
         retryTasks.removeValue(forKey: inode)?.cancel()

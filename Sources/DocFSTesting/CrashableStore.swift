@@ -30,6 +30,8 @@ public final class CrashableStore: Store, Sendable {
         var outage: StoreError?
         /// Calls of the dead client, kept so they stay parked (and no continuation leaks).
         var parked: [CheckedContinuation<Void, Never>] = []
+        /// The change whose completion kills the client (`crash(rightAfter:)`).
+        var killingChange: (@Sendable (String) -> Bool)?
     }
 
     private let state = Mutex(State())
@@ -42,6 +44,13 @@ public final class CrashableStore: Store, Sendable {
     /// The client is killed: nothing it asks from now on reaches the store.
     public func crash() {
         state.withLock { $0.crashed = true }
+    }
+
+    /// The client is killed the moment the store has made the first change `matching` its
+    /// description (`DELETE /a.txt`, `MOVE /a.txt /b.txt`, `PUT /a.txt`): the store did it, and
+    /// the client never learns so, as with a `kill -9` while the answer was on its way.
+    public func crash(rightAfter matching: @escaping @Sendable (String) -> Bool) {
+        state.withLock { $0.killingChange = matching }
     }
 
     public var isCrashed: Bool { state.withLock { $0.crashed } }
@@ -91,7 +100,7 @@ public final class CrashableStore: Store, Sendable {
     }
 
     public func write(_ path: StorePath, fromLocalFile localFile: String, condition: WriteCondition) async throws(StoreError) -> RemoteEntry {
-        try await change { () async throws(StoreError) -> RemoteEntry in
+        try await change("PUT \(path)") { () async throws(StoreError) -> RemoteEntry in
             try await self.requireParentDirectory(path)
             let condition = try await self.innerCondition(path, condition)
             return Self.distinct(try await self.inner.write(path, fromLocalFile: localFile, condition: condition))
@@ -100,7 +109,7 @@ public final class CrashableStore: Store, Sendable {
 
     public func write(_ path: StorePath, growing content: any GrowingContent, condition: WriteCondition,
                       attributes: StoreAttributes) async throws(StoreError) -> RemoteEntry {
-        try await change { () async throws(StoreError) -> RemoteEntry in
+        try await change("PUT \(path)") { () async throws(StoreError) -> RemoteEntry in
             try await self.requireParentDirectory(path)
             let condition = try await self.innerCondition(path, condition)
             return Self.distinct(try await self.inner.write(path, growing: content, condition: condition, attributes: attributes))
@@ -109,7 +118,7 @@ public final class CrashableStore: Store, Sendable {
 
     public func write(_ path: StorePath, fromLocalFile localFile: String, condition: WriteCondition,
                       attributes: StoreAttributes) async throws(StoreError) -> RemoteEntry {
-        try await change { () async throws(StoreError) -> RemoteEntry in
+        try await change("PUT \(path)") { () async throws(StoreError) -> RemoteEntry in
             try await self.requireParentDirectory(path)
             let condition = try await self.innerCondition(path, condition)
             return Self.distinct(try await self.inner.write(path, fromLocalFile: localFile, condition: condition, attributes: attributes))
@@ -117,18 +126,18 @@ public final class CrashableStore: Store, Sendable {
     }
 
     public func makeDirectory(_ path: StorePath) async throws(StoreError) -> RemoteEntry {
-        try await change { () async throws(StoreError) -> RemoteEntry in
+        try await change("MKCOL \(path)") { () async throws(StoreError) -> RemoteEntry in
             try await self.requireParentDirectory(path)
             return try await self.inner.makeDirectory(path)
         }
     }
 
     public func delete(_ path: StorePath, isDirectory: Bool) async throws(StoreError) {
-        try await change { () async throws(StoreError) in try await self.inner.delete(path, isDirectory: isDirectory) }
+        try await change("DELETE \(path)") { () async throws(StoreError) in try await self.inner.delete(path, isDirectory: isDirectory) }
     }
 
     public func move(_ source: StorePath, to target: StorePath, replace: Bool) async throws(StoreError) -> RemoteEntry {
-        try await change { () async throws(StoreError) -> RemoteEntry in
+        try await change("MOVE \(source) \(target)") { () async throws(StoreError) -> RemoteEntry in
             try await self.requireParentDirectory(target)
             let moving = try? await self.inner.stat(source)
             let replacing = try? await self.inner.stat(target)
@@ -139,11 +148,11 @@ public final class CrashableStore: Store, Sendable {
     }
 
     public func makeSymlink(_ path: StorePath, target: String) async throws(StoreError) -> RemoteEntry {
-        try await change { () async throws(StoreError) -> RemoteEntry in Self.distinct(try await self.inner.makeSymlink(path, target: target)) }
+        try await change("SYMLINK \(path)") { () async throws(StoreError) -> RemoteEntry in Self.distinct(try await self.inner.makeSymlink(path, target: target)) }
     }
 
     public func setAttributes(_ path: StorePath, _ attributes: StoreAttributes) async throws(StoreError) -> Bool {
-        try await change { () async throws(StoreError) -> Bool in try await self.inner.setAttributes(path, attributes) }
+        try await change("PROPPATCH \(path)") { () async throws(StoreError) -> Bool in try await self.inner.setAttributes(path, attributes) }
     }
 
     // MARK: Private
@@ -166,7 +175,7 @@ public final class CrashableStore: Store, Sendable {
         }
     }
 
-    private func change<T>(_ body: () async throws(StoreError) -> T) async throws(StoreError) -> T {
+    private func change<T>(_ what: String, _ body: () async throws(StoreError) -> T) async throws(StoreError) -> T {
         try await gate()
         await changes.lock()
         if isCrashed {
@@ -175,6 +184,14 @@ public final class CrashableStore: Store, Sendable {
         }
         let result: Result<T, StoreError>
         do throws(StoreError) { result = .success(try await body()) } catch { result = .failure(error) }
+        if case .success = result {
+            state.withLock { state in
+                if let killing = state.killingChange, killing(what) {
+                    state.crashed = true
+                    state.killingChange = nil
+                }
+            }
+        }
         changes.unlock()
         try await answer()
         return try result.get()

@@ -1,0 +1,94 @@
+import DocFSStore
+import Foundation
+import Logging
+
+/// Settles the removals and renames a killed daemon left under way (see
+/// `Catalog+ChangesUnderWay.swift`): the store is asked whether it made each one, and the
+/// catalog follows it.
+///
+/// - Made (the path it frees is gone): a removal removes the item and its copy, unless a
+///   commit was made since (after the restart, on the file the mount showed again: that edit
+///   is kept and sent); a move moves the item, replacing what its new name held.
+/// - Not made (the path is still there): the note goes, and the item is as the catalog had
+///   it, its changes sent as usual.
+/// - A store that does not answer: the items stay as they are and unsent (the uploader holds
+///   their paths), and the store is asked again later. Sending them first would put them back
+///   under a name the store may have dropped.
+struct InterruptedChanges {
+    let store: any Store
+    let catalog: Catalog
+    let provider: Provider
+    let uploader: Uploader
+    let logger: Logger
+
+    /// Every path a note's settling may touch, for the uploader to hold meanwhile.
+    func paths(of notes: [ChangeUnderWay]) -> [StorePath] {
+        notes.flatMap { note -> [StorePath] in
+            var paths = [note.gonePath]
+            if let item = try? catalog.item(note.inode) { paths.append(item.path) }
+            if let parent = note.toParent, let name = note.toName, let folder = try? catalog.item(parent),
+               let target = try? folder.path.appending(name) {
+                paths.append(target)
+            }
+            return paths
+        }
+    }
+
+    /// Settles what it can of `notes`; returns those the store could not answer about.
+    func settle(_ notes: [ChangeUnderWay]) async -> [ChangeUnderWay] {
+        var open: [ChangeUnderWay] = []
+        for note in notes {
+            do throws(FSError) {
+                if try await !settle(note) { open.append(note) }
+            } catch {
+                logger.error("cannot settle a change cut short by the last mount", metadata: ["inode": "\(note.inode)", "error": "\(error)"])
+                try? catalog.forgetChangeUnderWay(of: note.inode)
+            }
+        }
+        return open
+    }
+
+    /// Returns false when the store could not say.
+    private func settle(_ note: ChangeUnderWay) async throws(FSError) -> Bool {
+        guard let item = try catalog.item(note.inode) else { return true }
+        let made: Bool
+        do throws(StoreError) {
+            _ = try await store.stat(note.gonePath)
+            made = false
+        } catch .notFound {
+            made = true
+        } catch {
+            guard error.isPermanent else { return false }
+            made = false  // a store that will not say: the catalog stays as it was
+        }
+        guard made else {
+            logger.info("a change cut short by the last mount never reached the store", metadata: ["path": "\(item.path)"])
+            try catalog.forgetChangeUnderWay(of: item.inode)
+            return true
+        }
+        switch note.kind {
+        case .removal:
+            guard try catalog.recordedLife(of: item.inode)?.committed ?? 0 == note.committed else {
+                logger.info("a file removed just before the last mount ended was changed since: it is kept", metadata: ["path": "\(item.path)"])
+                try catalog.forgetChangeUnderWay(of: item.inode)
+                return true
+            }
+            await uploader.cancel(item.inode)
+            await provider.itemRemoved(item.inode, item: item)
+            try catalog.removeItem(item.inode, folderChanged: .now)
+            logger.info("a removal cut short by the last mount is completed", metadata: ["path": "\(item.path)"])
+        case .move:
+            guard let parent = note.toParent, let name = note.toName, try catalog.item(parent) != nil else {
+                try catalog.forgetChangeUnderWay(of: item.inode)
+                return true
+            }
+            if let replaced = try catalog.child(of: parent, named: name), replaced.inode != item.inode {
+                await uploader.cancel(replaced.inode)
+                await provider.itemRemoved(replaced.inode, item: replaced)
+            }
+            try catalog.moveItem(item.inode, to: parent, name: name, changed: .now)
+            logger.info("a rename cut short by the last mount is completed", metadata: ["from": "\(item.path)", "to": "\(name)"])
+        }
+        return true
+    }
+}
