@@ -53,6 +53,11 @@ public final class CrashableStore: Store, Sendable {
         state.withLock { $0.killingChange = matching }
     }
 
+    /// The change `crash(rightAfter:)` waited for is no longer awaited.
+    public func disarm() {
+        state.withLock { $0.killingChange = nil }
+    }
+
     public var isCrashed: Bool { state.withLock { $0.crashed } }
 
     /// While set, every call fails with this error (nil: the server answers again).

@@ -96,6 +96,10 @@ enum ModelOp: Sendable, CustomStringConvertible {
     case serverUp
     /// kill -9 of the daemon, then the daemon's startup on the same catalog and cache.
     case crashAndRestart
+    /// An `.unlink` or `.rename` during which the daemon is killed the moment the store made
+    /// its change (the answer never arrives), then the restart: the operation counts as done.
+    /// One the store is not asked about (a file never uploaded), or that fails, ends first.
+    indirect case killedDuring(ModelOp)
     /// Wait until every queued upload was tried.
     case settle
     /// Wait until no upload is queued, under way or waiting for a retry: the retries of uploads
@@ -136,6 +140,7 @@ enum ModelOp: Sendable, CustomStringConvertible {
         case .serverDown: return ".serverDown"
         case .serverUp: return ".serverUp"
         case .crashAndRestart: return ".crashAndRestart"
+        case .killedDuring(let op): return ".killedDuring(\(op))"
         case .settle: return ".settle"
         case .waitForRetries: return ".waitForRetries"
         case .holdUploads: return ".holdUploads"

@@ -2,6 +2,7 @@ import DocFSCore
 import DocFSStore
 import DocFSTesting
 import Foundation
+import Synchronization
 import Testing
 
 /// A model-based test of the core, in the style of mountpoint-s3's reference-model property
@@ -23,7 +24,9 @@ import Testing
 ///   an unsaved version to keep, unless empty or equal to what the lineage already had);
 /// - a local unlink, or a rename over it, gives up the file's lineage and the store's content
 ///   at that path; another client's change, delete or rename over a path gives up the store's
-///   content there (whoever made it).
+///   content there (whoever made it);
+/// - an unlink or rename during which the daemon is killed right after the store made its
+///   change counts as done (the restart must finish it: `ModelOp.killedDuring`).
 /// A version someone else made is never superseded by a local write that did not see it.
 /// After every sequence (server up, handles closed, uploads settled) the test checks: every
 /// version to keep is on the store or in a recovery folder; every file on the store holds the
@@ -436,6 +439,8 @@ final class ModelRun {
         choices.append((1, { .unpin(self.pick(Self.files + ["d"])) }))
         choices.append(down ? (8, { .serverUp }) : (2, { .serverDown }))
         choices.append((2, { .crashAndRestart }))
+        choices.append((1, { .killedDuring(.rename(self.pick(Self.files), self.pick(Self.files))) }))
+        choices.append((1, { .killedDuring(.unlink(self.pick(Self.files))) }))
         choices.append((3, { .settle }))
         var roll = number(1...choices.map(\.0).reduce(0, +))
         for (weight, make) in choices {
@@ -799,6 +804,9 @@ final class ModelRun {
             self.fixture = restarted
             return ""
 
+        case .killedDuring(let cut):
+            return await killed(during: cut, number: number)
+
         case .settle:
             guard let result = await call({ await fixture.settle() }) else { return "hung" }
             return Self.failure(result)
@@ -868,6 +876,126 @@ final class ModelRun {
         }
         lineage.dirty = true
         lineages[inode] = lineage
+    }
+
+    /// `.killedDuring(cut)`: runs the removal or rename until the store made its change (or
+    /// until it ended without one), then kills and restarts the daemon. A change the store made
+    /// counts as done, whatever the killed daemon's catalog said: the next start must finish it
+    /// without losing a version the operation did not replace.
+    private func killed(during cut: ModelOp, number: Int) async -> String {
+        let fixture = self.fixture
+        let fs = fixture.fs
+        // The inodes the operation works on, known before the kill cuts it short.
+        let looked = Mutex<(source: Inode, target: Inode?)?>(nil)
+        let changes: Set<String>
+        let operation: @Sendable () async throws -> Void
+        let replaced: [UInt8]?
+        switch cut {
+        case .unlink(let path):
+            changes = ["DELETE /\(path)"]
+            replaced = store.content(path)
+            let (directory, name) = Self.split(path)
+            operation = {
+                let item = try await fixture.lookup(path)
+                let parent = try await fixture.lookup(directory)
+                looked.withLock { $0 = (item.inode, nil) }
+                try await fs.remove(from: parent.inode, name: name, directory: false)
+            }
+        case .rename(let from, let to):
+            changes = ["MOVE /\(from) /\(to)", "DELETE /\(to)"]
+            replaced = store.content(to)
+            let (fromDirectory, fromName) = Self.split(from)
+            let (toDirectory, toName) = Self.split(to)
+            operation = {
+                let target = await Self.settledLookup(to, fixture)
+                let source = try await fixture.lookup(from)
+                let sourceParent = try await fixture.lookup(fromDirectory)
+                let targetParent = try await fixture.lookup(toDirectory)
+                looked.withLock { $0 = (source.inode, target?.inode) }
+                try await fs.rename(from: sourceParent.inode, name: fromName, to: targetParent.inode, newName: toName, noReplace: false)
+            }
+        default:
+            return "skipped: only a removal or a rename"
+        }
+        let finished = Mutex<Result<Void, any Error>?>(nil)
+        let proxy = self.proxy
+        proxy.crash(rightAfter: { changes.contains($0) })
+        let running = Task {
+            let result: Result<Void, any Error>
+            do { result = .success(try await operation()) } catch { result = .failure(error) }
+            finished.withLock { $0 = result }
+        }
+        let deadline = ContinuousClock.now + .seconds(60)
+        while !proxy.isCrashed, finished.withLock({ $0 }) == nil, ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(2))
+        }
+        proxy.disarm()
+        var outcome: String
+        var done = true
+        if proxy.isCrashed {
+            outcome = "killed right after the store's change"
+        } else if let result = finished.withLock({ $0 }) {
+            if case .success = result {
+                outcome = "done before any store change, then killed"
+            } else {
+                outcome = Self.failure(result) + ", then killed"
+                done = false
+            }
+        } else {
+            problems.append("operation \(number) hung for 60 s")
+            hung = true
+            return "hung"
+        }
+        _ = running
+        let killedMidway = proxy.isCrashed
+        // An operation cut short left the catalog as it was: the restart, which runs before it
+        // asks the store about the removal or rename, keeps writes no close handed over as
+        // `NAME (unsaved …)` (an item the store still had must not lose them). One that ended
+        // had removed the item from the catalog before the kill, as a plain one does.
+        if killedMidway {
+            let restarted = await execute(.crashAndRestart, number: number, handleNumber: nil)
+            if !restarted.isEmpty { outcome += "; restart: " + restarted }
+            // A clean item's removal or rename is not noted (its next listing shows the store's
+            // truth): the paths are looked up, so that the catalog's rows are the store's before
+            // the model decides which inode stands where.
+            let fixture = self.fixture
+            let paths: [String]
+            switch cut {
+            case .unlink(let path): paths = [path]
+            case .rename(let from, let to): paths = [from, to]
+            default: paths = []
+            }
+            guard await call({ for path in paths { _ = await Self.settledLookup(path, fixture) } }) != nil else { return "hung" }
+        }
+        // The operation is done, as the store has it: the versions it replaced may go.
+        if done, let (source, target) = looked.withLock({ $0 }) {
+            switch cut {
+            case .unlink:
+                giveUp(source, because: "op \(number) \(cut)")
+            case .rename(_, let to):
+                // Not noted, the target's row stays there, and now stands for the moved content.
+                // A noted one was moved by the restart.
+                let fixture = self.fixture
+                let holder = killedMidway ? await call({ await Self.settledLookup(to, fixture) }) : nil
+                if case .success(let item?)? = holder, item.inode != source {
+                    // What it held before was replaced all the same.
+                    giveUp(item.inode, because: "op \(number) \(cut) replaced it")
+                    lineages[item.inode, default: Lineage(path: to)].removed = false
+                    lineages[item.inode]?.path = to
+                } else {
+                    if let target, target != source { giveUp(target, because: "op \(number) \(cut) replaced it") }
+                    lineages[source, default: Lineage(path: to)].path = to
+                }
+            default:
+                break
+            }
+            if let replaced { discharge(replaced, because: "op \(number) \(cut)") }
+        }
+        if !killedMidway {
+            let restarted = await execute(.crashAndRestart, number: number, handleNumber: nil)
+            if !restarted.isEmpty { outcome += "; restart: " + restarted }
+        }
+        return outcome
     }
 
     /// The user removed the file (unlink, or a rename over it).
