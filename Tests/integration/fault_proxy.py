@@ -19,6 +19,7 @@ slow, stalled, cut off, rude or broken on demand.
     proxy.unframed(method="GET", keep=1000)                    # ... and only its first 1000 bytes
     proxy.etag('"changed"', method="GET")                      # rewrite the answer's ETag
     proxy.lose_answer(method="PUT")                            # the server does it; the answer never comes
+    proxy.hold_answer(30, method="MOVE")                       # the server does it; the answer waits 30 s
     proxy.remove(f); proxy.clear()                             # turn faults off
     proxy.count("PUT", r"^/a\\.txt$")                           # requests seen (faulted or not)
     proxy.stop()
@@ -56,6 +57,9 @@ Actions:
 - lose_answer(): relays the request, reads the server's whole answer, then closes the client
   connection with RST instead of relaying it: the server did the work (a PUT stored), and the
   client cannot know (a reply lost to a network failure or a timeout).
+- hold_answer(delay): relays the request and reads the server's whole answer, then waits `delay`
+  seconds before relaying it: the server did the work, and a test can kill the client while its
+  answer is on the way.
 
 The request log (`proxy.requests()`: method, target, status or what was done, time) counts
 every request that reached the proxy, so a test can count PUTs even when none reaches the server.
@@ -97,7 +101,7 @@ class Fault:
     status: int = 503
     headers: dict = dataclasses.field(default_factory=dict)
     body: bytes = b""
-    delay: float = 0.0                  # latency: before relaying; stall: between two bytes
+    delay: float = 0.0                  # latency: before relaying; stall: between two bytes; hold_answer
     after: int = 0                      # stall, cut: body bytes relayed normally first
     extra: bytes = b""                  # extend, unframed: bytes appended to the body
     rst: bool = False                   # cut: close with RST rather than FIN
@@ -340,6 +344,9 @@ class FaultProxy:
     def lose_answer(self, **select) -> Fault:
         return self.add("lose_answer", **select)
 
+    def hold_answer(self, delay: float, **select) -> Fault:
+        return self.add("hold_answer", delay=delay, **select)
+
     def remove(self, fault: Fault) -> None:
         with self._lock:
             if fault in self._faults:
@@ -531,6 +538,13 @@ class FaultProxy:
             self._record(method, target, f"answer lost ({status})", at)
             _reset(client)
             raise _Close()
+        if action == "hold_answer":
+            body = read_body()
+            self._record(method, target, f"{status} held", at)
+            if self._stopped.wait(fault.delay):
+                raise _Close()
+            client.sendall(rhead + body)
+            return server_closes
         if action == "etag":
             rheaders = [(k, fault.value if k.lower() == "etag" else v) for k, v in rheaders]
             if _get(rheaders, "etag") is None:

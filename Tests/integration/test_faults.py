@@ -509,3 +509,51 @@ def test_a_conflict_copy_name_over_255_bytes_is_not_retried_forever(tmp_path, do
         assert kept and kept[0].read_bytes() == ours, f"no recovery copy with our change; stderr: {result.stderr}"
     finally:
         proxy.stop()
+
+
+@pytest.mark.parametrize("operation", ["mv", "rm"])
+def test_a_daemon_killed_while_the_store_answers_a_rename_or_removal_ends_as_the_store_has_it(
+        tmp_path, docfs_serve, mount, xdg, operation):
+    """`mv` or `rm` of a file whose changes are not on the store yet; the store makes the move or
+    the deletion, and the daemon is killed before its answer arrives. Before, the next mount
+    sent the changes under the old name again (as a conflict copy of a file the store no longer
+    had), next to a stale new name, or brought the removed file back. Now the next mount asks
+    the store which way it went: the file ends under its new name with the changes, or gone."""
+    from write_support import sigkill_daemon
+
+    root = tmp_path / "store"
+    root.mkdir()
+    (root / "draft.txt").write_bytes(b"the version on the store\n")
+    server = docfs_serve(root)
+    proxy = FaultProxy(server.port, log_path=tmp_path / "proxy.log").start()
+    try:
+        m = mount(proxy.url, "--io-timeout", "20")
+        refused = proxy.respond(503, method="PUT")      # the change stays in the cache
+        (m / "draft.txt").write_bytes(b"the edited version\n")
+        wait_until(lambda: puts(proxy, "draft.txt"), 20, "an upload of draft.txt to be tried")
+        assert xattr_state(m / "draft.txt") in NOT_ON_STORE_YET
+        method, command = ("MOVE", ["mv", str(m / "draft.txt"), str(m / "final.txt")]) if operation == "mv" \
+            else ("DELETE", ["rm", str(m / "draft.txt")])
+        held = proxy.hold_answer(60, method=method, path=r"draft\.txt")
+        user = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_until(lambda: held.hits == 1 and not (root / "draft.txt").exists(), 20,
+                   f"the store to make the {method}")
+        pids = sigkill_daemon(m)
+        _, err = user.communicate(timeout=30)
+        print(f"{' '.join(command[:1])} after the kill: exit {user.returncode} {err.strip()}")
+        wait_until(lambda: not any(os.path.exists(f"/proc/{p}") for p in pids), 60, "the killed daemon to be reaped")
+        assert m.unmount().returncode == 0
+        proxy.remove(refused)
+        proxy.remove(held)
+
+        m2 = mount(proxy.url, "--io-timeout", "20")
+        if operation == "mv":
+            wait_until(lambda: sha_of(root / "final.txt") == hashlib.sha256(b"the edited version\n").hexdigest(), 30,
+                       "the edited version under the new name")
+        time.sleep(1.5)    # an upload under the old name would have happened by now
+        expected = ["final.txt"] if operation == "mv" else []
+        assert sorted(os.listdir(root)) == expected, f"store: {sorted(os.listdir(root))}\n{m2.log_tail()}"
+        assert sorted(os.listdir(m2.path)) == expected
+    finally:
+        proxy.clear()
+        proxy.stop()
