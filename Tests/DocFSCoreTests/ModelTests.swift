@@ -956,16 +956,16 @@ final class ModelRun {
             let restarted = await execute(.crashAndRestart, number: number, handleNumber: nil)
             if !restarted.isEmpty { outcome += "; restart: " + restarted }
             // A clean item's removal or rename is not noted (its next listing shows the store's
-            // truth): the paths are looked up, so that the catalog's rows are the store's before
+            // truth): the folders are listed, so that the catalog's rows are the store's before
             // the model decides which inode stands where.
             let fixture = self.fixture
-            let paths: [String]
+            let folders: [String]
             switch cut {
-            case .unlink(let path): paths = [path]
-            case .rename(let from, let to): paths = [from, to]
-            default: paths = []
+            case .unlink(let path): folders = [Self.split(path).0]
+            case .rename(let from, let to): folders = [Self.split(from).0, Self.split(to).0]
+            default: folders = []
             }
-            guard await call({ for path in paths { _ = await Self.settledLookup(path, fixture) } }) != nil else { return "hung" }
+            guard await call({ for folder in Set(folders) { try? await fixture.refresh(folder) } }) != nil else { return "hung" }
         }
         // The operation is done, as the store has it: the versions it replaced may go.
         if done, let (source, target) = looked.withLock({ $0 }) {
