@@ -41,13 +41,19 @@ public struct ChangeUnderWay: Sendable, Equatable {
 
 extension Catalog {
     /// Notes `change` before its request goes to the store (`committed` is read from the row).
-    public func recordChangeUnderWay(_ change: ChangeUnderWay) throws(FSError) {
+    /// Returns false, noting nothing, when the item already has a note: one a killed daemon
+    /// left, which the store has not answered about yet. That one stays until it is settled,
+    /// or until this change completes (the catalog change removes it): a change that fails
+    /// must not take it away with its own.
+    @discardableResult
+    public func recordChangeUnderWay(_ change: ChangeUnderWay) throws(FSError) -> Bool {
         try write(invalidating: .nothing) { db in
             try db.cachedExecute(sql: """
-                INSERT OR REPLACE INTO changeUnderWay (inode, kind, gonePath, toParent, toName, committedSeq)
+                INSERT OR IGNORE INTO changeUnderWay (inode, kind, gonePath, toParent, toName, committedSeq)
                 SELECT inode, ?, ?, ?, ?, committedSeq FROM item WHERE inode = ?
                 """, arguments: [change.kind.rawValue, change.gonePath.description, change.toParent.map { Int64(bitPattern: $0) },
                                  change.toName, Int64(bitPattern: change.inode)])
+            return db.changesCount > 0
         }
     }
 
@@ -67,6 +73,14 @@ extension Catalog {
                                       toParent: (row["toParent"] as Int64?).map { Inode(bitPattern: $0) }, toName: row["toName"],
                                       committed: UInt64(bitPattern: row["committedSeq"]))
             }
+        }
+    }
+
+    /// A move cut short was made by the store: what it held under the item's name is under
+    /// the new one, so the item is on the store (before the catalog moves it there).
+    public func recordOnStore(_ inode: Inode) throws(FSError) {
+        try write(invalidating: .item(inode)) { db in
+            try db.cachedExecute(sql: "UPDATE item SET onStore = 1 WHERE inode = ?", arguments: [Int64(bitPattern: inode)])
         }
     }
 

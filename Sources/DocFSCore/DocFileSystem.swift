@@ -749,8 +749,8 @@ public final class DocFileSystem: Sendable {
             if target.onStore {
                 // Noted first when a kill between the store's change and the catalog's would
                 // bring the item back with its changes (Catalog+ChangesUnderWay.swift).
-                let noted = try catalog.holdsUnsentChanges(target)
-                if noted { try catalog.recordChangeUnderWay(.removal(of: target)) }
+                var noted = try catalog.holdsUnsentChanges(target)
+                if noted { noted = try catalog.recordChangeUnderWay(.removal(of: target)) }
                 do throws(StoreError) {
                     try await store.delete(target.path, isDirectory: directory)
                 } catch .notFound {
@@ -817,7 +817,7 @@ public final class DocFileSystem: Sendable {
                 } else if let existing, existing.onStore {
                     note = .move(of: source, to: newParent, name: newName, gone: existing.path)
                 }
-                if let note { try catalog.recordChangeUnderWay(note) }
+                if let change = note, try !catalog.recordChangeUnderWay(change) { note = nil }
                 do throws(StoreError) {
                     if source.onStore {
                         _ = try await store.move(source.path, to: targetPath, replace: existing != nil)

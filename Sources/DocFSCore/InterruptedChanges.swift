@@ -50,7 +50,9 @@ struct InterruptedChanges {
 
     /// Returns false when the store could not say.
     private func settle(_ note: ChangeUnderWay) async throws(FSError) -> Bool {
-        guard let item = try catalog.item(note.inode) else { return true }
+        // A removal or rename made since (while the store did not answer) replaced the note, or
+        // completed and dropped it: this one no longer says where the item is.
+        guard try catalog.changesUnderWay().contains(note), let item = try catalog.item(note.inode) else { return true }
         let made: Bool
         do throws(StoreError) {
             _ = try await store.stat(note.gonePath)
@@ -86,6 +88,10 @@ struct InterruptedChanges {
                 await uploader.cancel(replaced.inode)
                 await provider.itemRemoved(replaced.inode, item: replaced)
             }
+            // The store moved what it held under the old name: the item stands on the store
+            // again, under the new one (a listing of the old folder meanwhile found it gone),
+            // and its upload replaces that version, not a file someone else made there.
+            if note.gonePath == item.path { try catalog.recordOnStore(item.inode) }
             try catalog.moveItem(item.inode, to: parent, name: name, changed: .now)
             logger.info("a rename cut short by the last mount is completed", metadata: ["from": "\(item.path)", "to": "\(name)"])
         }

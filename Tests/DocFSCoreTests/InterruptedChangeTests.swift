@@ -138,4 +138,35 @@ struct InterruptedChangeTests {
         #expect(store.content("final.txt") == Array("new".utf8))
         _ = cut
     }
+
+    /// While the store cannot say (here: it answers everything but `stat`), the file shows under
+    /// its old name, and a rename of it fails there (the store has no such file any more). That
+    /// failure must not take the note of the change cut short away with its own.
+    @Test func aRenameThatFailsMeanwhileKeepsTheNoteOfTheOneCutShort() async throws {
+        let store = InMemoryStore()
+        store.addFile("draft.txt", Array("old".utf8))
+        let (proxy, fixture) = try await startedMount(of: store)
+        try await rewrite("draft.txt", with: "new", in: fixture)
+        proxy.crash(rightAfter: { $0 == "MOVE /draft.txt /final.txt" })
+        let cut = Task { try? await fixture.fs.rename(from: Item.rootInode, name: "draft.txt", to: Item.rootInode, newName: "final.txt",
+                                                      noReplace: false) }
+        while !proxy.isCrashed { try await Task.sleep(for: .milliseconds(5)) }
+        let left = try await fixture.crash(proxy)
+        store.failWrites(with: nil)
+        store.failStats(with: .unreachable("down"))
+        let restarted = try await fixture.restart(from: left, through: CrashableStore(wrapping: store))
+        await #expect(throws: FSError.self) {
+            try await restarted.fs.rename(from: Item.rootInode, name: "draft.txt", to: Item.rootInode, newName: "other.txt", noReplace: false)
+        }
+        #expect(try restarted.catalog.changesUnderWay().count == 1, "the note of the rename cut short stays")
+        store.failStats(with: nil)
+        let deadline = ContinuousClock.now + .seconds(10)
+        while store.content("final.txt") != Array("new".utf8), ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        await restarted.settle()
+        #expect(store.fileNames(in: "/") == ["final.txt"])
+        #expect(store.content("final.txt") == Array("new".utf8))
+        _ = cut
+    }
 }
