@@ -57,6 +57,19 @@ extension Catalog {
         }
     }
 
+    /// Runs `request`, the store's half of `change` (nil: nothing worth noting), with the change
+    /// noted until the caller's catalog change removes the note. A request that fails removes
+    /// the note it made, never one a killed daemon left (see `recordChangeUnderWay`).
+    public func noting(_ change: ChangeUnderWay?, whileTheStoreDoes request: () async throws(StoreError) -> Void) async throws(FSError) {
+        let noted = try change.map { (change: ChangeUnderWay) throws(FSError) -> Bool in try recordChangeUnderWay(change) } ?? false
+        do throws(StoreError) {
+            try await request()
+        } catch {
+            if noted, let change { try? forgetChangeUnderWay(of: change.inode) }
+            throw FSError(error)
+        }
+    }
+
     /// The store refused the change, or was found not to have made it: the note goes.
     public func forgetChangeUnderWay(of inode: Inode) throws(FSError) {
         try write(invalidating: .nothing) { db in
@@ -67,13 +80,23 @@ extension Catalog {
     /// The notes a killed daemon left (usually none).
     public func changesUnderWay() throws(FSError) -> [ChangeUnderWay] {
         try read { db in
-            try Row.fetchAll(db, sql: "SELECT * FROM changeUnderWay ORDER BY inode").compactMap { row -> ChangeUnderWay? in
-                guard let kind = ChangeUnderWay.Kind(rawValue: row["kind"]), let gone = try? StorePath(row["gonePath"] as String) else { return nil }
-                return ChangeUnderWay(inode: Inode(bitPattern: row["inode"]), kind: kind, gonePath: gone,
-                                      toParent: (row["toParent"] as Int64?).map { Inode(bitPattern: $0) }, toName: row["toName"],
-                                      committed: UInt64(bitPattern: row["committedSeq"]))
-            }
+            try Row.fetchAll(db, sql: "SELECT * FROM changeUnderWay ORDER BY inode").compactMap(Self.changeUnderWay)
         }
+    }
+
+    /// The note of `inode`, if it has one.
+    public func changeUnderWay(of inode: Inode) throws(FSError) -> ChangeUnderWay? {
+        try read { db in
+            try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM changeUnderWay WHERE inode = ?"),
+                             arguments: [Int64(bitPattern: inode)]).flatMap(Self.changeUnderWay)
+        }
+    }
+
+    private static func changeUnderWay(_ row: Row) -> ChangeUnderWay? {
+        guard let kind = ChangeUnderWay.Kind(rawValue: row["kind"]), let gone = try? StorePath(row["gonePath"] as String) else { return nil }
+        return ChangeUnderWay(inode: Inode(bitPattern: row["inode"]), kind: kind, gonePath: gone,
+                              toParent: (row["toParent"] as Int64?).map { Inode(bitPattern: $0) }, toName: row["toName"],
+                              committed: UInt64(bitPattern: row["committedSeq"]))
     }
 
     /// A move cut short was made by the store: what it held under the item's name is under

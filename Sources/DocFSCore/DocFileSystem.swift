@@ -748,17 +748,15 @@ public final class DocFileSystem: Sendable {
             let target = try catalog.item(target.inode) ?? target
             if target.onStore {
                 // Noted first when a kill between the store's change and the catalog's would
-                // bring the item back with its changes (Catalog+ChangesUnderWay.swift).
-                var noted = try catalog.holdsUnsentChanges(target)
-                if noted { noted = try catalog.recordChangeUnderWay(.removal(of: target)) }
-                do throws(StoreError) {
-                    try await store.delete(target.path, isDirectory: directory)
-                } catch .notFound {
-                    // Already gone on the store: the catalog follows.
-                } catch {
-                    // The file stays, and so does its pending upload (not cancelled yet).
-                    if noted { try? catalog.forgetChangeUnderWay(of: target.inode) }
-                    throw FSError(error)
+                // bring the item back with its changes (Catalog+ChangesUnderWay.swift). A
+                // failure leaves the file, and its pending upload (not cancelled yet).
+                let change = try catalog.holdsUnsentChanges(target) ? ChangeUnderWay.removal(of: target) : nil
+                try await catalog.noting(change) { () async throws(StoreError) in
+                    do throws(StoreError) {
+                        try await store.delete(target.path, isDirectory: directory)
+                    } catch .notFound {
+                        // Already gone on the store: the catalog follows.
+                    }
                 }
             }
             // Still exclusive: no upload may start for it in between.
@@ -809,25 +807,21 @@ public final class DocFileSystem: Sendable {
                 // Noted first when a kill between the store's change and the catalog's would
                 // send the changes under the old name (Catalog+ChangesUnderWay.swift); the
                 // catalog's move removes the note.
-                var note: ChangeUnderWay?
+                var change: ChangeUnderWay?
                 if source.onStore {
                     var unsent = try catalog.holdsUnsentChanges(source)
                     if !unsent, let existing { unsent = try catalog.holdsUnsentChanges(existing) }
-                    if unsent { note = .move(of: source, to: newParent, name: newName, gone: source.path) }
+                    if unsent { change = .move(of: source, to: newParent, name: newName, gone: source.path) }
                 } else if let existing, existing.onStore {
-                    note = .move(of: source, to: newParent, name: newName, gone: existing.path)
+                    change = .move(of: source, to: newParent, name: newName, gone: existing.path)
                 }
-                if let change = note, try !catalog.recordChangeUnderWay(change) { note = nil }
-                do throws(StoreError) {
+                try await catalog.noting(change) { () async throws(StoreError) in
                     if source.onStore {
                         _ = try await store.move(source.path, to: targetPath, replace: existing != nil)
                     } else if let existing, existing.onStore {
                         // A new file replaces a stored one: its upload will recreate the name.
                         try await store.delete(existing.path, isDirectory: existing.isDirectory)
                     }
-                } catch {
-                    if note != nil { try? catalog.forgetChangeUnderWay(of: source.inode) }
-                    throw FSError(error)
                 }
                 // Still exclusive: a queued upload of the source must only ever see the new path.
                 if let existing {

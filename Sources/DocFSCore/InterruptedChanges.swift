@@ -52,7 +52,7 @@ struct InterruptedChanges {
     private func settle(_ note: ChangeUnderWay) async throws(FSError) -> Bool {
         // A removal or rename made since (while the store did not answer) replaced the note, or
         // completed and dropped it: this one no longer says where the item is.
-        guard try catalog.changesUnderWay().contains(note), let item = try catalog.item(note.inode) else { return true }
+        guard try catalog.changeUnderWay(of: note.inode) == note, let item = try catalog.item(note.inode) else { return true }
         let made: Bool
         do throws(StoreError) {
             _ = try await store.stat(note.gonePath)
