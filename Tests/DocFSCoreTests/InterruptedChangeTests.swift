@@ -32,9 +32,10 @@ struct InterruptedChangeTests {
     }
 
     /// Runs `operation` until the store has made the change `matching`, then kills the daemon
-    /// (the operation never returns) and starts the next one on what it left, uploads allowed.
-    private func killed(_ fixture: CoreFixture, _ proxy: CrashableStore, rightAfter change: String,
-                        during operation: @escaping @Sendable () async throws -> Void) async throws -> CoreFixture {
+    /// (the operation never returns). Returns the directory the killed daemon left; uploads are
+    /// allowed again.
+    private func kill(_ fixture: CoreFixture, _ proxy: CrashableStore, rightAfter change: String,
+                      during operation: @escaping @Sendable () async throws -> Void) async throws -> String {
         proxy.crash(rightAfter: { $0 == change })
         let cut = Task { try? await operation() }
         let deadline = ContinuousClock.now + .seconds(10)
@@ -42,10 +43,38 @@ struct InterruptedChangeTests {
         #expect(proxy.isCrashed, "the store never saw \(change)")
         let left = try await fixture.crash(proxy)
         fixture.store.failWrites(with: nil)
+        _ = cut
+        return left
+    }
+
+    /// `kill`, then the next daemon started on what it left, its uploads settled.
+    private func killed(_ fixture: CoreFixture, _ proxy: CrashableStore, rightAfter change: String,
+                        during operation: @escaping @Sendable () async throws -> Void) async throws -> CoreFixture {
+        let left = try await kill(fixture, proxy, rightAfter: change, during: operation)
         let restarted = try await fixture.restart(from: left, through: CrashableStore(wrapping: fixture.store))
         await restarted.settle()
-        _ = cut
         return restarted
+    }
+
+    /// Renames draft.txt, holding "new" not sent yet, to final.txt, and kills the daemon the
+    /// moment the store has moved it. Returns the store and the directory the daemon left.
+    private func renameKilledRightAfterTheMove() async throws -> (InMemoryStore, CoreFixture, String) {
+        let store = InMemoryStore()
+        store.addFile("draft.txt", Array("old".utf8))
+        let (proxy, fixture) = try await startedMount(of: store)
+        try await rewrite("draft.txt", with: "new", in: fixture)
+        let left = try await kill(fixture, proxy, rightAfter: "MOVE /draft.txt /final.txt") {
+            try await fixture.fs.rename(from: Item.rootInode, name: "draft.txt", to: Item.rootInode, newName: "final.txt", noReplace: false)
+        }
+        return (store, fixture, left)
+    }
+
+    /// Waits until the store holds `content` at `name` (at most 10 s).
+    private func waitUntil(_ store: InMemoryStore, holds content: String, at name: String) async throws {
+        let deadline = ContinuousClock.now + .seconds(10)
+        while store.content(name) != Array(content.utf8), ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(50))
+        }
     }
 
     @Test func aFileWithUnsentChangesRemovedJustBeforeAKillStaysRemoved() async throws {
@@ -64,13 +93,9 @@ struct InterruptedChangeTests {
     }
 
     @Test func aFileWithUnsentChangesRenamedJustBeforeAKillEndsUnderItsNewName() async throws {
-        let store = InMemoryStore()
-        store.addFile("draft.txt", Array("old".utf8))
-        let (proxy, fixture) = try await startedMount(of: store)
-        try await rewrite("draft.txt", with: "new", in: fixture)
-        let restarted = try await killed(fixture, proxy, rightAfter: "MOVE /draft.txt /final.txt") {
-            try await fixture.fs.rename(from: Item.rootInode, name: "draft.txt", to: Item.rootInode, newName: "final.txt", noReplace: false)
-        }
+        let (store, fixture, left) = try await renameKilledRightAfterTheMove()
+        let restarted = try await fixture.restart(from: left, through: CrashableStore(wrapping: store))
+        await restarted.settle()
         #expect(store.fileNames(in: "/") == ["final.txt"], "the old name is not made again")
         #expect(store.content("final.txt") == Array("new".utf8), "the changes reach the new name")
         await #expect(throws: FSError.notFound) { try await restarted.lookup("draft.txt") }
@@ -113,46 +138,24 @@ struct InterruptedChangeTests {
     /// A store that cannot be reached at the restart cannot say which way the change went: the
     /// item waits, unsent, until it can, instead of being sent under a name it may have left.
     @Test func aRenameCutShortWaitsForTheStoreBeforeItsChangesAreSent() async throws {
-        let store = InMemoryStore()
-        store.addFile("draft.txt", Array("old".utf8))
-        let (proxy, fixture) = try await startedMount(of: store)
-        try await rewrite("draft.txt", with: "new", in: fixture)
-        proxy.crash(rightAfter: { $0 == "MOVE /draft.txt /final.txt" })
-        let cut = Task { try? await fixture.fs.rename(from: Item.rootInode, name: "draft.txt", to: Item.rootInode, newName: "final.txt",
-                                                      noReplace: false) }
-        while !proxy.isCrashed { try await Task.sleep(for: .milliseconds(5)) }
-        let left = try await fixture.crash(proxy)
+        let (store, fixture, left) = try await renameKilledRightAfterTheMove()
         let down = CrashableStore(wrapping: store)
         down.outage = .unreachable("down")
-        store.failWrites(with: nil)
         let restarted = try await fixture.restart(from: left, through: down)
         try await Task.sleep(for: .milliseconds(300))
         #expect(store.fileNames(in: "/") == ["final.txt"], "nothing is sent while the store cannot say")
         down.outage = nil
-        let deadline = ContinuousClock.now + .seconds(10)
-        while store.content("final.txt") != Array("new".utf8), ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(50))
-        }
+        try await waitUntil(store, holds: "new", at: "final.txt")
         await restarted.settle()
         #expect(store.fileNames(in: "/") == ["final.txt"])
         #expect(store.content("final.txt") == Array("new".utf8))
-        _ = cut
     }
 
     /// While the store cannot say (here: it answers everything but `stat`), the file shows under
     /// its old name, and a rename of it fails there (the store has no such file any more). That
     /// failure must not take the note of the change cut short away with its own.
     @Test func aRenameThatFailsMeanwhileKeepsTheNoteOfTheOneCutShort() async throws {
-        let store = InMemoryStore()
-        store.addFile("draft.txt", Array("old".utf8))
-        let (proxy, fixture) = try await startedMount(of: store)
-        try await rewrite("draft.txt", with: "new", in: fixture)
-        proxy.crash(rightAfter: { $0 == "MOVE /draft.txt /final.txt" })
-        let cut = Task { try? await fixture.fs.rename(from: Item.rootInode, name: "draft.txt", to: Item.rootInode, newName: "final.txt",
-                                                      noReplace: false) }
-        while !proxy.isCrashed { try await Task.sleep(for: .milliseconds(5)) }
-        let left = try await fixture.crash(proxy)
-        store.failWrites(with: nil)
+        let (store, fixture, left) = try await renameKilledRightAfterTheMove()
         store.failStats(with: .unreachable("down"))
         let restarted = try await fixture.restart(from: left, through: CrashableStore(wrapping: store))
         await #expect(throws: FSError.self) {
@@ -160,13 +163,9 @@ struct InterruptedChangeTests {
         }
         #expect(try restarted.catalog.changesUnderWay().count == 1, "the note of the rename cut short stays")
         store.failStats(with: nil)
-        let deadline = ContinuousClock.now + .seconds(10)
-        while store.content("final.txt") != Array("new".utf8), ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(50))
-        }
+        try await waitUntil(store, holds: "new", at: "final.txt")
         await restarted.settle()
         #expect(store.fileNames(in: "/") == ["final.txt"])
         #expect(store.content("final.txt") == Array("new".utf8))
-        _ = cut
     }
 }

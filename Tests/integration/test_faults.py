@@ -66,14 +66,21 @@ def read_in_child(path: Path, timeout: float) -> tuple[str, float]:
     return out.strip() or f"crash:{err.strip()[-300:]}", time.monotonic() - started
 
 
+def served_through_proxy(tmp_path: Path, docfs_serve, files: dict[str, bytes]) -> tuple[Path, FaultProxy]:
+    """(root, proxy): a store directory holding `files`, served by `docfs serve` behind a fault
+    proxy (started; the caller stops it)."""
+    root = tmp_path / "store"
+    root.mkdir()
+    for name, content in files.items():
+        (root / name).write_bytes(content)
+    server = docfs_serve(root)
+    return root, FaultProxy(server.port, log_path=tmp_path / "proxy.log").start()
+
+
 @pytest.fixture
 def faulty(tmp_path, docfs_serve, mount, xdg):
     """(mount, proxy): a store with `data.bin` served through a fault proxy, mounted."""
-    root = tmp_path / "store"
-    root.mkdir()
-    (root / "data.bin").write_bytes(DATA)
-    server = docfs_serve(root)
-    proxy = FaultProxy(server.port, log_path=tmp_path / "proxy.log").start()
+    root, proxy = served_through_proxy(tmp_path, docfs_serve, {"data.bin": DATA})
     try:
         m = mount(proxy.url, "--io-timeout", str(RETRY_DEADLINE), "--transfer-timeout", str(TRANSFER_TIMEOUT))
         assert "data.bin" in os.listdir(m.path)
@@ -342,14 +349,8 @@ BIG_SHA = hashlib.sha256(BIG).hexdigest()
 def short_faulty(tmp_path, docfs_serve, mount, xdg):
     """(mount, proxy, root): data.bin, small-0..3.bin and big.bin through a fault proxy, mounted
     with --io-timeout SHORT_IO_TIMEOUT."""
-    root = tmp_path / "store"
-    root.mkdir()
-    (root / "data.bin").write_bytes(DATA)
-    for i in range(4):
-        (root / f"small-{i}.bin").write_bytes(DATA[i:] + DATA[:i])
-    (root / "big.bin").write_bytes(BIG)
-    server = docfs_serve(root)
-    proxy = FaultProxy(server.port, log_path=tmp_path / "proxy.log").start()
+    files = {"data.bin": DATA, "big.bin": BIG} | {f"small-{i}.bin": DATA[i:] + DATA[:i] for i in range(4)}
+    root, proxy = served_through_proxy(tmp_path, docfs_serve, files)
     try:
         m = mount(proxy.url, "--io-timeout", str(SHORT_IO_TIMEOUT), "--transfer-timeout", str(TRANSFER_TIMEOUT))
         assert "big.bin" in os.listdir(m.path)
@@ -474,11 +475,7 @@ def test_a_conflict_copy_name_over_255_bytes_is_not_retried_forever(tmp_path, do
     assert len(name.encode()) == 250
     old = b"the version both sides started from\n" * 40
     theirs = b"their version, written by another client\n" * 30
-    root = tmp_path / "store"
-    root.mkdir()
-    (root / name).write_bytes(old)
-    server = docfs_serve(root)
-    proxy = FaultProxy(server.port, log_path=tmp_path / "proxy.log").start()
+    root, proxy = served_through_proxy(tmp_path, docfs_serve, {name: old})
     try:
         m = mount(proxy.url, "--dir-cache-ttl", "0")
         target = m / name
@@ -521,11 +518,7 @@ def test_a_daemon_killed_while_the_store_answers_a_rename_or_removal_ends_as_the
     the store which way it went: the file ends under its new name with the changes, or gone."""
     from write_support import sigkill_daemon
 
-    root = tmp_path / "store"
-    root.mkdir()
-    (root / "draft.txt").write_bytes(b"the version on the store\n")
-    server = docfs_serve(root)
-    proxy = FaultProxy(server.port, log_path=tmp_path / "proxy.log").start()
+    root, proxy = served_through_proxy(tmp_path, docfs_serve, {"draft.txt": b"the version on the store\n"})
     try:
         m = mount(proxy.url, "--io-timeout", "20")
         refused = proxy.respond(503, method="PUT")      # the change stays in the cache
