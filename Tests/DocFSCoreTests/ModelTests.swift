@@ -653,38 +653,13 @@ final class ModelRun {
             commit(inode, by: "op \(number) \(op)")
             return "inode \(inode)"
 
-        case .rename(let from, let to):
-            let replaced = store.content(to)
-            let (fromDirectory, fromName) = Self.split(from)
-            let (toDirectory, toName) = Self.split(to)
-            guard let result = await call({ () async throws -> (Inode, Inode?) in
-                let target = await Self.settledLookup(to, fixture)
-                let source = try await fixture.lookup(from)
-                let sourceParent = try await fixture.lookup(fromDirectory)
-                let targetParent = try await fixture.lookup(toDirectory)
-                try await fs.rename(from: sourceParent.inode, name: fromName, to: targetParent.inode, newName: toName, noReplace: false)
-                return (source.inode, target?.inode)
-            }) else { return "hung" }
-            guard case .success(let (source, target)) = result else { return Self.failure(result) }
-            if let target, target != source {
-                giveUp(target, because: "op \(number) \(op) replaced it")
-                if let replaced { discharge(replaced, because: "op \(number) \(op) replaced it") }
+        case .rename, .unlink:
+            guard let change = namespaceChange(op) else { return "" }
+            guard let result = await call({ try await change.run() }) else { return "hung" }
+            guard case .success = result else { return Self.failure(result) }
+            if let (source, target) = change.looked.withLock({ $0 }) {
+                namespaceChangeDone(op, source: source, target: target, replaced: change.replaced, number: number)
             }
-            lineages[source, default: Lineage(path: to)].path = to
-            return ""
-
-        case .unlink(let path):
-            let removed = store.content(path)
-            let (directory, name) = Self.split(path)
-            guard let result = await call({ () async throws -> Inode in
-                let item = try await fixture.lookup(path)
-                let parent = try await fixture.lookup(directory)
-                try await fs.remove(from: parent.inode, name: name, directory: false)
-                return item.inode
-            }) else { return "hung" }
-            guard case .success(let inode) = result else { return Self.failure(result) }
-            giveUp(inode, because: "op \(number) \(op)")
-            if let removed { discharge(removed, because: "op \(number) \(op)") }
             return ""
 
         case .remoteChange(let path, let size):
@@ -882,47 +857,78 @@ final class ModelRun {
     /// until it ended without one), then kills and restarts the daemon. A change the store made
     /// counts as done, whatever the killed daemon's catalog said: the next start must finish it
     /// without losing a version the operation did not replace.
-    private func killed(during cut: ModelOp, number: Int) async -> String {
+    /// An unlink or rename as the model asks the core for it: the store's change it makes, what
+    /// the store held where it removes or replaces, and the operation, which notes the inodes
+    /// it works on (the source, and the target a rename replaces) before it asks the store.
+    private final class NamespaceChange: Sendable {
+        let storeChanges: Set<String>
+        let replaced: [UInt8]?
+        let looked = Mutex<(source: Inode, target: Inode?)?>(nil)
+        let operation: @Sendable (NamespaceChange) async throws -> Void
+
+        init(storeChanges: Set<String>, replaced: [UInt8]?, operation: @escaping @Sendable (NamespaceChange) async throws -> Void) {
+            self.storeChanges = storeChanges
+            self.replaced = replaced
+            self.operation = operation
+        }
+
+        func run() async throws { try await operation(self) }
+    }
+
+    private func namespaceChange(_ op: ModelOp) -> NamespaceChange? {
         let fixture = self.fixture
         let fs = fixture.fs
-        // The inodes the operation works on, known before the kill cuts it short.
-        let looked = Mutex<(source: Inode, target: Inode?)?>(nil)
-        let changes: Set<String>
-        let operation: @Sendable () async throws -> Void
-        let replaced: [UInt8]?
-        switch cut {
+        switch op {
         case .unlink(let path):
-            changes = ["DELETE /\(path)"]
-            replaced = store.content(path)
             let (directory, name) = Self.split(path)
-            operation = {
+            return NamespaceChange(storeChanges: ["DELETE /\(path)"], replaced: store.content(path)) { change in
                 let item = try await fixture.lookup(path)
                 let parent = try await fixture.lookup(directory)
-                looked.withLock { $0 = (item.inode, nil) }
+                change.looked.withLock { $0 = (item.inode, nil) }
                 try await fs.remove(from: parent.inode, name: name, directory: false)
             }
         case .rename(let from, let to):
-            changes = ["MOVE /\(from) /\(to)", "DELETE /\(to)"]
-            replaced = store.content(to)
             let (fromDirectory, fromName) = Self.split(from)
             let (toDirectory, toName) = Self.split(to)
-            operation = {
+            return NamespaceChange(storeChanges: ["MOVE /\(from) /\(to)", "DELETE /\(to)"], replaced: store.content(to)) { change in
                 let target = await Self.settledLookup(to, fixture)
                 let source = try await fixture.lookup(from)
                 let sourceParent = try await fixture.lookup(fromDirectory)
                 let targetParent = try await fixture.lookup(toDirectory)
-                looked.withLock { $0 = (source.inode, target?.inode) }
+                change.looked.withLock { $0 = (source.inode, target?.inode) }
                 try await fs.rename(from: sourceParent.inode, name: fromName, to: targetParent.inode, newName: toName, noReplace: false)
             }
         default:
-            return "skipped: only a removal or a rename"
+            return nil
         }
+    }
+
+    /// An unlink or rename is done: the versions it removed or replaced may go.
+    private func namespaceChangeDone(_ op: ModelOp, source: Inode, target: Inode?, replaced: [UInt8]?, number: Int) {
+        switch op {
+        case .unlink:
+            giveUp(source, because: "op \(number) \(op)")
+            if let replaced { discharge(replaced, because: "op \(number) \(op)") }
+        case .rename(_, let to):
+            if let target, target != source {
+                giveUp(target, because: "op \(number) \(op) replaced it")
+                if let replaced { discharge(replaced, because: "op \(number) \(op) replaced it") }
+            }
+            lineages[source, default: Lineage(path: to)].path = to
+        default:
+            break
+        }
+    }
+
+    private func killed(during cut: ModelOp, number: Int) async -> String {
+        guard let change = namespaceChange(cut) else { return "skipped: only a removal or a rename" }
         let finished = Mutex<Result<Void, any Error>?>(nil)
         let proxy = self.proxy
+        let changes = change.storeChanges
         proxy.crash(rightAfter: { changes.contains($0) })
         let running = Task {
             let result: Result<Void, any Error>
-            do { result = .success(try await operation()) } catch { result = .failure(error) }
+            do { result = .success(try await change.run()) } catch { result = .failure(error) }
             finished.withLock { $0 = result }
         }
         let deadline = ContinuousClock.now + .seconds(60)
@@ -968,28 +974,23 @@ final class ModelRun {
             guard await call({ for folder in Set(folders) { try? await fixture.refresh(folder) } }) != nil else { return "hung" }
         }
         // The operation is done, as the store has it: the versions it replaced may go.
-        if done, let (source, target) = looked.withLock({ $0 }) {
-            switch cut {
-            case .unlink:
-                giveUp(source, because: "op \(number) \(cut)")
-            case .rename(_, let to):
-                // Not noted, the target's row stays there, and now stands for the moved content.
-                // A noted one was moved by the restart.
+        if done, let (source, target) = change.looked.withLock({ $0 }) {
+            // A rename not noted leaves the target's row there, which now stands for the moved
+            // content (what it held before was replaced all the same). A noted one was moved.
+            var holder: Inode?
+            if killedMidway, case .rename(_, let to) = cut {
                 let fixture = self.fixture
-                let holder = killedMidway ? await call({ await Self.settledLookup(to, fixture) }) : nil
-                if case .success(let item?)? = holder, item.inode != source {
-                    // What it held before was replaced all the same.
-                    giveUp(item.inode, because: "op \(number) \(cut) replaced it")
-                    lineages[item.inode, default: Lineage(path: to)].removed = false
-                    lineages[item.inode]?.path = to
-                } else {
-                    if let target, target != source { giveUp(target, because: "op \(number) \(cut) replaced it") }
-                    lineages[source, default: Lineage(path: to)].path = to
+                if case .success(let item?)? = await call({ await Self.settledLookup(to, fixture) }), item.inode != source {
+                    holder = item.inode
                 }
-            default:
-                break
             }
-            if let replaced { discharge(replaced, because: "op \(number) \(cut)") }
+            if let holder {
+                giveUp(holder, because: "op \(number) \(cut) replaced it")
+                lineages[holder]?.removed = false
+                if let replaced = change.replaced { discharge(replaced, because: "op \(number) \(cut) replaced it") }
+            } else {
+                namespaceChangeDone(cut, source: source, target: target, replaced: change.replaced, number: number)
+            }
         }
         if !killedMidway {
             let restarted = await execute(.crashAndRestart, number: number, handleNumber: nil)
