@@ -135,7 +135,7 @@ public final class DocFileSystem: Sendable {
         self.uploadStreams = streams
         self.uploader = Uploader(store: store, catalog: catalog, provider: provider, maximumBackoff: uploadBackoff,
                                  clock: conflictClock, streams: streams, logger: logger)
-        let pinnedRefresher = PinnedRefresher(catalog: catalog, provider: provider, enumerator: enumerator, logger: logger)
+        let pinnedRefresher = PinnedRefresher(catalog: catalog, provider: provider, uploader: uploader, enumerator: enumerator, logger: logger)
         self.pinnedRefresher = pinnedRefresher
         // Weakly: the refresher holds the enumerator, and a cycle would keep the catalog open.
         enumerator.whenListed { [weak pinnedRefresher] directory in pinnedRefresher?.listed(directory) }

@@ -36,15 +36,17 @@ final class PinnedRefresher: Sendable {
 
     private let catalog: Catalog
     private let provider: Provider
+    private let uploader: Uploader
     private let enumerator: DirectoryEnumerator
     private let logger: Logger
     private let queue = Mutex(Queue())
     /// Told about each file whose copy was replaced (`DocFileSystem.whenPinnedCopyRefreshed`).
     let refreshed = Mutex<(@Sendable (Inode) -> Void)?>(nil)
 
-    init(catalog: Catalog, provider: Provider, enumerator: DirectoryEnumerator, logger: Logger) {
+    init(catalog: Catalog, provider: Provider, uploader: Uploader, enumerator: DirectoryEnumerator, logger: Logger) {
         self.catalog = catalog
         self.provider = provider
+        self.uploader = uploader
         self.enumerator = enumerator
         self.logger = logger
     }
@@ -110,7 +112,11 @@ final class PinnedRefresher: Sendable {
                       (try? catalog.isPinned(inode)) == true else { continue }
                 do {
                     _ = try await provider.open(file, intent: .content)
-                    _ = await provider.release(inode)
+                    // A process that opened the file meanwhile shares the copy: when this is the
+                    // last release after its close, its commit is uploaded from here (model seed
+                    // 466: a create and close raced with this download, and the change was never
+                    // sent).
+                    if await provider.release(inode) == .needsUpload { await uploader.enqueue(inode) }
                     logger.info("pinned file refreshed from the store", metadata: ["path": "\(file.path)"])
                     refreshed.withLock { $0 }?(inode)
                 } catch {
