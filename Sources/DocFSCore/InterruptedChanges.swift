@@ -8,7 +8,9 @@ import Logging
 ///
 /// - Made (the path it frees is gone): a removal removes the item and its copy, unless a
 ///   commit was made since (after the restart, on the file the mount showed again: that edit
-///   is kept and sent); a move moves the item, replacing what its new name held.
+///   is kept and sent); a move moves the item, replacing what its new name held. A move that a
+///   store without rename (S3) left half-way, copied to the new name and still at the old one,
+///   is finished first by deleting the old name (`finishedMovingACopy`).
 /// - Not made (the path is still there): the note goes, and the item is as the catalog had
 ///   it, its changes sent as usual.
 /// - A store that does not answer: the items stay as they are and unsent (the uploader holds
@@ -48,6 +50,25 @@ struct InterruptedChanges {
         return open
     }
 
+    /// Whether a move the store makes as a copy and a deletion (S3 has no rename: CopyObject to
+    /// the new key, then DeleteObject of the old one) was cut between the two, and is now
+    /// finished by that deletion. Then both names hold the same version: the new one has the
+    /// ETag of the one still at the old name (a copy keeps it), and the move is what the user
+    /// asked for. Anything else (no copy at the new name, another version there, a store that
+    /// gives no ETag) says nothing of a copy made whole: the move counts as never made.
+    private func finishedMovingACopy(of note: ChangeUnderWay, item: Item, from still: RemoteEntry) async throws(StoreError) -> Bool {
+        guard note.kind == .move, note.gonePath == item.path, !still.isDirectory, let version = still.etag,
+              let parent = note.toParent, let name = note.toName, let folder = try? catalog.item(parent),
+              let target = try? folder.path.appending(name) else { return false }
+        let copied: RemoteEntry
+        do throws(StoreError) { copied = try await store.stat(target) } catch .notFound { return false }
+        guard !copied.isDirectory, copied.etag == version, copied.size == still.size else { return false }
+        try await store.delete(note.gonePath, isDirectory: false)
+        logger.info("a rename the last mount left half-way on the store (copied, the old name not yet deleted) is finished",
+                    metadata: ["from": "\(note.gonePath)", "to": "\(target)"])
+        return true
+    }
+
     /// Returns false when the store could not say.
     private func settle(_ note: ChangeUnderWay) async throws(FSError) -> Bool {
         // A removal or rename made since (while the store did not answer) replaced the note, or
@@ -55,8 +76,8 @@ struct InterruptedChanges {
         guard try catalog.changeUnderWay(of: note.inode) == note, let item = try catalog.item(note.inode) else { return true }
         let made: Bool
         do throws(StoreError) {
-            _ = try await store.stat(note.gonePath)
-            made = false
+            let still = try await store.stat(note.gonePath)
+            made = try await finishedMovingACopy(of: note, item: item, from: still)
         } catch .notFound {
             made = true
         } catch {

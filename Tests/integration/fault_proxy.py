@@ -20,6 +20,7 @@ slow, stalled, cut off, rude or broken on demand.
     proxy.etag('"changed"', method="GET")                      # rewrite the answer's ETag
     proxy.lose_answer(method="PUT")                            # the server does it; the answer never comes
     proxy.hold_answer(30, method="MOVE")                       # the server does it; the answer waits 30 s
+    proxy.swallow(method="DELETE")                             # never relayed, never answered
     proxy.remove(f); proxy.clear()                             # turn faults off
     proxy.count("PUT", r"^/a\\.txt$")                           # requests seen (faulted or not)
     proxy.stop()
@@ -60,6 +61,8 @@ Actions:
 - hold_answer(delay): relays the request and reads the server's whole answer, then waits `delay`
   seconds before relaying it: the server did the work, and a test can kill the client while its
   answer is on the way.
+- swallow(): reads the request and neither relays nor answers it, until the client hangs up: a
+  request lost on the way, which a client killed while it waits never gets to the server.
 
 The request log (`proxy.requests()`: method, target, status or what was done, time) counts
 every request that reached the proxy, so a test can count PUTs even when none reaches the server.
@@ -347,6 +350,21 @@ class FaultProxy:
     def hold_answer(self, delay: float, **select) -> Fault:
         return self.add("hold_answer", delay=delay, **select)
 
+    def swallow(self, **select) -> Fault:
+        return self.add("swallow", **select)
+
+    def _wait_for_hangup(self, client: socket.socket) -> None:
+        """Until the client closes its connection (or the proxy stops)."""
+        client.settimeout(0.2)
+        while not self._stopped.is_set():
+            try:
+                if not client.recv(65536):
+                    return
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+
     def remove(self, fault: Fault) -> None:
         with self._lock:
             if fault in self._faults:
@@ -466,6 +484,10 @@ class FaultProxy:
                     client.sendall(answer + (b"" if method == "HEAD" else fault.body))
                     self._record(method, target, str(fault.status), at)
                     continue
+                if action == "swallow":
+                    self._record(method, target, "swallowed", at)
+                    self._wait_for_hangup(client)
+                    return
                 if action == "latency":
                     if self._stopped.wait(fault.delay):
                         return

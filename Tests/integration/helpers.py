@@ -111,17 +111,20 @@ def proc_mounts_lines(mountpoint) -> list[str]:
 
 
 def pids_for(unique: str) -> list[int]:
-    """PIDs whose command line contains `unique` (a per-test temp path), never our own."""
+    """PIDs of docfs processes (the program's name starts with `docfs`) whose command line
+    contains `unique` (a per-test temp path), never our own: not a test's `mv` or `cat` of a path
+    on the mount, whose command line holds both too."""
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+                argv = f.read().split(b"\0")
         except OSError:
             continue
-        if unique in cmdline and "docfs" in cmdline:
+        program = os.path.basename(argv[0].decode(errors="replace"))
+        if program.startswith("docfs") and unique in b" ".join(argv).decode(errors="replace"):
             pids.append(int(entry))
     return pids
 

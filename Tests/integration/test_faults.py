@@ -550,3 +550,52 @@ def test_a_daemon_killed_while_the_store_answers_a_rename_or_removal_ends_as_the
     finally:
         proxy.clear()
         proxy.stop()
+
+
+def test_a_daemon_killed_between_the_copy_and_the_delete_of_an_s3_rename_ends_under_the_new_name(tmp_path, mount, xdg):
+    """S3 has no rename: `mv` of a file is a CopyObject to the new key, then a DeleteObject of
+    the old one. A daemon killed between the two left both keys holding the old version; the
+    next mount sent the unsent edit under the old name and kept the stale copy under the new
+    one, so the user's `mv` was undone and a duplicate stood next to it. Now the next mount sees
+    the copy is whole (the new key has the old one's ETag), deletes the old key, and sends the
+    edit under the new name."""
+    from s3_support import get_server, new_bucket, s3_env
+    from write_support import sigkill_daemon
+
+    server = get_server("moto")
+    xdg.env = s3_env(xdg.env)
+    bucket = new_bucket(server, tmp_path, "cut-rename")
+    bucket.put("draft.txt", b"the version on the store\n")
+    # SigV4 signs Host: the proxy relays it as docfs sent it.
+    proxy = FaultProxy(server.port, rewrite_host=False, log_path=tmp_path / "proxy.log").start()
+    try:
+        args = [bucket.url, "--endpoint", proxy.url.rstrip("/"), "--io-timeout", "20"]
+        m = mount(*args)
+        refused = proxy.respond(503, method="PUT", path=r"/draft\.txt$")     # the change stays in the cache
+        (m / "draft.txt").write_bytes(b"the edited version\n")
+        wait_until(lambda: puts(proxy, "draft.txt"), 20, "an upload of draft.txt to be tried")
+        assert xattr_state(m / "draft.txt") in NOT_ON_STORE_YET
+        # The copy reaches the store; the DELETE of the old key never does.
+        cut = proxy.swallow(method="DELETE", path=r"/draft\.txt$")
+        user = subprocess.Popen(["mv", str(m / "draft.txt"), str(m / "final.txt")],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_until(lambda: cut.hits >= 1 and bucket.head("final.txt") is not None, 20,
+                   "the copy to be made and the deletion of the old key to be tried")
+        pids = sigkill_daemon(m)
+        _, err = user.communicate(timeout=30)
+        print(f"mv after the kill: exit {user.returncode} {err.strip()}; DELETEs {[r.outcome for r in proxy.requests() if r.method == 'DELETE']}")
+        wait_until(lambda: not any(os.path.exists(f"/proc/{p}") for p in pids), 60, "the killed daemon to be reaped")
+        assert m.unmount().returncode == 0
+        proxy.remove(refused)
+        proxy.remove(cut)
+        assert bucket.keys() == {"draft.txt", "final.txt"}, "the kill did not fall between the copy and the delete"
+
+        m2 = mount(*args)
+        wait_until(lambda: bucket.get("final.txt") == b"the edited version\n", 30, "the edited version under the new name")
+        time.sleep(1.5)    # an upload under the old name would have happened by now
+        assert bucket.keys() == {"final.txt"}, f"store: {sorted(bucket.keys())}\n{m2.log_tail()}"
+        assert sorted(os.listdir(m2.path)) == ["final.txt"]
+    finally:
+        proxy.clear()
+        proxy.stop()
+        bucket.destroy()
