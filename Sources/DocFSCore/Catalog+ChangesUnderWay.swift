@@ -8,10 +8,11 @@ import GRDB
 /// made the change; its answer never arrived) would wake up with the catalog of before: a
 /// removed file with unsent changes is sent again, and a renamed one goes up under its old
 /// name next to its stale new one. So when the catalog holds anything the store does not have
-/// under what changes, the change is noted first, in its own transaction; the catalog change
-/// that completes it removes the note in the same transaction (`moveItem`, or the row's
-/// removal, which cascades). A note found at the next start is settled by asking the store
-/// (`InterruptedChanges`).
+/// under what changes, or a file moves on a store that renames by copying (S3: a kill between
+/// the copy and the deletion leaves both names, which a listing would show), the change is
+/// noted first, in its own transaction; the catalog change that completes it removes the note
+/// in the same transaction (`moveItem`, or the row's removal, which cascades). A note found at
+/// the next start is settled by asking the store (`InterruptedChanges`).
 public struct ChangeUnderWay: Sendable, Equatable {
     public enum Kind: String, Sendable {
         case removal

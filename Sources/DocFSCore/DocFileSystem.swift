@@ -805,13 +805,15 @@ public final class DocFileSystem: Sendable {
             // From the store's move to the catalog's, no listing asked before may drop the row.
             try await catalog.moving.whileMoving(source.inode) { () async throws(FSError) in
                 // Noted first when a kill between the store's change and the catalog's would
-                // send the changes under the old name (Catalog+ChangesUnderWay.swift); the
+                // send the changes under the old name, or (a store that renames by copying)
+                // leave the file under both names (Catalog+ChangesUnderWay.swift); the
                 // catalog's move removes the note.
                 var change: ChangeUnderWay?
                 if source.onStore {
-                    var unsent = try catalog.holdsUnsentChanges(source)
-                    if !unsent, let existing { unsent = try catalog.holdsUnsentChanges(existing) }
-                    if unsent { change = .move(of: source, to: newParent, name: newName, gone: source.path) }
+                    var noted = store.capabilities.renamesByCopying && !source.isDirectory
+                    if !noted { noted = try catalog.holdsUnsentChanges(source) }
+                    if !noted, let existing { noted = try catalog.holdsUnsentChanges(existing) }
+                    if noted { change = .move(of: source, to: newParent, name: newName, gone: source.path) }
                 } else if let existing, existing.onStore {
                     change = .move(of: source, to: newParent, name: newName, gone: existing.path)
                 }

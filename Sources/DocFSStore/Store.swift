@@ -106,15 +106,20 @@ public struct StoreCapabilities: Sendable, Equatable {
     /// Whether an upload can start before its length is known (`write(_:growing:condition:)`):
     /// WebDAV (a chunked PUT to a temporary name, then a MOVE), S3 (a multipart upload fed part by part).
     public var streamsUploads: Bool
+    /// Whether `move` of a file is two requests, a copy to the new name and then a deletion of
+    /// the old one (S3: CopyObject, DeleteObject), so that a client killed between them leaves
+    /// the file under both names.
+    public var renamesByCopying: Bool
 
     public init(canWrite: Bool, canRename: Bool, hasRangeReads: Bool, symlinkDiscovery: SymlinkDiscovery = .inListings,
-                looksUpByStat: Bool = false, streamsUploads: Bool = false) {
+                looksUpByStat: Bool = false, streamsUploads: Bool = false, renamesByCopying: Bool = false) {
         self.canWrite = canWrite
         self.canRename = canRename
         self.hasRangeReads = hasRangeReads
         self.symlinkDiscovery = symlinkDiscovery
         self.looksUpByStat = looksUpByStat
         self.streamsUploads = streamsUploads
+        self.renamesByCopying = renamesByCopying
     }
 }
 

@@ -552,13 +552,14 @@ def test_a_daemon_killed_while_the_store_answers_a_rename_or_removal_ends_as_the
         proxy.stop()
 
 
-def test_a_daemon_killed_between_the_copy_and_the_delete_of_an_s3_rename_ends_under_the_new_name(tmp_path, mount, xdg):
+@pytest.mark.parametrize("edited", [True, False], ids=["with-unsent-changes", "clean"])
+def test_a_daemon_killed_between_the_copy_and_the_delete_of_an_s3_rename_ends_under_the_new_name(
+        tmp_path, mount, xdg, edited):
     """S3 has no rename: `mv` of a file is a CopyObject to the new key, then a DeleteObject of
-    the old one. A daemon killed between the two left both keys holding the old version; the
-    next mount sent the unsent edit under the old name and kept the stale copy under the new
-    one, so the user's `mv` was undone and a duplicate stood next to it. Now the next mount sees
-    the copy is whole (the new key has the old one's ETag), deletes the old key, and sends the
-    edit under the new name."""
+    the old one. A daemon killed between the two left both keys holding the old version, so the
+    user's `mv` was undone and a duplicate stood next to it; an unsent edit was sent under the
+    old name. Now the next mount sees the copy is whole (the new key has the old one's ETag),
+    deletes the old key, and sends the edit under the new name."""
     from s3_support import get_server, new_bucket, s3_env
     from write_support import sigkill_daemon
 
@@ -571,10 +572,15 @@ def test_a_daemon_killed_between_the_copy_and_the_delete_of_an_s3_rename_ends_un
     try:
         args = [bucket.url, "--endpoint", proxy.url.rstrip("/"), "--io-timeout", "20"]
         m = mount(*args)
-        refused = proxy.respond(503, method="PUT", path=r"/draft\.txt$")     # the change stays in the cache
-        (m / "draft.txt").write_bytes(b"the edited version\n")
-        wait_until(lambda: puts(proxy, "draft.txt"), 20, "an upload of draft.txt to be tried")
-        assert xattr_state(m / "draft.txt") in NOT_ON_STORE_YET
+        refused = proxy.respond(503, method="PUT", path=r"/draft\.txt$")     # a change stays in the cache
+        want = b"the version on the store\n"
+        if edited:
+            want = b"the edited version\n"
+            (m / "draft.txt").write_bytes(want)
+            wait_until(lambda: puts(proxy, "draft.txt"), 20, "an upload of draft.txt to be tried")
+            assert xattr_state(m / "draft.txt") in NOT_ON_STORE_YET
+        else:
+            assert "draft.txt" in os.listdir(m.path)
         # The copy reaches the store; the DELETE of the old key never does.
         cut = proxy.swallow(method="DELETE", path=r"/draft\.txt$")
         user = subprocess.Popen(["mv", str(m / "draft.txt"), str(m / "final.txt")],
@@ -591,10 +597,12 @@ def test_a_daemon_killed_between_the_copy_and_the_delete_of_an_s3_rename_ends_un
         assert bucket.keys() == {"draft.txt", "final.txt"}, "the kill did not fall between the copy and the delete"
 
         m2 = mount(*args)
-        wait_until(lambda: bucket.get("final.txt") == b"the edited version\n", 30, "the edited version under the new name")
+        wait_until(lambda: bucket.keys() == {"final.txt"} and bucket.get("final.txt") == want, 30,
+                   f"{want!r} under the new name alone")
         time.sleep(1.5)    # an upload under the old name would have happened by now
         assert bucket.keys() == {"final.txt"}, f"store: {sorted(bucket.keys())}\n{m2.log_tail()}"
         assert sorted(os.listdir(m2.path)) == ["final.txt"]
+        assert (m2 / "final.txt").read_bytes() == want
     finally:
         proxy.clear()
         proxy.stop()

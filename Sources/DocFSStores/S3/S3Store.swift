@@ -133,7 +133,7 @@ public final class S3Store: Store {
         // With links off, listings are taken as they are: every object is a file.
         StoreCapabilities(canWrite: true, canRename: true, hasRangeReads: true,
                           symlinkDiscovery: configuration.symlinks ? .byStat(maximumTargetBytes: Self.maximumLinkTargetBytes) : .inListings,
-                          looksUpByStat: true, streamsUploads: true)
+                          looksUpByStat: true, streamsUploads: true, renamesByCopying: true)
     }
 
     // MARK: - Keys
