@@ -17,13 +17,22 @@ import Synchronization
 ///   under a file, where no listing shows it.
 /// - A directory is never moved onto an existing entry, nor a file onto a directory
 ///   (`InMemoryStore` would trap on the first and keep both on the second).
+/// - With `renamesByCopying` (over an `InMemoryStore`), a file moves as on S3: a copy to the new
+///   name ("COPY /a /b", the same version there), then a deletion of the old one ("DELETE /a"),
+///   two changes a kill can fall between.
 /// - ETags are made distinct over the store's life: the inner ETag plus the entry's mtime.
 ///   (`InMemoryStore` numbers versions per path, so a path deleted and made again starts at
 ///   `"v1"` again, and an `If-Match` from before the delete would match other content.)
 public final class CrashableStore: Store, Sendable {
     public let inner: any Store
+    /// The inner store, when a file's rename is a copy and a deletion.
+    private let copiesOn: InMemoryStore?
     public var identity: StoreIdentity { inner.identity }
-    public var capabilities: StoreCapabilities { inner.capabilities }
+    public var capabilities: StoreCapabilities {
+        var capabilities = inner.capabilities
+        if copiesOn != nil { capabilities.renamesByCopying = true }
+        return capabilities
+    }
 
     private struct State {
         var crashed = false
@@ -39,6 +48,13 @@ public final class CrashableStore: Store, Sendable {
 
     public init(wrapping inner: any Store) {
         self.inner = inner
+        copiesOn = nil
+    }
+
+    /// A proxy of `inner` whose renames of files are a copy and a deletion, as on S3.
+    public init(wrapping inner: InMemoryStore, renamesByCopying: Bool) {
+        self.inner = inner
+        copiesOn = renamesByCopying ? inner : nil
     }
 
     /// The client is killed: nothing it asks from now on reaches the store.
@@ -142,7 +158,19 @@ public final class CrashableStore: Store, Sendable {
     }
 
     public func move(_ source: StorePath, to target: StorePath, replace: Bool) async throws(StoreError) -> RemoteEntry {
-        try await change("MOVE \(source) \(target)") { () async throws(StoreError) -> RemoteEntry in
+        if let copiesOn, try await { () async throws(StoreError) -> Bool in
+            try await self.gate()
+            return try await self.inner.stat(source).isDirectory == false
+        }() {
+            try await change("COPY \(source) \(target)") { () async throws(StoreError) in
+                try await self.requireParentDirectory(target)
+                if !replace, (try? await self.inner.stat(target)) != nil { throw .alreadyExists(target) }
+                try copiesOn.copyFile(source, to: target)
+            }
+            try await change("DELETE \(source)") { () async throws(StoreError) in try await self.inner.delete(source, isDirectory: false) }
+            return try await stat(target)
+        }
+        return try await change("MOVE \(source) \(target)") { () async throws(StoreError) -> RemoteEntry in
             try await self.requireParentDirectory(target)
             let moving = try? await self.inner.stat(source)
             let replacing = try? await self.inner.stat(target)

@@ -549,6 +549,18 @@ public final class InMemoryStore: Store, Sendable {
         }
     }
 
+    /// Copies the file at `source` to `target` as S3's CopyObject does: the copy is the same
+    /// version (same ETag and time), and `source` stays. Not part of `Store`: `CrashableStore`
+    /// makes a rename of two requests out of it (`renamesByCopying`).
+    public func copyFile(_ source: StorePath, to target: StorePath) throws(StoreError) {
+        try state.withLock { state throws(StoreError) in
+            guard let file = state.files[source] else { throw .notFound(source) }
+            guard !state.directories.contains(target) else { throw .isADirectory(target) }
+            state.files[target] = file
+            state.log.append("COPY \(source) \(target)")
+        }
+    }
+
     private static func entry(_ path: StorePath, _ file: File) -> RemoteEntry {
         RemoteEntry(path: path, kind: file.isSymlink ? .symlink(target: String(decoding: file.content, as: UTF8.self)) : .file,
                     size: Int64(file.content.count), modified: file.modified, etag: ETag("\"v\(file.version)\""))

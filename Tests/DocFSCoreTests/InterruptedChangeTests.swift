@@ -14,8 +14,9 @@ import Testing
 struct InterruptedChangeTests {
     /// A started mount of `store` whose client can be killed, with uploads refused until the
     /// test lets them through: the changes it makes stay unsent.
-    private func startedMount(of store: InMemoryStore) async throws -> (proxy: CrashableStore, fixture: CoreFixture) {
-        let proxy = CrashableStore(wrapping: store)
+    /// `renamesByCopying`: a file's rename is a copy, then a deletion, as on S3.
+    private func startedMount(of store: InMemoryStore, renamesByCopying: Bool = false) async throws -> (proxy: CrashableStore, fixture: CoreFixture) {
+        let proxy = CrashableStore(wrapping: store, renamesByCopying: renamesByCopying)
         let fixture = try CoreFixture(store: store, through: proxy)
         try await fixture.fs.start()
         store.failWrites(with: .unreachable("down"))
@@ -132,6 +133,51 @@ struct InterruptedChangeTests {
         let restarted = try await fixture.restart(from: left, through: CrashableStore(wrapping: store))
         await restarted.settle()
         #expect(store.content("notes.txt") == Array("new".utf8))
+        #expect(try restarted.catalog.changesUnderWay().isEmpty)
+    }
+
+    /// S3 renames a file by copying it to the new name, then deleting the old one. Killed between
+    /// the two, the daemon left the file under both names: the next start took the rename for
+    /// never made, and a listing showed both (an unsent edit went up under the old name). Now it
+    /// sees the copy whole (the same version as the old name's) and finishes the rename. A clean
+    /// file is noted too on such a store, since nothing else would finish it.
+    @Test(arguments: [true, false])
+    func aRenameKilledBetweenItsCopyAndItsDeletionEndsUnderTheNewName(edited: Bool) async throws {
+        let store = InMemoryStore()
+        store.addFile("draft.txt", Array("old".utf8))
+        let (proxy, fixture) = try await startedMount(of: store, renamesByCopying: true)
+        if edited { try await rewrite("draft.txt", with: "new", in: fixture) }
+        _ = try await fixture.lookup("draft.txt")
+        let left = try await kill(fixture, proxy, rightAfter: "COPY /draft.txt /final.txt") {
+            try await fixture.fs.rename(from: Item.rootInode, name: "draft.txt", to: Item.rootInode, newName: "final.txt", noReplace: false)
+        }
+        #expect(store.fileNames(in: "/") == ["draft.txt", "final.txt"], "the kill fell between the copy and the deletion")
+        let restarted = try await fixture.restart(from: left, through: CrashableStore(wrapping: store, renamesByCopying: true))
+        let content = edited ? "new" : "old"
+        try await waitUntil(store, holds: content, at: "final.txt")
+        await restarted.settle()
+        try await restarted.refresh("/")
+        #expect(store.fileNames(in: "/") == ["final.txt"], "the old name went")
+        #expect(store.content("final.txt") == Array(content.utf8))
+        await #expect(throws: FSError.notFound) { try await restarted.lookup("draft.txt") }
+        #expect(try await restarted.lookup("final.txt").size == 3)
+    }
+
+    /// Killed before the copy was made, the rename never happened: the note goes and the file
+    /// stays under its old name, its changes sent there.
+    @Test func aRenameOnAStoreThatCopiesKilledBeforeTheCopyLeavesTheFileWhereItWas() async throws {
+        let store = InMemoryStore()
+        store.addFile("draft.txt", Array("old".utf8))
+        let (proxy, fixture) = try await startedMount(of: store, renamesByCopying: true)
+        try await rewrite("draft.txt", with: "new", in: fixture)
+        let item = try await fixture.lookup("draft.txt")
+        try fixture.catalog.recordChangeUnderWay(.move(of: item, to: Item.rootInode, name: "final.txt", gone: item.path))
+        let left = try await fixture.crash(proxy)
+        store.failWrites(with: nil)
+        let restarted = try await fixture.restart(from: left, through: CrashableStore(wrapping: store, renamesByCopying: true))
+        try await waitUntil(store, holds: "new", at: "draft.txt")
+        await restarted.settle()
+        #expect(store.fileNames(in: "/") == ["draft.txt"])
         #expect(try restarted.catalog.changesUnderWay().isEmpty)
     }
 
