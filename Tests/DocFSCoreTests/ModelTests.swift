@@ -313,13 +313,14 @@ final class ModelRun {
     private init(seed: UInt64, streaming: StreamingPolicy, conflictClock: @escaping @Sendable () -> Date) throws {
         self.seed = seed
         random = SeededGenerator(seed: seed)
-        // Odd seeds ask names one by one and list the times versions were stored, as S3 does.
+        // Odd seeds ask names one by one, list the times versions were stored and rename a file
+        // by copying it and then deleting the old name, as S3 does.
         // Every third seed uploads new files while they are written, from their 8th byte on,
         // giving up on a writer that pauses for 50 ms (most do, between operations).
         store = InMemoryStore(looksUpByStat: seed % 2 == 1, listsStoredTimes: seed % 2 == 1, streamsUploads: seed % 3 == 0)
         if seed % 4 == 3 { store.pageListings(by: 2) }
         store.readUploads(Self.uploadReading(seed: seed))
-        proxy = CrashableStore(wrapping: store)
+        proxy = CrashableStore(wrapping: store, renamesByCopying: seed % 2 == 1)
         log = ProcessInfo.processInfo.environment["DOCFS_MODEL_LOG"] != nil ? CapturedLog() : nil
         fixture = try CoreFixture(store: store, through: proxy, streaming: streaming, conflictClock: conflictClock,
                                   streamedUploads: StreamedUpload.Policy(minimumLength: 8, idleLimit: .milliseconds(50), minimumRate: 1),
@@ -767,7 +768,7 @@ final class ModelRun {
                 return "\(error)"
             }
             directories.append(left)
-            let fresh = CrashableStore(wrapping: store)
+            let fresh = CrashableStore(wrapping: store, renamesByCopying: proxy.capabilities.renamesByCopying)
             fresh.outage = proxy.outage
             guard let result = await call({ try await fixture.restart(from: left, through: fresh) }) else { return "hung" }
             proxy = fresh
@@ -890,7 +891,10 @@ final class ModelRun {
         case .rename(let from, let to):
             let (fromDirectory, fromName) = Self.split(from)
             let (toDirectory, toName) = Self.split(to)
-            return NamespaceChange(storeChanges: ["MOVE /\(from) /\(to)", "DELETE /\(to)"], replaced: store.content(to)) { change in
+            // A store that renames by copying is killed right after the copy, before the
+            // deletion of the old name (the case that needs its settling).
+            return NamespaceChange(storeChanges: ["MOVE /\(from) /\(to)", "COPY /\(from) /\(to)", "DELETE /\(to)"],
+                                   replaced: store.content(to)) { change in
                 let target = await Self.settledLookup(to, fixture)
                 let source = try await fixture.lookup(from)
                 let sourceParent = try await fixture.lookup(fromDirectory)
