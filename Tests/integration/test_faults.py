@@ -508,6 +508,19 @@ def test_a_conflict_copy_name_over_255_bytes_is_not_retried_forever(tmp_path, do
         proxy.stop()
 
 
+def killed_during(m, command: list[str], when, what: str) -> None:
+    """Runs `command` (a user's `mv` or `rm` on the mount), SIGKILLs the daemon of `m` once
+    `when()` holds (the store is where the test wants the kill), and ends that mount."""
+    from write_support import sigkill_daemon
+    user = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_until(when, 20, what)
+    pids = sigkill_daemon(m)
+    _, err = user.communicate(timeout=30)
+    print(f"{command[0]} after the kill: exit {user.returncode} {err.strip()}")
+    wait_until(lambda: not any(os.path.exists(f"/proc/{p}") for p in pids), 60, "the killed daemon to be reaped")
+    assert m.unmount().returncode == 0
+
+
 @pytest.mark.parametrize("operation", ["mv", "rm"])
 def test_a_daemon_killed_while_the_store_answers_a_rename_or_removal_ends_as_the_store_has_it(
         tmp_path, docfs_serve, mount, xdg, operation):
@@ -516,7 +529,6 @@ def test_a_daemon_killed_while_the_store_answers_a_rename_or_removal_ends_as_the
     sent the changes under the old name again (as a conflict copy of a file the store no longer
     had), next to a stale new name, or brought the removed file back. Now the next mount asks
     the store which way it went: the file ends under its new name with the changes, or gone."""
-    from write_support import sigkill_daemon
 
     root, proxy = served_through_proxy(tmp_path, docfs_serve, {"draft.txt": b"the version on the store\n"})
     try:
@@ -528,14 +540,8 @@ def test_a_daemon_killed_while_the_store_answers_a_rename_or_removal_ends_as_the
         method, command = ("MOVE", ["mv", str(m / "draft.txt"), str(m / "final.txt")]) if operation == "mv" \
             else ("DELETE", ["rm", str(m / "draft.txt")])
         held = proxy.hold_answer(60, method=method, path=r"draft\.txt")
-        user = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        wait_until(lambda: held.hits == 1 and not (root / "draft.txt").exists(), 20,
-                   f"the store to make the {method}")
-        pids = sigkill_daemon(m)
-        _, err = user.communicate(timeout=30)
-        print(f"{' '.join(command[:1])} after the kill: exit {user.returncode} {err.strip()}")
-        wait_until(lambda: not any(os.path.exists(f"/proc/{p}") for p in pids), 60, "the killed daemon to be reaped")
-        assert m.unmount().returncode == 0
+        killed_during(m, command, lambda: held.hits == 1 and not (root / "draft.txt").exists(),
+                      f"the store to make the {method}")
         proxy.remove(refused)
         proxy.remove(held)
 
@@ -561,7 +567,6 @@ def test_a_daemon_killed_between_the_copy_and_the_delete_of_an_s3_rename_ends_un
     old name. Now the next mount sees the copy is whole (the new key has the old one's ETag),
     deletes the old key, and sends the edit under the new name."""
     from s3_support import get_server, new_bucket, s3_env
-    from write_support import sigkill_daemon
 
     server = get_server("moto")
     xdg.env = s3_env(xdg.env)
@@ -583,15 +588,9 @@ def test_a_daemon_killed_between_the_copy_and_the_delete_of_an_s3_rename_ends_un
             assert "draft.txt" in os.listdir(m.path)
         # The copy reaches the store; the DELETE of the old key never does.
         cut = proxy.swallow(method="DELETE", path=r"/draft\.txt$")
-        user = subprocess.Popen(["mv", str(m / "draft.txt"), str(m / "final.txt")],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        wait_until(lambda: cut.hits >= 1 and bucket.head("final.txt") is not None, 20,
-                   "the copy to be made and the deletion of the old key to be tried")
-        pids = sigkill_daemon(m)
-        _, err = user.communicate(timeout=30)
-        print(f"mv after the kill: exit {user.returncode} {err.strip()}; DELETEs {[r.outcome for r in proxy.requests() if r.method == 'DELETE']}")
-        wait_until(lambda: not any(os.path.exists(f"/proc/{p}") for p in pids), 60, "the killed daemon to be reaped")
-        assert m.unmount().returncode == 0
+        killed_during(m, ["mv", str(m / "draft.txt"), str(m / "final.txt")],
+                      lambda: cut.hits >= 1 and bucket.head("final.txt") is not None,
+                      "the copy to be made and the deletion of the old key to be tried")
         proxy.remove(refused)
         proxy.remove(cut)
         assert bucket.keys() == {"draft.txt", "final.txt"}, "the kill did not fall between the copy and the delete"
