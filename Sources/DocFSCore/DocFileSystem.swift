@@ -299,7 +299,7 @@ public final class DocFileSystem: Sendable {
         let copy = try await provider.open(item, intent: intent, mayFetch: mode.mayFetch)
         if truncating {
             do { try copy.truncate(to: 0) } catch {
-                _ = await provider.release(inode)
+                await uploader.releaseCopy(of: inode)
                 throw error
             }
         }
@@ -358,7 +358,7 @@ public final class DocFileSystem: Sendable {
                                              owner: owner, group: group, state: .modified, onStore: false, folderChanged: now)
         let copy = try await provider.open(created, intent: .empty)
         do { try copy.markChanged() } catch {
-            _ = await provider.release(created.inode)
+            await uploader.releaseCopy(of: created.inode)
             throw error
         }
         let handle = register(OpenFile(inode: created.inode, copy: copy, writable: true, opened: created))
@@ -526,10 +526,7 @@ public final class DocFileSystem: Sendable {
                 logger.warning("cannot record a streamed upload's commit", metadata: ["inode": "\(file.inode)", "error": "\(error)"])
             }
         }
-        let outcome = await provider.release(file.inode)
-        if outcome == .needsUpload {
-            await uploader.enqueue(file.inode)
-        }
+        let outcome = await uploader.releaseCopy(of: file.inode)
         logger.trace("released", metadata: ["inode": "\(file.inode)", "outcome": "\(outcome)"])
     }
 
@@ -955,7 +952,7 @@ public final class DocFileSystem: Sendable {
             try? file.copy.commit()
         }
         for file in handlesLeft {
-            if await provider.release(file.inode) == .needsUpload { await uploader.enqueue(file.inode) }
+            await uploader.releaseCopy(of: file.inode)
         }
         let uploader = self.uploader
         let drained = await withTaskGroup(of: Bool.self) { group in
@@ -1158,7 +1155,7 @@ public final class DocFileSystem: Sendable {
         case .file:
             do {
                 _ = try await provider.open(item, intent: .content)
-                _ = await provider.release(item.inode)
+                await uploader.releaseCopy(of: item.inode)
             } catch {
                 logger.warning("cannot download a pinned file", metadata: ["path": "\(item.path)", "error": "\(error)"])
                 if failure == nil { failure = error }

@@ -112,11 +112,8 @@ final class PinnedRefresher: Sendable {
                       (try? catalog.isPinned(inode)) == true else { continue }
                 do {
                     _ = try await provider.open(file, intent: .content)
-                    // A process that opened the file meanwhile shares the copy: when this is the
-                    // last release after its close, its commit is uploaded from here (model seed
-                    // 466: a create and close raced with this download, and the change was never
-                    // sent).
-                    if await provider.release(inode) == .needsUpload { await uploader.enqueue(inode) }
+                    // A process that opened the file meanwhile shares the copy, and may close first.
+                    await uploader.releaseCopy(of: inode)
                     logger.info("pinned file refreshed from the store", metadata: ["path": "\(file.path)"])
                     refreshed.withLock { $0 }?(inode)
                 } catch {

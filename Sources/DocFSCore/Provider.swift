@@ -162,8 +162,9 @@ public actor Provider {
         ioTimeout + .seconds(max(0, bytes) >> 20)
     }
 
-    /// One user let go. The last one evicts the copy — or, if it holds changes, hands it to
-    /// the uploader and keeps it until the upload is confirmed. Returns what happened.
+    /// One user let go. The last one evicts the copy — or, if it holds changes, keeps it until
+    /// the upload is confirmed (`.needsUpload`: callers release through
+    /// `Uploader.releaseCopy`, which queues that upload). Returns what happened.
     public func release(_ inode: Inode) -> ReleaseOutcome {
         guard let entry = providing[inode] else { return .notPresent }
         let action: CopyLife.Action
