@@ -28,12 +28,15 @@ struct InterruptedChanges {
         notes.flatMap { note -> [StorePath] in
             var paths = [note.gonePath]
             if let item = try? catalog.item(note.inode) { paths.append(item.path) }
-            if let parent = note.toParent, let name = note.toName, let folder = try? catalog.item(parent),
-               let target = try? folder.path.appending(name) {
-                paths.append(target)
-            }
+            if let target = destination(of: note) { paths.append(target) }
             return paths
         }
+    }
+
+    /// Where a move goes on the store (nil for a removal, or a folder gone since).
+    private func destination(of note: ChangeUnderWay) -> StorePath? {
+        guard let parent = note.toParent, let name = note.toName, let folder = try? catalog.item(parent) else { return nil }
+        return try? folder.path.appending(name)
     }
 
     /// Settles what it can of `notes`; returns those the store could not answer about.
@@ -58,8 +61,7 @@ struct InterruptedChanges {
     /// gives no ETag) says nothing of a copy made whole: the move counts as never made.
     private func finishedMovingACopy(of note: ChangeUnderWay, item: Item, from still: RemoteEntry) async throws(StoreError) -> Bool {
         guard note.kind == .move, note.gonePath == item.path, !still.isDirectory, let version = still.etag,
-              let parent = note.toParent, let name = note.toName, let folder = try? catalog.item(parent),
-              let target = try? folder.path.appending(name) else { return false }
+              let target = destination(of: note) else { return false }
         let copied: RemoteEntry
         do throws(StoreError) { copied = try await store.stat(target) } catch .notFound { return false }
         guard !copied.isDirectory, copied.etag == version, copied.size == still.size else { return false }
