@@ -264,6 +264,14 @@ extension Catalog {
             }
         }
         for row in vanished {
+            // A removal or rename cut short by a kill is under way for it: the store may have
+            // made it or not (`InterruptedChanges` asks), so where the item stands is not known
+            // from its absence here; taken for a file the store never had, a rename of it would
+            // skip the store and a note would go unsettled.
+            if try Bool.fetchOne(db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM changeUnderWay WHERE inode = ?)"),
+                                 arguments: [row["inode"] as Int64]) == true {
+                continue
+            }
             // Never drop a local copy or what holds one (an open file, a change, a new file, a
             // folder with one of those below): the store no longer has it, so its upload (if
             // any) recreates it, and a clean copy's row goes when the copy is evicted.
