@@ -274,11 +274,11 @@ public final class DocFileSystem: Sendable {
 
     // MARK: Content
 
-    /// Opens a file: provides its local copy (without a download when truncating). A reader
-    /// of a large file gets a sparse copy that reads fill (see `StreamingPolicy`); a writer's
-    /// first change waits for every byte, since only a complete copy is ever uploaded (with
-    /// `fetchOnFirstUse` its open waits for nothing, and reads before that change fetch as a
-    /// reader's do).
+    /// Opens a file: provides its local copy (without a download when truncating). A large
+    /// file gets a sparse copy that reads fill (see `StreamingPolicy`), a writer's too: its
+    /// writes land at once, and the bytes they do not cover are fetched before its changes are
+    /// committed (`completeForCommit`), since only a complete copy is ever uploaded. With
+    /// `fetchOnFirstUse` a writer's open waits for nothing.
     public func open(_ inode: Inode, mode: OpenMode) async throws(FSError) -> UInt64 {
         if mode.writable && readOnly { throw .readOnly }
         let item = try item(inode)
@@ -292,7 +292,8 @@ public final class DocFileSystem: Sendable {
                 return handle
             }
         }
-        var intent: Provider.OpenIntent = truncating ? .empty : mode.writable ? .content : .streamed
+        // A writer that may not fetch needs every byte local already (its commit would fetch them).
+        var intent: Provider.OpenIntent = truncating ? .empty : mode.writable && !mode.mayFetch ? .content : .streamed
         if intent == .streamed, mode.mayFetch, let cached = mode.cachedVersion, let entry = try await storeStillHas(cached, of: item) {
             intent = .cached(entry)
         }
@@ -456,16 +457,16 @@ public final class DocFileSystem: Sendable {
     }
 
     /// Writes into an open handle's local copy. The first write since a commit is recorded in
-    /// the journal before its bytes land; flush/fsync/close commit them.
-    /// A handle whose open deferred its content (`OpenMode.fetchOnFirstUse`), or whose reads
-    /// left it sparse, must be readied first (`provideForChange`).
+    /// the journal before its bytes land; flush/fsync/close commit them. A sparse copy is
+    /// written at once (see `LocalCopy.writeLocal`). A handle whose open deferred its content
+    /// (`OpenMode.fetchOnFirstUse`) must be provided first (`provideDeferred`).
     public func write(handle: UInt64, offset: Int64, bytes: UnsafeRawBufferPointer) throws(FSError) -> Int {
         guard let written = try writeIfProvided(handle: handle, offset: offset, bytes: bytes) else { throw .invalidArgument }
         return written
     }
 
-    /// `write`, or nil for a handle whose content is still to be provided, or completed
-    /// (`provideForChange`): one look at the handle table on the path of every write.
+    /// `write`, or nil for a handle whose content is still to be provided
+    /// (`provideDeferred`): one look at the handle table on the path of every write.
     public func writeIfProvided(handle: UInt64, offset: Int64, bytes: UnsafeRawBufferPointer) throws(FSError) -> Int? {
         let (open, deferred) = handles.withLock { ($0.open[handle], $0.deferred[handle] != nil) }
         guard let file = open else {
@@ -473,7 +474,7 @@ public final class DocFileSystem: Sendable {
             throw .invalidArgument
         }
         guard file.writable else { throw .invalidArgument }
-        guard let written = try file.copy.writeLocal(bytes, at: offset) else { return nil }
+        let written = try file.copy.writeLocal(bytes, at: offset)
         uploadStreams?.consider(file.copy)
         return written
     }
@@ -481,9 +482,28 @@ public final class DocFileSystem: Sendable {
     /// Commits the copy's changes to the journal: the catalog row with its size and a new
     /// commit (not flushed to disk: see `SessionMarker`). Runs before every close() returns.
     /// Only committed content is ever uploaded over the store's version.
-    public func flush(handle: UInt64) throws(FSError) {
+    public func flush(handle: UInt64) async throws(FSError) {
         guard let file = handles.withLock({ $0.open[handle] }) else { return }
+        try await completeForCommit(file)
         try file.copy.commit()
+    }
+
+    /// `flush` on the calling thread, or false (nothing done) when the copy's holes must be
+    /// fetched first: call `flush` then. What every close() costs, without a task for most.
+    public func flushIfComplete(handle: UInt64) throws(FSError) -> Bool {
+        guard let file = handles.withLock({ $0.open[handle] }) else { return true }
+        if file.copy.needsFillBeforeCommit { return false }
+        try file.copy.commit()
+        return true
+    }
+
+    /// Fetches what a changed sparse copy lacks, none of the bytes written into it, before its
+    /// changes are committed: only a complete copy is committed and uploaded. The caller waits
+    /// as a writer does (`Provider.complete`); a version changed on the store meanwhile fails
+    /// with `ESTALE`, and the changes stay uncommitted (kept as an unsaved copy by the next mount).
+    private func completeForCommit(_ file: OpenFile) async throws(FSError) {
+        guard file.copy.needsFillBeforeCommit else { return }
+        try await provider.complete(file.copy, of: file.opened)
     }
 
     /// fsync: commit (flushed to local disk), then upload now and wait for the store to confirm.
@@ -493,6 +513,7 @@ public final class DocFileSystem: Sendable {
             throw .invalidArgument
         }
         if file.copy.life.uncommitted {
+            try await completeForCommit(file)
             try await Blocking.run { () throws(FSError) in _ = try file.copy.commit(durably: true) }
         }
         // What was sent while it was written completes the commit, if it is all of it.
@@ -516,7 +537,10 @@ public final class DocFileSystem: Sendable {
         // Most closes have nothing to commit (a reader, or a writer that already flushed): no
         // hop to the blocking queue for them.
         if file.copy.life.uncommitted {
-            do { try await Blocking.run { () throws(FSError) in _ = try file.copy.commit() } } catch {
+            do {
+                try await completeForCommit(file)
+                try await Blocking.run { () throws(FSError) in _ = try file.copy.commit() }
+            } catch {
                 logger.error("cannot commit changes", metadata: ["inode": "\(file.inode)", "error": "\(error)"])
             }
         }
@@ -585,10 +609,9 @@ public final class DocFileSystem: Sendable {
         return now.showsSameContent(as: file.opened) ? nil : file.inode
     }
 
-    /// Readies a writer's handle for a change (a write, a truncate): its content provided
-    /// (`provideDeferred`) and, where reads through it (or another reader) left the copy
-    /// sparse, every byte it lacks fetched first, since only a complete copy is ever changed,
-    /// committed and uploaded. Returns what `provideDeferred` does.
+    /// Readies a writer's handle for a truncate: its content provided (`provideDeferred`) and,
+    /// where the copy is sparse, every byte it lacks fetched first (writes need neither: see
+    /// `LocalCopy.writeLocal`). Returns what `provideDeferred` does.
     @discardableResult
     public func provideForChange(_ handle: UInt64) async throws(FSError) -> Inode? {
         let changed = try await provideDeferred(handle, forChange: true)
@@ -621,6 +644,7 @@ public final class DocFileSystem: Sendable {
                 try file.copy.truncate(to: size)
             } else {
                 temporary = try await open(inode, mode: OpenMode(writable: true, truncate: size == 0))
+                if let temporary, size != 0 { try await provideForChange(temporary) }
             }
         }
         do {
@@ -837,10 +861,12 @@ public final class DocFileSystem: Sendable {
     // MARK: Lifecycle
 
     /// Takes over what an earlier mount left (see `CrashRecovery`): clean copies go, committed
-    /// changes are uploaded, writes never closed are kept as `NAME (unsaved …)`. Call before
+    /// changes are uploaded, writes never closed are kept as `NAME (unsaved …)` (a sparse
+    /// one's holes fetched first: `UnfilledCopies`). Call before
     /// the filesystem serves anything.
     public func start() async throws(FSError) {
         let bootID = SessionMarker.currentBootID()
+        await UnfilledCopies(catalog: catalog, cacheDirectory: cacheDirectory, store: store, logger: logger).fill()
         var recovery = CrashRecovery(catalog: catalog, cacheDirectory: cacheDirectory, logger: logger)
         recovery.machineRestarted = sessionMarker?.machineRestartedUnderAMount(bootID: bootID) ?? false
         let reverted = try recovery.run()
@@ -949,7 +975,8 @@ public final class DocFileSystem: Sendable {
             return Array(table.open.values)
         }
         for file in handlesLeft {
-            try? file.copy.commit()
+            try? await completeForCommit(file)
+            _ = try? file.copy.commit()
         }
         for file in handlesLeft {
             await uploader.releaseCopy(of: file.inode)

@@ -20,6 +20,9 @@ public final class LocalCopy: ContentSink, Sendable {
     public let inode: Inode
     private let catalog: Catalog
     private let state: Mutex<State>
+    /// Taken around every write of bytes into the file, the user's and the fetched ones alike
+    /// (before `state`), so that a fetched chunk never lands over a write made meanwhile.
+    private let landing = Mutex(())
 
     private struct State {
         /// One user of `used` (the descriptor it was given) is done; returns the descriptors to
@@ -71,6 +74,13 @@ public final class LocalCopy: ContentSink, Sendable {
         var closed = false
         /// Fills a sparse copy on demand (a large file streamed, not downloaded at open).
         var fetcher: RangeFetcher?
+        /// The fetcher's last requests ending, once it is detached from a complete copy: until
+        /// then a fetched chunk may still arrive, and must not land on the user's bytes.
+        var draining: Task<Void, Never>?
+        /// Bytes the user wrote while fetched bytes could still arrive: those never land on them.
+        var local = ByteRangeSet()
+        /// Which bytes a changed sparse copy holds, on disk for a restart (see `HeldLog`).
+        var heldLog: HeldLog?
         /// A new file's upload sent while it is written (`StreamedUpload`), until it is settled.
         var streamed: StreamedUpload?
         /// A stream was started once: a copy streams at most once.
@@ -174,29 +184,32 @@ public final class LocalCopy: ContentSink, Sendable {
     // MARK: Local changes
 
     /// Writes the user's bytes at `offset`. The first change since a commit is recorded in
-    /// the journal before the bytes land. Nil, writing nothing, while the copy is sparse: only
-    /// a complete copy is changed (`DocFileSystem.provideForChange` completes it).
-    public func writeLocal(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(FSError) -> Int? {
-        guard let descriptor = try beginChangeIfComplete() else { return nil }
-        var written = 0
-        while written < bytes.count {
-            let n = pwrite(descriptor, bytes.baseAddress! + written, bytes.count - written, off_t(offset) + off_t(written))
-            if n < 0 {
-                if errno == EINTR { continue }
-                let code = errno
-                endChange(descriptor)
-                throw .local(errno: code, "writing \(path): \(String(cString: strerror(code)))")
+    /// the journal before the bytes land. A sparse copy is written at once: the bytes the
+    /// write does not cover are fetched only before the commit (`fetchRemaining`), and none
+    /// of them lands on the user's.
+    public func writeLocal(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(FSError) -> Int {
+        try landing.withLock { _ throws(FSError) -> Int in
+            let descriptor = try beginChange(writing: offset..<(offset + Int64(bytes.count)))
+            var written = 0
+            while written < bytes.count {
+                let n = pwrite(descriptor, bytes.baseAddress! + written, bytes.count - written, off_t(offset) + off_t(written))
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    let code = errno
+                    endChange(descriptor)
+                    throw .local(errno: code, "writing \(path): \(String(cString: strerror(code)))")
+                }
+                written += n
             }
-            written += n
+            endChange(descriptor) { state in
+                if offset > state.length { state.held.insert(state.length..<offset) }  // the hole reads as zeros
+                state.held.insert(offset..<(offset + Int64(written)))
+                state.length = max(state.length, offset + Int64(written))
+                state.written = true
+                state.streamed?.wrote(offset..<(offset + Int64(written)))
+            }
+            return written
         }
-        endChange(descriptor) { state in
-            if offset > state.length { state.held.insert(state.length..<offset) }  // the hole reads as zeros
-            state.held.insert(offset..<(offset + Int64(written)))
-            state.length = max(state.length, offset + Int64(written))
-            state.written = true
-            state.streamed?.wrote(offset..<(offset + Int64(written)))
-        }
-        return written
     }
 
     /// Ends a change begun by `beginChange` on `descriptor`, applying `done` to the state under the same lock.
@@ -254,6 +267,8 @@ public final class LocalCopy: ContentSink, Sendable {
         return try state.withLock { (state) throws(FSError) -> Bool in
             // A write still landing, or one that began after the sync, stays uncommitted.
             guard state.life.uncommitted, state.writesInFlight == 0 else { return false }
+            // Holes are never committed: `fetchRemaining` first (`DocFileSystem.completeForCommit`).
+            guard state.fetcher == nil else { throw .io("\(path) is committed before all its content is local") }
             var life = state.life
             life.committedChanges()
             try record(life, in: &state)
@@ -344,18 +359,23 @@ public final class LocalCopy: ContentSink, Sendable {
     }
 
     /// Begins a local change; returns the descriptor to make it through (`endChange` ends it).
-    private func beginChange() throws(FSError) -> Int32 {
-        guard let descriptor = try beginChangeIfComplete() else { throw .io("\(path) is changed before all its content is local") }
-        return descriptor
-    }
-
-    /// `beginChange`, or nil (nothing begun) while the copy is sparse. Only a complete copy is
-    /// changed: a change among holes could be uploaded with them, or have fetched bytes land
-    /// over it (`DocFileSystem.provideForChange`).
-    private func beginChangeIfComplete() throws(FSError) -> Int32? {
-        try state.withLock { (state) throws(FSError) -> Int32? in
+    /// A write (`writing`, the bytes it sets, under `landing`) may change a sparse copy: its
+    /// bytes are marked the user's, so no fetched chunk lands on them, and recorded in the
+    /// copy's `HeldLog` before they land. Any other change (a truncate) needs a complete copy
+    /// (`DocFileSystem.provideForChange`).
+    private func beginChange(writing range: ByteRange? = nil) throws(FSError) -> Int32 {
+        try state.withLock { (state) throws(FSError) -> Int32 in
             guard !state.discarded else { throw .stale }
-            guard state.fetcher == nil else { return nil }
+            if state.fetcher != nil || state.draining != nil {
+                guard let range else { throw .io("\(path) is changed before all its content is local") }
+                // Zeros up to a write past the end are the user's too.
+                let users = range.lowerBound > state.length ? state.length..<range.upperBound : range
+                if state.fetcher != nil {
+                    if state.heldLog == nil { state.heldLog = try HeldLog(copyPath: path, holding: state.held) }
+                    try state.heldLog?.append(users)
+                }
+                state.local.insert(users)
+            }
             try unshare(&state)
             if !state.life.uncommitted {
                 var life = state.life
@@ -394,30 +414,53 @@ public final class LocalCopy: ContentSink, Sendable {
 
     // MARK: ContentSink
 
+    /// Fetched bytes land, except on any the user wrote meanwhile (`local`).
     public func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(StoreError) {
-        let acquired: Int32?
-        do { acquired = try acquireDescriptor(forChange: true) } catch {
-            if case .local(let code, let message) = error { throw .localIO(errno: code, message: message) }
-            throw .localIO(errno: EIO, message: "\(error)")
-        }
-        guard let descriptor = acquired else { throw .localIO(errno: EBADF, message: "the local copy \(path) is gone") }
-        var written = 0
-        while written < bytes.count {
-            let n = pwrite(descriptor, bytes.baseAddress! + written, bytes.count - written, off_t(offset) + off_t(written))
-            if n < 0 {
-                if errno == EINTR { continue }
-                let code = errno
-                releaseDescriptor(descriptor)
-                throw .localIO(errno: code, message: "writing the local copy: \(String(cString: strerror(code)))")
+        let outcome = landing.withLock { _ in Result { () throws(StoreError) in try land(bytes, at: offset) } }
+        try outcome.get()
+    }
+
+    /// `write`, under `landing`.
+    private func land(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(StoreError) {
+        let range = offset..<(offset + Int64(bytes.count))
+        let acquired: Result<(descriptor: Int32, pieces: [ByteRange])?, FSError> = state.withLock { state in
+            Result { () throws(FSError) -> (descriptor: Int32, pieces: [ByteRange])? in
+                guard !state.discarded else { return nil }
+                try unshare(&state)
+                state.users += 1
+                return (state.descriptor, state.local.isEmpty ? [range] : state.local.missing(in: range))
             }
-            written += n
         }
-        let unused = state.withLock { state -> [Int32] in
-            state.held.insert(offset..<(offset + Int64(bytes.count)))
-            state.length = max(state.length, offset + Int64(bytes.count))
-            return state.releaseDescriptor(descriptor)
+        let lent: (descriptor: Int32, pieces: [ByteRange])?
+        switch acquired {
+        case .success(let value): lent = value
+        case .failure(.local(let code, let message)): throw .localIO(errno: code, message: message)
+        case .failure(let error): throw .localIO(errno: EIO, message: "\(error)")
+        }
+        guard let (descriptor, pieces) = lent else { throw .localIO(errno: EBADF, message: "the local copy \(path) is gone") }
+        for piece in pieces {
+            let start = Int(piece.lowerBound - offset)
+            let count = Int(piece.upperBound - piece.lowerBound)
+            var written = 0
+            while written < count {
+                let n = pwrite(descriptor, bytes.baseAddress! + start + written, count - written, off_t(piece.lowerBound) + off_t(written))
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    let code = errno
+                    releaseDescriptor(descriptor)
+                    throw .localIO(errno: code, message: "writing the local copy: \(String(cString: strerror(code)))")
+                }
+                written += n
+            }
+        }
+        let (unused, log) = state.withLock { state -> ([Int32], HeldLog?) in
+            state.held.insert(range)
+            state.length = max(state.length, range.upperBound)
+            return (state.releaseDescriptor(descriptor), state.heldLog)
         }
         Self.close(unused)
+        // After the bytes landed (still under `landing`, so in order with the user's writes).
+        do { try log?.append(range) } catch { throw .localIO(errno: EIO, message: "\(error)") }
     }
 
     /// Counts one more user of the descriptor and returns it; nil when the copy is gone.
@@ -559,7 +602,10 @@ public final class LocalCopy: ContentSink, Sendable {
 
     /// Closes and deletes the copy. Idempotent.
     public func discard() {
-        if letGo() { unlink(path) }
+        if letGo() {
+            unlink(path)
+            HeldLog.remove(copyPath: path)
+        }
     }
 
     /// Marks the copy gone, stops its fetcher and closes the descriptor (now, or when its last
@@ -571,6 +617,7 @@ public final class LocalCopy: ContentSink, Sendable {
             state.streamed?.abandon()
             let fetcher = state.fetcher
             state.fetcher = nil
+            state.heldLog = nil  // closed by its last holder (`land` may be appending to it)
             return (true, state.closable(), fetcher)
         }
         fetcher?.cancel(.stale)
@@ -692,22 +739,22 @@ public final class LocalCopy: ContentSink, Sendable {
         state.withLock { $0.fetcher }?.stalled(within: window) ?? false
     }
 
-    /// Fetches every byte a sparse copy lacks: before anyone writes to it, since only a
-    /// complete copy may be committed and uploaded.
+    /// Fetches every byte a sparse copy lacks (none the user wrote): before its changes are
+    /// committed, since only a complete copy is committed and uploaded, and before a truncate.
+    /// Returns once no fetched byte can land any more.
     public func fetchRemaining() async throws(FSError) {
-        guard let fetcher = state.withLock({ $0.fetcher }) else { return }
-        try await fetcher.fetchAll()
-        let complete = state.withLock { state -> Bool in
-            guard state.fetcher === fetcher, state.held.contains(0..<state.length) else { return false }
-            state.fetcher = nil
-            return true
+        if let fetcher = state.withLock({ $0.fetcher }) {
+            try await fetcher.fetchAll()
+            let complete = state.withLock { state -> Bool in
+                guard state.fetcher === fetcher, state.held.contains(0..<state.length) else { return false }
+                state.fetcher = nil
+                // Retired for good: a reader that still holds it can start no request.
+                state.draining = retirement(of: fetcher)
+                return true
+            }
+            if complete { try catalog.recordComplete(inode) }
         }
-        // Retired for good: a reader that still holds it can start no request, so no fetched
-        // byte can land after a writer changes the copy.
-        if complete {
-            fetcher.cancel(.stale)
-            try catalog.recordComplete(inode)
-        }
+        await state.withLock { $0.draining }?.value
     }
 
     /// The store version the copy's ranges come from changed without its content (attributes
@@ -718,15 +765,35 @@ public final class LocalCopy: ContentSink, Sendable {
 
     /// Stops filling the copy (it is about to be truncated): no fetched byte lands after this.
     public func stopFetching() async {
-        guard let fetcher = state.withLock({ state -> RangeFetcher? in
-            defer { state.fetcher = nil }
-            return state.fetcher
-        }) else { return }
-        await fetcher.stop(.stale)
+        state.withLock { state in
+            guard let fetcher = state.fetcher else { return }
+            state.fetcher = nil
+            state.draining = retirement(of: fetcher)
+        }
+        await state.withLock { $0.draining }?.value
+    }
+
+    /// Ends `fetcher`, just detached: its requests on the wire end before the user's bytes stop
+    /// being guarded from them (`local`), and the copy needs no `HeldLog` once it is not sparse.
+    private func retirement(of fetcher: RangeFetcher) -> Task<Void, Never> {
+        Task { [self] in
+            await fetcher.stop(.stale)
+            let log = state.withLock { state -> HeldLog? in
+                state.draining = nil
+                state.local = ByteRangeSet()
+                defer { state.heldLog = nil }
+                return state.heldLog
+            }
+            // Under `landing`: no fetched chunk is appending to it.
+            landing.withLock { _ in log?.remove() }
+        }
     }
 
     /// Whether bytes are still to be fetched on demand.
     public var isSparse: Bool { state.withLock { $0.fetcher != nil } }
+
+    /// Whether the copy has changes to commit whose holes must be fetched first.
+    public var needsFillBeforeCommit: Bool { state.withLock { $0.fetcher != nil && $0.life.uncommitted } }
 
     /// Bytes held and the file's length while a download fills the copy (the whole file at
     /// open, or ranges a reader asked for); nil when nothing is being fetched.

@@ -250,10 +250,9 @@ final class FuseAdapter: Sendable {
         }
     }
 
-    /// A write: into the local copy, on this thread; the first through a writer's handle that
-    /// deferred its content (`OpenMode.fetchOnFirstUse`), or whose reads left it sparse, waits
-    /// for the whole content in a task, with its bytes copied (libfuse reuses its buffer once
-    /// this returns).
+    /// A write: into the local copy, on this thread (a sparse copy too); the first through a
+    /// writer's handle that deferred its content (`OpenMode.fetchOnFirstUse`) waits for it to
+    /// be provided in a task, with its bytes copied (libfuse reuses its buffer once this returns).
     func write(_ raw: fuse_req_t, handle: UInt64, offset: Int64, bytes: UnsafeRawBufferPointer) {
         do {
             if let written = try fs.writeIfProvided(handle: handle, offset: offset, bytes: bytes) {
@@ -269,7 +268,7 @@ final class FuseAdapter: Sendable {
     private func writeWhenProvided(_ request: consuming FuseRequest, handle: UInt64, offset: Int64, bytes: [UInt8]) async {
         do {
             // The content fetched is not the version the kernel's attributes describe: drop them.
-            if let changed = try await fs.provideForChange(handle) { invalidateAttributes(of: changed) }
+            if let changed = try await fs.provideDeferred(handle) { invalidateAttributes(of: changed) }
             let written = bytes.withUnsafeBytes { buffer in
                 Result { () throws(FSError) -> Int in try fs.write(handle: handle, offset: offset, bytes: buffer) }
             }
@@ -279,12 +278,21 @@ final class FuseAdapter: Sendable {
         }
     }
 
-    func flush(_ request: consuming FuseRequest, handle: UInt64) {
+    /// A flush (every close): on this thread, unless a sparse copy's holes must be fetched
+    /// before its changes are committed (in a task then).
+    func flush(_ raw: fuse_req_t, handle: UInt64) {
         do {
-            try fs.flush(handle: handle)
-            request.reply(errno: 0)
+            if try fs.flushIfComplete(handle: handle) { return request(raw).reply(errno: 0) }
         } catch {
-            request.fail(error)
+            return request(raw).fail(error)
+        }
+        respond(raw) { [fs] request in
+            do {
+                try await fs.flush(handle: handle)
+                request.reply(errno: 0)
+            } catch {
+                request.fail(error)
+            }
         }
     }
 

@@ -105,7 +105,7 @@ enum FuseOperations {
                                    bytes: UnsafeRawBufferPointer(start: buffer, count: size))
         }
         ops.flush = { req, _, fi in
-            fuseAdapter(req).flush(fuseRequest(req), handle: fi!.pointee.fh)
+            fuseAdapter(req).flush(req!, handle: fi!.pointee.fh)
         }
         ops.fsync = { req, _, _, fi in
             let handle = fi!.pointee.fh

@@ -81,7 +81,7 @@ struct CatalogCostTests {
         // A write through a handle: size, time and state follow.
         let handle = try await fixture.fs.open(a.inode, mode: DocFileSystem.OpenMode(writable: true, truncate: false))
         try fixture.write(handle: handle, Array("hello, world".utf8))
-        try fixture.fs.flush(handle: handle)
+        try await fixture.fs.flush(handle: handle)
         #expect(try fixture.fs.lookupIfListed(parent: dir.inode, name: "a.txt")?.size == 12)
         await fixture.fs.release(handle: handle)
         await fixture.settle()

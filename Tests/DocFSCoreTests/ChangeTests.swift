@@ -38,7 +38,7 @@ struct ChangeTests {
         try fixture.write(handle: handle, Array("ab".utf8), at: 2)
         try fixture.write(handle: handle, Array("XYZ".utf8), at: 10)
         #expect(try fixture.fs.item(item.inode).size == 13, "stat shows the local size while editing")
-        try fixture.fs.flush(handle: handle)
+        try await fixture.fs.flush(handle: handle)
         #expect(fixture.store.writeCount("doc.txt") == 0, "nothing uploaded before the last close")
         await fixture.fs.release(handle: handle)
         await fixture.settle()
@@ -271,7 +271,7 @@ struct ChangeTests {
         let (opened, gate) = AsyncStream<Void>.makeStream()
         fixture.store.holdWrites { for await _ in opened { return } }
         try fixture.write(handle: writer, Array("ours, first".utf8))
-        try fixture.fs.flush(handle: writer)
+        try await fixture.fs.flush(handle: writer)
         await fixture.fs.release(handle: writer)
         for _ in 0..<200 where try fixture.fs.item(item.inode).state != .uploading {
             try await Task.sleep(for: .milliseconds(10))
@@ -295,7 +295,7 @@ struct ChangeTests {
         #expect(store.content("a.txt") == theirs)
 
         try fixture.write(handle: keeper, Array("ours, second".utf8))
-        try fixture.fs.flush(handle: keeper)
+        try await fixture.fs.flush(handle: keeper)
         await fixture.fs.release(handle: keeper)
         await fixture.settle()
         #expect(store.content("a.txt") == theirs, "the other client's version was replaced")

@@ -96,7 +96,7 @@ extension CoreFixture {
     func createFile(_ name: String, _ content: [UInt8], in parent: Inode = Item.rootInode) async throws -> Item {
         let (item, handle) = try await fs.create(in: parent, name: name, mode: 0o644, owner: 0, group: 0, exclusive: true, truncate: false)
         try write(handle: handle, content)
-        try fs.flush(handle: handle)
+        try await fs.flush(handle: handle)
         await fs.release(handle: handle)
         return item
     }

@@ -572,7 +572,7 @@ final class ModelRun {
                 if let written = try bytes.withUnsafeBytes({ try fs.writeIfProvided(handle: open.handle, offset: Int64(offset), bytes: $0) }) {
                     return written
                 }
-                try await fs.provideForChange(open.handle)
+                try await fs.provideDeferred(open.handle)
                 return try bytes.withUnsafeBytes { try fs.write(handle: open.handle, offset: Int64(offset), bytes: $0) }
             }) else { return "hung" }
             guard case .success(let written) = result else {
@@ -591,7 +591,7 @@ final class ModelRun {
 
         case .flush(let h):
             guard let open = handles[h] else { return "skipped: no such handle" }
-            guard let result = await call({ try fs.flush(handle: open.handle) }) else { return "hung" }
+            guard let result = await call({ try await fs.flush(handle: open.handle) }) else { return "hung" }
             // A flush or close of any handle hands over the file's changes, whichever handle
             // made them: the handles share one copy, as a kernel's handles share one file.
             commit(open.inode, by: "op \(number) \(op)")
@@ -611,7 +611,7 @@ final class ModelRun {
             guard let open = handles[h] else { return "skipped: no such handle" }
             guard let result = await call({ () async throws -> Void in
                 var failure: (any Error)?
-                do { try fs.flush(handle: open.handle) } catch { failure = error }
+                do { try await fs.flush(handle: open.handle) } catch { failure = error }
                 await fs.release(handle: open.handle)
                 if let failure { throw failure }
             }) else { return "hung" }

@@ -39,7 +39,7 @@ struct NothingLostTests {
         fixture.store.remove("gone.txt")
         try await fixture.fs.refresh(directory: Item.rootInode)
         try fixture.write(handle: handle, Array("J".utf8))
-        try fixture.fs.flush(handle: handle)
+        try await fixture.fs.flush(handle: handle)
         await fixture.fs.release(handle: handle)
         await fixture.settle()
         #expect(fixture.store.content("gone.txt") == Array("Jello".utf8), "the edit recreates the file: nothing dropped")

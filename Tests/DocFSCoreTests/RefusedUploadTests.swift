@@ -31,7 +31,7 @@ struct RefusedUploadTests {
         fixture.store.failWrites(with: nil)
         let handle = try await fixture.fs.open(item.inode, mode: .init(writable: true, truncate: true))
         try fixture.write(handle: handle, Array("accepted".utf8))
-        try fixture.fs.flush(handle: handle)
+        try await fixture.fs.flush(handle: handle)
         await fixture.fs.release(handle: handle)
         for _ in 0..<100 where fixture.store.content("big.txt") == nil { try await Task.sleep(for: .milliseconds(20)) }
         #expect(fixture.store.content("big.txt") == Array("accepted".utf8))
@@ -58,7 +58,7 @@ struct RefusedUploadTests {
         for _ in 0..<200 where attempts.withLock({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(10)) }
         let handle = try await fixture.fs.open(item.inode, mode: .init(writable: true, truncate: true))
         try fixture.write(handle: handle, Array("small".utf8))
-        try fixture.fs.flush(handle: handle)
+        try await fixture.fs.flush(handle: handle)
         await fixture.fs.release(handle: handle)
         secondCommitted.withLock { $0 = true }
         for _ in 0..<200 where fixture.store.content("a.txt") == nil { try await Task.sleep(for: .milliseconds(10)) }

@@ -34,7 +34,7 @@ struct StreamedUploadTests {
 
     /// The last close of `handle`, as the kernel sends it (flush, release), and every upload tried.
     static func closeAndSettle(_ fixture: CoreFixture, _ handle: UInt64) async throws {
-        try fixture.fs.flush(handle: handle)
+        try await fixture.fs.flush(handle: handle)
         await fixture.fs.release(handle: handle)
         await fixture.settle()
     }
@@ -72,7 +72,7 @@ struct StreamedUploadTests {
         let content = randomBytes(4 * Self.chunk)
         let (_, handle) = try await fixture.fs.create(in: Item.rootInode, name: "dd.out", mode: 0o644, owner: 0, group: 0,
                                                       exclusive: false, truncate: true)
-        try fixture.fs.flush(handle: handle)
+        try await fixture.fs.flush(handle: handle)
         try Self.writeChunks(fixture, handle, content, 0..<4)
         try await Self.streamBegins(fixture, "dd.out")
         try await Self.closeAndSettle(fixture, handle)
@@ -88,7 +88,7 @@ struct StreamedUploadTests {
         let content = randomBytes(6 * Self.chunk)
         let (_, handle) = try await Self.create(fixture, "build.log", content, chunks: 3)
         try await Self.streamBegins(fixture, "build.log")
-        try fixture.fs.flush(handle: handle)
+        try await fixture.fs.flush(handle: handle)
         try Self.writeChunks(fixture, handle, content, 3..<6)
         try await Self.closeAndSettle(fixture, handle)
 
@@ -176,7 +176,7 @@ struct StreamedUploadTests {
         fixture.store.failWrites(with: .unreachable("down for a moment"))
         let (_, handle) = try await Self.create(fixture, "report.pdf", content, chunks: 4)
         try await Self.streamBegins(fixture, "report.pdf")
-        try fixture.fs.flush(handle: handle)
+        try await fixture.fs.flush(handle: handle)
         await fixture.fs.release(handle: handle)
         try await Task.sleep(for: .milliseconds(100))
         fixture.store.failWrites(with: nil)

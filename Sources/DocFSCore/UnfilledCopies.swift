@@ -1,0 +1,69 @@
+import DocFSStore
+import Foundation
+import Logging
+
+/// What a mount does, before `CrashRecovery`, with copies the last one left changed while they
+/// were still sparse (a large file written and never closed when the daemon died): their
+/// holes are fetched from the store version the copy started from, so that the unsaved copy
+/// `CrashRecovery` keeps is that version with the user's writes, as for a copy that was whole.
+///
+/// The copy's `HeldLog` says which bytes it holds. A hole is fetched with `If-Match` on the
+/// copy's base: if the store has another version now, or cannot be reached, the hole stays
+/// zeros and the log says so. Every byte the user wrote is kept either way.
+struct UnfilledCopies {
+    let catalog: Catalog
+    let cacheDirectory: String
+    let store: any Store
+    let logger: Logger
+
+    func fill() async {
+        guard let items = try? catalog.itemsWithUncommittedWrites() else { return }
+        for item in items {
+            let copyPath = cacheDirectory + "/" + item.id
+            guard let held = HeldLog.read(copyPath: copyPath) else { continue }
+            defer { HeldLog.remove(copyPath: copyPath) }
+            var info = stat()
+            guard stat(copyPath, &info) == 0 else { continue }
+            let holes = held.missing(in: 0..<Int64(info.st_size))
+            guard !holes.isEmpty else { continue }
+            let missing = holes.reduce(Int64(0)) { $0 + ($1.upperBound - $1.lowerBound) }
+            guard let base = item.baseEtag else {
+                logger.warning("an unsaved copy lacks bytes of a version it cannot name: they stay zeros",
+                               metadata: ["path": "\(item.path)", "bytes": "\(missing)"])
+                continue
+            }
+            let descriptor = open(copyPath, O_WRONLY | O_CLOEXEC)
+            guard descriptor >= 0 else { continue }
+            defer { close(descriptor) }
+            do throws(StoreError) {
+                for hole in holes {
+                    _ = try await store.read(item.path, range: hole, ifMatch: base, into: HoleSink(descriptor: descriptor, hole: hole))
+                }
+                logger.info("fetched what a copy changed while sparse lacked", metadata: ["path": "\(item.path)", "bytes": "\(missing)"])
+            } catch {
+                logger.warning("an unsaved copy keeps zeros where the store's bytes could not be fetched",
+                               metadata: ["path": "\(item.path)", "bytes": "\(missing)", "error": "\(error)"])
+            }
+        }
+    }
+
+    /// Writes a fetched hole into the copy, and nothing outside it.
+    private struct HoleSink: ContentSink {
+        let descriptor: Int32
+        let hole: ByteRange
+
+        func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(StoreError) {
+            let start = max(offset, hole.lowerBound)
+            let end = min(offset + Int64(bytes.count), hole.upperBound)
+            var done = start
+            while done < end {
+                let n = pwrite(descriptor, bytes.baseAddress! + Int(done - offset), Int(end - done), off_t(done))
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    throw .localIO(errno: errno, message: "filling an unsaved copy: \(String(cString: strerror(errno)))")
+                }
+                done += Int64(n)
+            }
+        }
+    }
+}

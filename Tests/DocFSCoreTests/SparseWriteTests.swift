@@ -1,0 +1,124 @@
+import DocFSCore
+import DocFSStore
+import DocFSTesting
+import Foundation
+import Testing
+
+/// A write into a sparse copy (a large file streamed, not downloaded at open) lands at once;
+/// the bytes it does not cover are fetched before the commit, from the version the copy
+/// started from, and never land on the user's; a crash in between keeps the user's bytes with
+/// the store's around them.
+@Suite("A write into a sparse copy fetches only what it does not overwrite")
+struct SparseWriteTests {
+    static let mebibyte = 1 << 20
+    static let size = 8 * mebibyte
+
+    private func openWriter(_ store: InMemoryStore, through proxy: (any Store)? = nil) async throws -> (CoreFixture, UInt64, [UInt8]) {
+        let content = randomBytes(Self.size)
+        store.addFile("disk.img", content)
+        let fixture = try CoreFixture(store: store, through: proxy ?? store)
+        let item = try await fixture.lookup("disk.img")
+        let handle = try await fixture.fs.open(item.inode, mode: .init(writable: true, truncate: false))
+        return (fixture, handle, content)
+    }
+
+    private func unsavedCopies(_ fixture: CoreFixture) -> [String] {
+        fixture.store.fileNames(in: "/").filter { $0.hasPrefix("disk (unsaved ") }
+    }
+
+    @Test func bytesAWriteCoversAreNeverFetched() async throws {
+        let (fixture, handle, content) = try await openWriter(InMemoryStore())
+        let overwritten = (2 * Self.mebibyte)..<(3 * Self.mebibyte)
+        let mine = randomBytes(overwritten.count)
+        // In pieces, as the kernel sends a large write.
+        for start in stride(from: 0, to: mine.count, by: 128 << 10) {
+            try fixture.write(handle: handle, Array(mine[start..<(start + (128 << 10))]), at: Int64(overwritten.lowerBound + start))
+        }
+        try await fixture.fs.flush(handle: handle)
+        let asked = fixture.store.readRanges("disk.img")
+        let written = Int64(overwritten.lowerBound)..<Int64(overwritten.upperBound)
+        #expect(!asked.contains { $0?.overlaps(written) ?? true },
+                "the written MiB was fetched: \(asked)")
+        #expect(fixture.store.bytesDelivered("disk.img") == Int64(Self.size - overwritten.count))
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+        var expected = content
+        expected.replaceSubrange(overwritten, with: mine)
+        #expect(fixture.store.content("disk.img") == expected)
+        #expect(fixture.cachedFiles().isEmpty)
+    }
+
+    @Test func aReadOfWrittenBytesAndTheirNeighboursGivesEachItsOwn() async throws {
+        let (fixture, handle, content) = try await openWriter(InMemoryStore())
+        let at = 4 * Self.mebibyte + 10
+        try fixture.write(handle: handle, Array("MINE".utf8), at: Int64(at))
+        // The ranged read around them fetches the store's bytes, which land around the user's.
+        let read = try await fixture.fs.read(handle: handle, offset: Int64(4 * Self.mebibyte), count: 64 << 10)
+        var expected = Array(content[(4 * Self.mebibyte)..<(4 * Self.mebibyte + (64 << 10))])
+        expected.replaceSubrange(10..<14, with: Array("MINE".utf8))
+        #expect(read == expected)
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+        var whole = content
+        whole.replaceSubrange(at..<(at + 4), with: Array("MINE".utf8))
+        #expect(fixture.store.content("disk.img") == whole)
+    }
+
+    @Test func aWritePastTheEndOfASparseCopyLeavesZerosBetween() async throws {
+        let (fixture, handle, content) = try await openWriter(InMemoryStore())
+        try fixture.write(handle: handle, Array("TAIL".utf8), at: Int64(Self.size + 100))
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+        #expect(fixture.store.content("disk.img") == content + [UInt8](repeating: 0, count: 100) + Array("TAIL".utf8))
+    }
+
+    @Test func aNewVersionBeforeTheCommitFailsItWithStaleAndKeepsTheWrites() async throws {
+        let store = InMemoryStore()
+        let (fixture, handle, content) = try await openWriter(store)
+        try fixture.write(handle: handle, Array("MINE".utf8), at: Int64(5 * Self.mebibyte))
+        let theirs = randomBytes(Self.size)
+        store.addFile("disk.img", theirs)
+        await #expect(throws: FSError.stale) { try await fixture.fs.flush(handle: handle) }
+        await fixture.fs.release(handle: handle)
+        #expect(store.content("disk.img") == theirs, "another client's version is never overwritten")
+        #expect(fixture.pendingUploads().count == 1, "the writes are kept, uncommitted")
+        _ = content
+    }
+
+    @Test func aKilledDaemonsSparseWritesAreKeptWithTheStoresBytesAround() async throws {
+        let store = InMemoryStore()
+        let proxy = CrashableStore(wrapping: store)
+        let (fixture, handle, content) = try await openWriter(store, through: proxy)
+        try fixture.write(handle: handle, Array("MINE".utf8), at: Int64(5 * Self.mebibyte))
+        let left = try await fixture.crash(proxy)
+        let restarted = try await fixture.restart(from: left, through: CrashableStore(wrapping: store))
+        await restarted.settle()
+        #expect(store.content("disk.img") == content, "the store's version is intact")
+        let unsaved = unsavedCopies(restarted)
+        #expect(unsaved.count == 1)
+        var expected = content
+        expected.replaceSubrange((5 * Self.mebibyte)..<(5 * Self.mebibyte + 4), with: Array("MINE".utf8))
+        #expect(unsaved.first.flatMap { store.content($0) } == expected, "the unsaved copy is the version with the writes")
+        #expect(restarted.cachedFiles().isEmpty)
+        _ = handle
+    }
+
+    @Test func aKilledDaemonsSparseWritesSurviveANewVersionWithZerosAround() async throws {
+        let store = InMemoryStore()
+        let proxy = CrashableStore(wrapping: store)
+        let (fixture, handle, content) = try await openWriter(store, through: proxy)
+        try fixture.write(handle: handle, Array("MINE".utf8), at: Int64(5 * Self.mebibyte))
+        let left = try await fixture.crash(proxy)
+        let theirs = randomBytes(Self.size)
+        store.addFile("disk.img", theirs)
+        let restarted = try await fixture.restart(from: left, through: CrashableStore(wrapping: store))
+        await restarted.settle()
+        #expect(store.content("disk.img") == theirs)
+        let unsaved = unsavedCopies(restarted).first.flatMap { store.content($0) } ?? []
+        #expect(unsaved.count == Self.size)
+        #expect(Array(unsaved[(5 * Self.mebibyte)..<(5 * Self.mebibyte + 4)]) == Array("MINE".utf8), "the user's bytes are kept")
+        #expect(Array(unsaved[0..<(128 << 10)]) == Array(content[0..<(128 << 10)]), "the bytes fetched before the crash are kept")
+        #expect(unsaved[Self.mebibyte] == 0 && unsaved[7 * Self.mebibyte] == 0, "bytes never fetched are zeros, not another version's")
+        _ = handle
+    }
+}
