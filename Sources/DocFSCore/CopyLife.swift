@@ -45,6 +45,11 @@ public struct CopyLife: Sendable, Equatable {
     public var startedFromNothing = false
     /// Writes since the last commit may be in the copy.
     public var uncommitted = false
+    /// A close handed those writes over, but the bytes of the sparse copy they did not cover
+    /// could not be fetched then (the store was down, or has another version now): the
+    /// uploader fetches them, commits and uploads (`Uploader`). In memory only: after a
+    /// restart they are unsaved writes like any (`CrashRecovery`).
+    public var awaitingFill = false
     /// The latest commit: bumped by every close/fsync that handed over changes.
     public var committed: UInt64 = 0
     /// The latest commit the store confirmed (or that was kept as a conflict copy).
@@ -124,7 +129,15 @@ public struct CopyLife: Sendable, Equatable {
     public mutating func committedChanges() {
         guard uncommitted else { return }
         uncommitted = false
+        awaitingFill = false
         committed += 1
+    }
+
+    /// A close handed the changes over, and their commit waits for the copy's holes to be
+    /// fetched (`awaitingFill`).
+    public mutating func commitAwaitsFill() {
+        guard uncommitted else { return }
+        awaitingFill = true
     }
 
     /// The uploader took a snapshot of commit `committed`. Returns false when there is nothing
@@ -161,6 +174,7 @@ public struct CopyLife: Sendable, Equatable {
     public mutating func removedLocally() -> Action {
         removed = true
         uncommitted = false
+        awaitingFill = false
         return settle()
     }
 
@@ -183,7 +197,7 @@ public struct CopyLife: Sendable, Equatable {
     private func settle() -> Action {
         guard openCount == 0, uploading == nil, content == .present || removed else { return .none }
         if removed { return .evict }
-        if uncommitted { return .none }  // a failed commit: kept, the next mount saves it
+        if uncommitted { return awaitingFill ? .upload : .none }  // a failed commit: kept, the next mount saves it
         if isDirty { return .upload }
         return pinned ? .none : .evict
     }

@@ -538,7 +538,11 @@ public final class DocFileSystem: Sendable {
         // hop to the blocking queue for them.
         if file.copy.life.uncommitted {
             do {
-                try await completeForCommit(file)
+                do { try await completeForCommit(file) } catch {
+                    // Handed over all the same: the uploader fetches the rest and commits.
+                    try? file.copy.update { $0.commitAwaitsFill() }
+                    throw error
+                }
                 try await Blocking.run { () throws(FSError) in _ = try file.copy.commit() }
             } catch {
                 logger.error("cannot commit changes", metadata: ["inode": "\(file.inode)", "error": "\(error)"])

@@ -773,6 +773,25 @@ public final class LocalCopy: ContentSink, Sendable {
         await state.withLock { $0.draining }?.value
     }
 
+    /// The version the copy's holes belong to is gone from the store: they stay zeros from now
+    /// on, read as such and uploaded as such (an upload, conditional on that version, then
+    /// keeps the copy as a conflict copy next to the store's). Returns how many bytes were lost
+    /// that way.
+    @discardableResult
+    public func giveUpFetching() async -> Int64 {
+        state.withLock { state in
+            guard let fetcher = state.fetcher else { return }
+            state.fetcher = nil
+            state.draining = retirement(of: fetcher)
+        }
+        await state.withLock { $0.draining }?.value
+        return state.withLock { state -> Int64 in
+            let missing = state.held.missing(in: 0..<state.length).reduce(Int64(0)) { $0 + ($1.upperBound - $1.lowerBound) }
+            state.held.insert(0..<state.length)  // a sparse file's holes read as zeros
+            return missing
+        }
+    }
+
     /// Ends `fetcher`, just detached: its requests on the wire end before the user's bytes stop
     /// being guarded from them (`local`), and the copy needs no `HeldLog` once it is not sparse.
     private func retirement(of fetcher: RangeFetcher) -> Task<Void, Never> {

@@ -301,6 +301,27 @@ public actor Uploader {
         startWork()
     }
 
+    /// A close handed over writes into a sparse copy whose holes could not be fetched then
+    /// (`CopyLife.awaitingFill`): they are fetched now, from the version the copy started from,
+    /// and the writes committed. If the store has another version now (or none), the holes
+    /// stay zeros and the upload, conditional on the old version, keeps the copy as a conflict
+    /// copy next to the store's: every byte the user wrote is kept. Nil when the upload goes on.
+    private func commitAfterFill(_ item: Item, _ copy: LocalCopy) async -> Outcome? {
+        do {
+            try await copy.fetchRemaining()
+        } catch .stale, .notFound {
+            let lost = await copy.giveUpFetching()
+            logger.warning("the version a file was written into is gone from the store: what was not fetched of it stays zeros, in a conflict copy",
+                           metadata: ["path": "\(item.path)", "bytes": "\(lost)"])
+            do { try catalog.recordComplete(item.inode) } catch { return .retryLater(retryAfter: nil) }
+        } catch {
+            logger.info("cannot fetch the rest of a written file yet", metadata: ["path": "\(item.path)", "error": "\(error)"])
+            return .retryLater(retryAfter: nil)
+        }
+        do { try copy.commit() } catch { return await failed(item, copy, error) }
+        return nil
+    }
+
     /// `retryLater` carries the wait the store asked for (`Retry-After`), if it did.
     private enum Outcome { case done, retryLater(retryAfter: Duration?), refused }
 
@@ -331,6 +352,7 @@ public actor Uploader {
                 return .retryLater(retryAfter: nil)
             }
         }
+        if copy.life.awaitingFill, let outcome = await commitAfterFill(item, copy) { return outcome }
         let snapshot = provider.snapshotPath(for: item)
         defer {
             UploadMeter.unwatch(snapshot)

@@ -72,7 +72,7 @@ struct SparseWriteTests {
         #expect(fixture.store.content("disk.img") == content + [UInt8](repeating: 0, count: 100) + Array("TAIL".utf8))
     }
 
-    @Test func aNewVersionBeforeTheCommitFailsItWithStaleAndKeepsTheWrites() async throws {
+    @Test func aNewVersionBeforeTheCommitFailsItWithStaleAndKeepsTheWritesAsAConflictCopy() async throws {
         let store = InMemoryStore()
         let (fixture, handle, content) = try await openWriter(store)
         try fixture.write(handle: handle, Array("MINE".utf8), at: Int64(5 * Self.mebibyte))
@@ -80,9 +80,38 @@ struct SparseWriteTests {
         store.addFile("disk.img", theirs)
         await #expect(throws: FSError.stale) { try await fixture.fs.flush(handle: handle) }
         await fixture.fs.release(handle: handle)
+        await fixture.settle()
         #expect(store.content("disk.img") == theirs, "another client's version is never overwritten")
-        #expect(fixture.pendingUploads().count == 1, "the writes are kept, uncommitted")
-        _ = content
+        let conflicts = store.fileNames(in: "/").filter { $0.hasPrefix("disk (conflict ") }
+        #expect(conflicts.count == 1)
+        let kept = conflicts.first.flatMap { store.content($0) } ?? []
+        #expect(kept.count == Self.size)
+        #expect(Array(kept[(5 * Self.mebibyte)..<(5 * Self.mebibyte + 4)]) == Array("MINE".utf8), "the user's bytes are kept")
+        #expect(Array(kept[0..<(128 << 10)]) == Array(content[0..<(128 << 10)]), "so are the bytes fetched before")
+        #expect(kept[7 * Self.mebibyte] == 0, "bytes never fetched are zeros, not another version's")
+        #expect(fixture.pendingUploads().isEmpty)
+        #expect(fixture.cachedFiles().isEmpty)
+    }
+
+    @Test func aCloseWhileTheStoreIsDownHandsTheWritesToTheUploader() async throws {
+        let store = InMemoryStore()
+        let proxy = CrashableStore(wrapping: store)
+        let (fixture, handle, content) = try await openWriter(store, through: proxy)
+        try fixture.write(handle: handle, Array("MINE".utf8), at: Int64(5 * Self.mebibyte))
+        proxy.outage = .unreachable("down for the test")
+        let closed = Task {
+            do { try await fixture.fs.flush(handle: handle) } catch { _ = error }
+            await fixture.fs.release(handle: handle)
+        }
+        await closed.value
+        #expect(store.content("disk.img") == content, "nothing is sent while the holes are missing")
+        proxy.outage = nil
+        await fixture.settle()
+        var expected = content
+        expected.replaceSubrange((5 * Self.mebibyte)..<(5 * Self.mebibyte + 4), with: Array("MINE".utf8))
+        #expect(store.content("disk.img") == expected, "the rest was fetched once the store was back, then uploaded")
+        #expect(fixture.pendingUploads().isEmpty)
+        #expect(fixture.cachedFiles().isEmpty)
     }
 
     @Test func aKilledDaemonsSparseWritesAreKeptWithTheStoresBytesAround() async throws {
