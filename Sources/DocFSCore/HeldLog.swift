@@ -21,7 +21,14 @@ final class HeldLog {
     private var descriptor: Int32
 
     /// The log of the copy at `copyPath`.
-    static func path(of copyPath: String) -> String { copyPath + ".held" }
+    static func path(of copyPath: String) -> String { copyPath + suffix }
+
+    private static let suffix = ".held"
+
+    /// The name of the copy whose log is the cache's file `name`; nil if it is no log.
+    static func owner(ofFileNamed name: String) -> String? {
+        name.hasSuffix(suffix) ? String(name.dropLast(suffix.count)) : nil
+    }
 
     /// Starts the log of the copy at `copyPath` with what it holds now.
     init(copyPath: String, holding held: ByteRangeSet) throws(FSError) {

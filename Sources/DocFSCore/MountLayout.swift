@@ -73,7 +73,8 @@ public struct MountLayout: Sendable, Equatable {
     public static func clear(directory: String, keeping: Set<String>) -> Int {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return 0 }
         var removed = 0
-        for name in names where !keeping.contains(name) {
+        // A kept copy keeps its held-bytes log (a changed sparse copy's: see `HeldLog`).
+        for name in names where !keeping.contains(name) && !keeping.contains(HeldLog.owner(ofFileNamed: name) ?? "") {
             unlink(directory + "/" + name)
             removed += 1
         }

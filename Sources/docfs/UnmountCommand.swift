@@ -192,9 +192,7 @@ struct UnmountCommand: AsyncParsableCommand {
         }
         // Pinned complete copies stay for the next mount, like unsynced ones.
         let keep = Set(pending.map(\.id)).union(pinned)
-        if let names = try? FileManager.default.contentsOfDirectory(atPath: record.cacheDirectory) {
-            for name in names where !keep.contains(name) { unlink(record.cacheDirectory + "/" + name) }
-        }
+        MountLayout.clear(directory: record.cacheDirectory, keeping: keep)
         if !pending.isEmpty {
             do throws(FSError) {
                 let folder = try RecoveryFolder.keep(pending, cacheDirectory: record.cacheDirectory, stateDirectory: record.stateDirectory)

@@ -258,6 +258,16 @@ final class ModelRun {
         var origin: String
         var path: String
         var mustKeep = true
+        /// Nil: exactly `bytes`. Else which bytes are certain: a write into a sparse copy whose
+        /// version went from the store before the rest was fetched keeps the others as zeros
+        /// (`Uploader.commitAfterFill`, `UnfilledCopies`), so each of those is its byte or 0.
+        var certain: [Bool]? = nil
+
+        func matches(_ content: [UInt8]) -> Bool {
+            guard let certain else { return content == bytes }
+            guard content.count == bytes.count else { return false }
+            return content.indices.allSatisfy { content[$0] == bytes[$0] || (!certain[$0] && content[$0] == 0) }
+        }
     }
 
     /// One file as the core identifies it (an inode): its content while a copy is open, what
@@ -272,6 +282,23 @@ final class ModelRun {
         var handles: Set<Int> = []
         /// Unlinked (or renamed over): what its handles still write is nobody's version.
         var removed = false
+        /// While its copy is sparse (opened by a sniffing read): which bytes are certainly
+        /// local (fetched by a read, or written). Nil once the copy is complete.
+        var held: [Bool]?
+        /// A sparse copy's fetches may fail from now on (the store went down, or another client
+        /// changed it): reads, flushes and closes of it may fail; their successes are checked.
+        var mayFail = false
+        /// Another client changed the store since the sparse copy was opened: the version its
+        /// holes belong to may be gone, and they may end as zeros. Else they are always fetched.
+        var versionMayBeGone = false
+
+        /// `range` of the content is certainly local now (a write past the end holds the zeros before it).
+        mutating func hold(_ range: Range<Int>) {
+            guard var held else { return }
+            if held.count < range.upperBound { held += [Bool](repeating: true, count: range.upperBound - held.count) }
+            for i in range { held[i] = true }
+            self.held = held
+        }
     }
 
     struct OpenHandle {
@@ -299,6 +326,9 @@ final class ModelRun {
     private var handles: [Int: OpenHandle] = [:]
     private var nextHandle = 0
     private var down = false
+    /// Opens read only the head of a file (a sniffer), leaving its copy sparse: with the
+    /// streaming policy only, where a file is large enough to be streamed.
+    private let sniffs: Bool
     private var remoteVersions = 0
     private var index = 0
     private var trace: [String] = []
@@ -313,6 +343,7 @@ final class ModelRun {
     private init(seed: UInt64, streaming: StreamingPolicy, conflictClock: @escaping @Sendable () -> Date) throws {
         self.seed = seed
         random = SeededGenerator(seed: seed)
+        sniffs = streaming != .default
         // Odd seeds ask names one by one, list the times versions were stored and rename a file
         // by copying it and then deleting the old name, as S3 does.
         // Every third seed uploads new files while they are written, from their 8th byte on,
@@ -486,16 +517,29 @@ final class ModelRun {
         switch op {
         case .open(let path, let access):
             let before = store.content(path)
+            // The version `before` is: a sniffing open that gets it knows the bytes it did not read.
+            let beforeVersion = await (try? proxy.stat(StorePath(path)))?.etag  // as the core sees versions
+            let sniffing = sniffs && access != .truncate && number % 3 != 0 && store.content(path) == before && before != nil
+            let sharing = lineages.values.contains { $0.path == path && !$0.handles.isEmpty }
             // Every other writer's open defers its content to its first use (as FUSE opens do),
-            // which the read of all of it just after is.
+            // which the read of all of it (or of its head, for a sniffer) just after is.
             let mode = DocFileSystem.OpenMode(writable: access != .read, truncate: access == .truncate,
                                               fetchOnFirstUse: number % 2 == 0)
-            guard let result = await call({ () async throws -> (Inode, UInt64, [UInt8]?) in
+            guard let result = await call({ () async throws -> (Inode, UInt64, [UInt8]?, Bool) in
                 let item = try await fixture.lookup(path)
                 let handle = try await fs.open(item.inode, mode: mode)
-                guard access != .truncate else { return (item.inode, handle, nil) }
+                guard access != .truncate else { return (item.inode, handle, nil, false) }
                 do {
-                    return (item.inode, handle, try await Self.readAll(fs, handle))
+                    if sniffing {
+                        let head = try await fs.read(handle: handle, offset: 0, count: 4)
+                        // The store's version at the open, clean: the rest is `before`'s.
+                        if !sharing, let beforeVersion, fs.cleanVersion(handle: handle) == beforeVersion, let before,
+                           head == Array(before.prefix(4)) {
+                            return (item.inode, handle, before, true)
+                        }
+                        return (item.inode, handle, head + (try await Self.readAll(fs, handle, from: head.count)), false)
+                    }
+                    return (item.inode, handle, try await Self.readAll(fs, handle), false)
                 } catch {
                     // A writer's open that deferred its content fails at its first read: the
                     // process gets the error there, and closes the file.
@@ -503,9 +547,14 @@ final class ModelRun {
                     throw error
                 }
             }) else { return "hung" }
-            guard case .success(let (inode, handle, read)) = result else { return Self.failure(result) }
+            guard case .success(let (inode, handle, read, sniffed)) = result else { return Self.failure(result) }
             var lineage = lineages[inode] ?? Lineage(path: path)
             lineage.path = path
+            if lineage.handles.isEmpty {
+                lineage.held = sniffed ? [Bool](repeating: true, count: min(4, read?.count ?? 0)) + [Bool](repeating: false, count: max(0, (read?.count ?? 0) - 4)) : nil
+                lineage.mayFail = false
+                lineage.versionMayBeGone = false
+            }
             if let read {
                 if lineage.handles.isEmpty {
                     if !isKnown(read) && read != lineage.content {
@@ -524,7 +573,7 @@ final class ModelRun {
             lineage.handles.insert(handleNumber!)
             lineages[inode] = lineage
             handles[handleNumber!] = OpenHandle(handle: handle, inode: inode, writable: access != .read, wrote: access == .truncate)
-            return "inode \(inode)"
+            return "inode \(inode)" + (sniffed ? ", sniffed" : "")
 
         case .create(let path):
             let before = store.content(path)
@@ -553,10 +602,11 @@ final class ModelRun {
                 try await fs.read(handle: open.handle, offset: Int64(offset), count: count)
             }) else { return "hung" }
             guard case .success(let bytes) = result else {
-                problems.append("op \(number): read failed: \(Self.failure(result))")
+                if lineages[open.inode]?.mayFail != true { problems.append("op \(number): read failed: \(Self.failure(result))") }
                 return Self.failure(result)
             }
             let content = lineages[open.inode]!.content
+            lineages[open.inode]!.hold(min(offset, content.count)..<min(content.count, offset + count))
             let expected = offset < content.count ? Array(content[offset..<min(content.count, offset + count)]) : []
             if bytes != expected {
                 problems.append("op \(number): read of h\(h) at \(offset) gave \(shown(bytes)), the model says \(shown(expected))")
@@ -584,6 +634,7 @@ final class ModelRun {
             if lineage.content.count < offset { lineage.content += [UInt8](repeating: 0, count: offset - lineage.content.count) }
             let end = min(lineage.content.count, offset + count)
             lineage.content.replaceSubrange(offset..<end, with: bytes)
+            lineage.hold(offset..<(offset + count))
             lineage.dirty = true
             lineages[open.inode] = lineage
             handles[h]!.wrote = true
@@ -594,9 +645,9 @@ final class ModelRun {
             guard let result = await call({ try await fs.flush(handle: open.handle) }) else { return "hung" }
             // A flush or close of any handle hands over the file's changes, whichever handle
             // made them: the handles share one copy, as a kernel's handles share one file.
-            commit(open.inode, by: "op \(number) \(op)")
+            commit(open.inode, by: "op \(number) \(op)", completed: result.isSuccess)
             if case .failure = result {
-                problems.append("op \(number): flush failed: \(Self.failure(result))")
+                if lineages[open.inode]?.mayFail != true { problems.append("op \(number): flush failed: \(Self.failure(result))") }
                 return Self.failure(result)
             }
             return ""
@@ -604,7 +655,7 @@ final class ModelRun {
         case .fsync(let h):
             guard let open = handles[h] else { return "skipped: no such handle" }
             guard let result = await call({ try await fs.fsync(handle: open.handle) }) else { return "hung" }
-            commit(open.inode, by: "op \(number) \(op)")
+            commit(open.inode, by: "op \(number) \(op)", completed: result.isSuccess)
             return Self.failure(result)
 
         case .close(let h):
@@ -615,11 +666,11 @@ final class ModelRun {
                 await fs.release(handle: open.handle)
                 if let failure { throw failure }
             }) else { return "hung" }
-            commit(open.inode, by: "op \(number) \(op)")
+            commit(open.inode, by: "op \(number) \(op)", completed: result.isSuccess)
             handles[h] = nil
             lineages[open.inode]?.handles.remove(h)
             if case .failure = result {
-                problems.append("op \(number): close failed: \(Self.failure(result))")
+                if lineages[open.inode]?.mayFail != true { problems.append("op \(number): close failed: \(Self.failure(result))") }
                 return Self.failure(result)
             }
             return ""
@@ -631,7 +682,7 @@ final class ModelRun {
                 _ = try await fs.setAttributes(of: open.inode, .init(size: Int64(size)), handle: open.handle)
             }) else { return "hung" }
             guard case .success = result else {
-                problems.append("op \(number): ftruncate failed: \(Self.failure(result))")
+                if lineages[open.inode]?.mayFail != true { problems.append("op \(number): ftruncate failed: \(Self.failure(result))") }
                 return Self.failure(result)
             }
             resize(open.inode, to: size)
@@ -664,11 +715,13 @@ final class ModelRun {
             return ""
 
         case .remoteChange(let path, let size):
+            exposeSparseCopies()
             guard await storeKind(path) != .directory, await parentsAreDirectories(path),
                   await remoteWrite(path, size: size, note: "op \(number)") else { return "skipped: not a file path on the store" }
             return ""
 
         case .remoteDelete(let path):
+            exposeSparseCopies()
             guard await storeKind(path) == .file else { return "skipped: no file there" }
             let removed = await proxy.asAnotherClient { () -> [UInt8]? in
                 // Checked again in one step with the delete: an upload may have landed since.
@@ -681,6 +734,7 @@ final class ModelRun {
             return ""
 
         case .remoteRename(let from, let to):
+            exposeSparseCopies()
             guard from != to, await storeKind(from) == .file, await storeKind(to) != .directory,
                   await parentsAreDirectories(to), !to.hasPrefix(from + "/") else { return "skipped" }
             remoteVersions += 1
@@ -697,6 +751,7 @@ final class ModelRun {
             return ""
 
         case .remoteKindChange(let path):
+            exposeSparseCopies()
             switch await storeKind(path) {
             case .file?:
                 remoteVersions += 1
@@ -736,6 +791,7 @@ final class ModelRun {
         case .serverDown:
             proxy.outage = .unreachable("model test: server down")
             down = true
+            exposeSparseCopies(changed: false)
             return ""
 
         case .serverUp:
@@ -753,11 +809,12 @@ final class ModelRun {
                     }
                     if !lineage.content.isEmpty && lineage.content != last && !lineage.seen.contains(lineage.content) {
                         versions.append(Version(kind: .unsaved, bytes: lineage.content, origin: "op \(number) crash, written to inode \(inode) and not closed",
-                                                path: lineage.path))
+                                                path: lineage.path, certain: lineage.versionMayBeGone || down ? lineage.held : nil))
                     }
                 }
                 lineage.dirty = false
                 lineage.handles.removeAll()
+                lineage.held = nil
                 lineages[inode] = lineage
             }
             handles.removeAll()
@@ -832,14 +889,21 @@ final class ModelRun {
     // MARK: Model bookkeeping
 
     /// A close, flush or fsync handed the lineage's content to docfs.
-    private func commit(_ inode: Inode, by origin: String) {
+    /// `completed`: the flush, fsync or close succeeded, which for a sparse copy means its
+    /// rest was fetched first; one that failed handed over a copy whose holes may end as zeros.
+    private func commit(_ inode: Inode, by origin: String, completed: Bool = true) {
         guard var lineage = lineages[inode], lineage.dirty else { return }
         lineage.dirty = false
+        // A close that failed hands the writes over: the uploader fetches the rest, unless the
+        // version is gone by then (then zeros), which another client may do at any time.
+        let certain = completed ? nil : lineage.held
+        if completed { lineage.held = nil }
         defer { lineages[inode] = lineage }
         guard !lineage.removed else { return }
         for i in lineage.committed { versions[i].mustKeep = false }
         for bytes in lineage.seen { discharge(bytes, because: origin) }
-        versions.append(Version(kind: .local, bytes: lineage.content, origin: origin + " of inode \(inode)", path: lineage.path))
+        versions.append(Version(kind: .local, bytes: lineage.content, origin: origin + " of inode \(inode)", path: lineage.path,
+                                certain: certain))
         lineage.committed.append(versions.count - 1)
     }
 
@@ -850,6 +914,7 @@ final class ModelRun {
         } else {
             lineage.content += [UInt8](repeating: 0, count: size - lineage.content.count)
         }
+        lineage.held = nil  // a truncate fetches the rest of a sparse copy first
         lineage.dirty = true
         lineages[inode] = lineage
     }
@@ -1014,14 +1079,23 @@ final class ModelRun {
     }
 
     private func discharge(_ bytes: [UInt8], because origin: String) {
-        for i in versions.indices where versions[i].mustKeep && versions[i].bytes == bytes {
+        for i in versions.indices where versions[i].mustKeep && versions[i].matches(bytes) {
             versions[i].mustKeep = false
         }
         _ = origin
     }
 
     private func isKnown(_ bytes: [UInt8]) -> Bool {
-        versions.contains { $0.bytes == bytes }
+        versions.contains { $0.matches(bytes) }
+    }
+
+    /// The store went down, or another client changed it (`changed`): a sparse copy's fetches
+    /// may fail from now on.
+    private func exposeSparseCopies(changed: Bool = true) {
+        for (inode, lineage) in lineages where lineage.held != nil && !lineage.handles.isEmpty {
+            lineages[inode]?.mayFail = true
+            if changed { lineages[inode]?.versionMayBeGone = true }
+        }
     }
 
     private func remoteContent(size: Int) -> [UInt8] {
@@ -1095,7 +1169,7 @@ final class ModelRun {
         let onStore = await storeFiles(StorePath.root)
         let recovered = recoveryFiles()
         for version in versions where version.mustKeep {
-            if onStore.contains(where: { $0.content == version.bytes }) || recovered.contains(version.bytes) { continue }
+            if onStore.contains(where: { version.matches($0.content) }) || recovered.contains(where: version.matches) { continue }
             let there = store.content(version.path).map(shown) ?? "nothing"
             problems.append("lost: the \(version.kind.rawValue) version \(shown(version.bytes)) of \(version.path) from \(version.origin); the store has \(there) there")
         }
@@ -1170,10 +1244,10 @@ final class ModelRun {
         return try? await fixture.lookup(path)
     }
 
-    private static func readAll(_ fs: DocFileSystem, _ handle: UInt64) async throws -> [UInt8] {
+    private static func readAll(_ fs: DocFileSystem, _ handle: UInt64, from start: Int = 0) async throws -> [UInt8] {
         var result: [UInt8] = []
         while true {
-            let bytes = try await fs.read(handle: handle, offset: Int64(result.count), count: 65536)
+            let bytes = try await fs.read(handle: handle, offset: Int64(start + result.count), count: 65536)
             if bytes.isEmpty { return result }
             result += bytes
         }
@@ -1187,5 +1261,12 @@ final class ModelRun {
     private static func failure<T>(_ result: Result<T, any Error>) -> String {
         guard case .failure(let error) = result else { return "" }
         return "error: \(error)"
+    }
+}
+
+private extension Result {
+    var isSuccess: Bool {
+        if case .success = self { return true }
+        return false
     }
 }

@@ -64,6 +64,28 @@ struct SparseWriteTests {
         #expect(fixture.store.content("disk.img") == whole)
     }
 
+    @Test func aFetchUnderWayNeverLandsOnBytesWrittenMeanwhile() async throws {
+        let (fixture, handle, content) = try await openWriter(InMemoryStore())
+        let gate = Gate()
+        fixture.store.holdReads { await gate.wait() }
+        let before = fixture.store.readCount("disk.img")
+        let read = Task { try await fixture.fs.read(handle: handle, offset: Int64(4 * Self.mebibyte), count: 4096) }
+        for _ in 0..<400 where fixture.store.readCount("disk.img") == before { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(fixture.store.readCount("disk.img") > before, "the ranged read is on its way")
+        // Written while the range that holds them is on the wire.
+        try fixture.write(handle: handle, Array("MINE".utf8), at: Int64(4 * Self.mebibyte + 10))
+        await gate.open()
+        fixture.store.holdReads(until: nil)
+        var expected = Array(content[(4 * Self.mebibyte)..<(4 * Self.mebibyte + 4096)])
+        expected.replaceSubrange(10..<14, with: Array("MINE".utf8))
+        #expect(try await read.value == expected, "the fetched bytes landed around the written ones")
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+        var whole = content
+        whole.replaceSubrange((4 * Self.mebibyte + 10)..<(4 * Self.mebibyte + 14), with: Array("MINE".utf8))
+        #expect(fixture.store.content("disk.img") == whole)
+    }
+
     @Test func aWritePastTheEndOfASparseCopyLeavesZerosBetween() async throws {
         let (fixture, handle, content) = try await openWriter(InMemoryStore())
         try fixture.write(handle: handle, Array("TAIL".utf8), at: Int64(Self.size + 100))

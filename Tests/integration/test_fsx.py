@@ -167,16 +167,18 @@ def test_fsx(fsx_store, mount):
 def test_fsx_streamed(fsx_store, mount):
     """The exerciser with every file streamed (`--whole-file-limit 0`): the other process's
     read-only opens get sparse copies filled by ranged reads, which the writer's opens then
-    complete, while the file is written, truncated, uploaded and evicted."""
-    seed = int(os.environ.get("FSX_SEED") or 2)
-    name = f"fsx-streamed-{seed}.bin"
-    data = Fsx.initial_content(seed)
-    store = fsx_store({name: data} if data is not None else {})
+    complete, while the file is written, truncated, uploaded and evicted. The writer's own
+    opens are sparse too: its writes land at once, and its closes fetch what they did not
+    cover. Seed 2 unless `FSX_SEED`/`FSX_SEEDS` choose."""
+    seeds = chosen_seeds() if os.environ.get("FSX_SEED") or os.environ.get("FSX_SEEDS") else [2]
+    names = {seed: f"fsx-streamed-{seed}.bin" for seed in seeds}
+    store = fsx_store({names[seed]: data for seed in seeds if (data := Fsx.initial_content(seed)) is not None})
     m = mount(*store.args, "--whole-file-limit", "0")
     peer = Peer()
     try:
-        run = Fsx(seed, m / name, lambda: store.read(name), label=store.label + " (streamed)",
-                  operations=chosen_operations(), peer=peer)
-        run.run()
+        for seed in seeds:
+            run = Fsx(seed, m / names[seed], lambda name=names[seed]: store.read(name), label=store.label + " (streamed)",
+                      operations=chosen_operations(), peer=peer)
+            run.run()
     finally:
         peer.close()

@@ -323,7 +323,7 @@ UNSAVED = re.compile(r"^big \(unsaved \d{4}-\d{2}-\d{2} \d{6}( \d+)?\)\.bin$")
 CHUNK = 256 * 1024
 
 
-@pytest.mark.parametrize("how", ["O_TRUNC", "O_TRUNC-nothing-written", "slow-overwrite-larger"])
+@pytest.mark.parametrize("how", ["O_TRUNC", "O_TRUNC-nothing-written", "slow-overwrite-larger", "in-place-middle"])
 @pytest.mark.parametrize("remote", ["docfs-serve", "rclone", "moto"], indirect=True)
 def test_kill_before_close_keeps_store_version_and_unsaved_bytes(remote, how):
     store = remote({"big.bin": BIG, "small.txt": b"small\n"})
@@ -331,19 +331,28 @@ def test_kill_before_close_keeps_store_version_and_unsaved_bytes(remote, how):
     target = m / "big.bin"
     assert os.stat(target).st_size == len(BIG)
 
+    offset = 0
     if how == "O_TRUNC":
         unsaved = pseudo_random_bytes(300_000, 13)
         fd = os.open(target, os.O_WRONLY | os.O_TRUNC)
     elif how == "O_TRUNC-nothing-written":
         unsaved = b""
         fd = os.open(target, os.O_WRONLY | os.O_TRUNC)
-    else:
+    elif how == "slow-overwrite-larger":
         # In place, no O_TRUNC: 6 MB of a 24 MB file written, slowly, when the daemon dies.
         unsaved = pseudo_random_bytes(24 * 1024 * 1024, 14)[:6 * 1024 * 1024]
         fd = os.open(target, os.O_WRONLY)
+    else:
+        # 1 MiB in the middle of the 5 MiB file, which is streamed: the write lands without a
+        # fetch, and the next mount fetches the rest from the version it was written into
+        # (the copy's held-bytes log), so the unsaved copy is that version with the write.
+        offset = 2 * 1024 * 1024
+        unsaved = BIG[:offset] + pseudo_random_bytes(1024 * 1024, 15) + BIG[offset + 1024 * 1024:]
+        fd = os.open(target, os.O_WRONLY)
+    written = unsaved[offset:offset + 1024 * 1024] if how == "in-place-middle" else unsaved
     try:
-        for i in range(0, len(unsaved), CHUNK):
-            assert os.pwrite(fd, unsaved[i:i + CHUNK], i) == len(unsaved[i:i + CHUNK])
+        for i in range(0, len(written), CHUNK):
+            assert os.pwrite(fd, written[i:i + CHUNK], offset + i) == len(written[i:i + CHUNK])
             if how == "slow-overwrite-larger":
                 time.sleep(0.02)
         print(f"{store.kind}: {len(unsaved)} bytes written, not closed; state {getxattr(target, 'user.docfs.state')!r}")

@@ -162,8 +162,8 @@ def test_a_writer_that_only_reads_a_header_fetches_its_range(docfs_serve, mount,
 
 @pytest.mark.parametrize("store", ["docfs-serve", "rclone"])
 def test_a_writer_that_reads_then_edits_uploads_the_whole_edited_file(docfs_serve, rclone_serve, mount, tmp_path, store):
-    """Its reads stream, and its first write fetches the rest first: the store gets every
-    byte of the file with the edit, never holes."""
+    """Its reads stream, its write lands at once, and its close fetches the rest first: the
+    store gets every byte of the file with the edit, never holes."""
     size = 40 * MiB + 7
     serve = docfs_serve if store == "docfs-serve" else rclone_serve
     root, original, server, m = mounted_file(serve, mount, tmp_path, "doc.bin", size)
@@ -181,6 +181,53 @@ def test_a_writer_that_reads_then_edits_uploads_the_whole_edited_file(docfs_serv
     if store == "docfs-serve":
         total = sent(server, "doc.bin")
         assert total <= size + 2 * MiB, f"{total} bytes fetched for a {size}-byte file: each byte once"
+
+
+def ranges_asked(server, rel) -> list[tuple[int, int]]:
+    """The byte ranges the GETs of `rel` asked for, as half-open (start, end) pairs."""
+    asked = []
+    for get in server.gets(rel):
+        assert get.range and get.range.startswith("bytes="), f"a GET of the whole file: {get}"
+        first, last = get.range[len("bytes="):].split("-")
+        asked.append((int(first), int(last) + 1))
+    return asked
+
+
+def test_a_write_into_a_streamed_file_fetches_only_what_it_does_not_cover(docfs_serve, mount, tmp_path):
+    """A write lands in the sparse copy without a fetch; the close fetches the bytes the writes
+    did not cover (from the version the copy started from), and the store gets the whole
+    edited file. The bytes written over are never downloaded."""
+    size = 64 * MiB
+    root, original, server, m = mounted_file(docfs_serve, mount, tmp_path, "disk.img", size)
+    new = pseudo_random_bytes(16 * MiB, 77)
+    fd = os.open(m / "disk.img", os.O_RDWR)
+    try:
+        os.pwrite(fd, new, 8 * MiB)
+        assert sent(server, "disk.img") <= 1 * MiB, f"a write fetched {sent(server, 'disk.img')} bytes before it returned"
+        assert os.pread(fd, 16, 8 * MiB - 8) == original[8 * MiB - 8:8 * MiB] + new[:8]
+    finally:
+        os.close(fd)
+    expected = original[:8 * MiB] + new + original[24 * MiB:]
+    wait_until(lambda: (root / "disk.img").read_bytes() == expected, 60, "the store to hold the whole edited file")
+    wait_until(lambda: not m.xdg.cache_files(), 15, "the local copy to be evicted after the upload")
+    overlapping = [(a, b) for a, b in ranges_asked(server, "disk.img") if a < 24 * MiB and b > 8 * MiB + 4096]
+    assert not overlapping, f"bytes the write covered were fetched: {overlapping}"
+    assert sent(server, "disk.img") <= size - 16 * MiB + 2 * MiB, f"{sent(server, 'disk.img')} bytes fetched"
+
+
+def test_overwriting_a_streamed_file_in_place_fetches_nothing_of_it(docfs_serve, mount, tmp_path):
+    """`dd conv=notrunc` over the whole of a large file (a disk image rewritten in place): no
+    byte of the old content is needed, so none is downloaded beyond the head the open reads."""
+    size = 32 * MiB
+    root, _, server, m = mounted_file(docfs_serve, mount, tmp_path, "disk.img", size)
+    new = pseudo_random_bytes(size, 78)
+    (tmp_path / "new.img").write_bytes(new)
+    out = subprocess.run(["dd", f"if={tmp_path / 'new.img'}", f"of={m / 'disk.img'}", "bs=1M", "conv=notrunc"],
+                         capture_output=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    wait_until(lambda: (root / "disk.img").read_bytes() == new, 60, "the store to hold the new content")
+    wait_until(lambda: not m.xdg.cache_files(), 15, "the local copy to be evicted after the upload")
+    assert sent(server, "disk.img") <= 1 * MiB, f"overwriting it whole fetched {sent(server, 'disk.img')} bytes of it"
 
 
 def test_a_writer_that_reads_then_truncates_to_zero_fetches_no_more(docfs_serve, mount, tmp_path):
