@@ -566,9 +566,10 @@ public final class DocFileSystem: Sendable {
 
     /// Provides the content of a deferred writer's handle (nothing for any other handle), once
     /// however many of its uses wait, with the errors an open would have. A first use that
-    /// reads gets what a reader's open does (a large file streamed: its head, then the ranges
-    /// reads ask for), so a writer that only reads costs only what it reads; a first use that
-    /// changes the file fetches it whole. A failed fetch leaves the handle deferred, and its
+    /// reads or writes gets what a reader's open does (a large file streamed: its head, then
+    /// the ranges reads ask for, and at the commit what writes did not cover), so a writer
+    /// pays only for what it reads and what it leaves as it was; a truncate (`forChange`)
+    /// fetches the file whole. A failed fetch leaves the handle deferred, and its
     /// next use tries again. The caller stops waiting when its task is cancelled (`EINTR`); the
     /// fetch goes on for the handle's next use.
     /// Returns the item's inode when the content fetched changed its size, time or version
@@ -979,7 +980,16 @@ public final class DocFileSystem: Sendable {
             return Array(table.open.values)
         }
         for file in handlesLeft {
-            try? await completeForCommit(file)
+            // The holes of a changed sparse copy, for at most the grace: else its writes stay
+            // uncommitted, and the next mount keeps them as an unsaved copy (`UnfilledCopies`).
+            if file.copy.needsFillBeforeCommit {
+                await withTaskGroup(of: Void.self) { group in
+                    group.addTask { try? await self.completeForCommit(file) }
+                    group.addTask { try? await Task.sleep(for: uploadGrace) }
+                    await group.next()
+                    group.cancelAll()
+                }
+            }
             _ = try? file.copy.commit()
         }
         for file in handlesLeft {

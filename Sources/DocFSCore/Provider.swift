@@ -132,8 +132,8 @@ public actor Provider {
         return entry.copy
     }
 
-    /// Fetches every byte a sparse copy of `item` lacks, for a change (only a complete copy is
-    /// ever changed, committed and uploaded). The caller waits as an opener does: at most
+    /// Fetches every byte a sparse copy of `item` lacks (none a write set), before a commit or a
+    /// truncate (only a complete copy is committed and uploaded). The caller waits as an opener does: at most
     /// `--io-timeout` plus a second per MiB of the file, and only while its task is not
     /// cancelled (`EINTR`); the fetch of what it gave up on goes on for the next one who asks.
     public func complete(_ copy: LocalCopy, of item: Item) async throws(FSError) {

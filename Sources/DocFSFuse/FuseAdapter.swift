@@ -163,7 +163,7 @@ final class FuseAdapter: Sendable {
             // keepsPageCache): the open need not fetch, reads the page cache misses will.
             if !mode.writable { mode.cachedVersion = cachedVersions.withLock { $0[inode] } }
             // A writer's content is fetched at its first use (`touch` has none): by the ranges
-            // its reads ask for, and whole at its first write or truncate.
+            // its reads ask for, what its writes did not cover at its close, whole at a truncate.
             mode.fetchOnFirstUse = true
             let handle = try await fs.open(inode, mode: mode)
             let after = try? fs.item(inode)
