@@ -811,6 +811,10 @@ public final class LocalCopy: ContentSink, Sendable {
     /// Whether bytes are still to be fetched on demand.
     public var isSparse: Bool { state.withLock { $0.fetcher != nil } }
 
+    /// Whether fetched bytes may still land: sparse, or its fetcher's last requests ending.
+    /// A truncate waits until neither (`fetchRemaining`).
+    public var isBeingFilled: Bool { state.withLock { $0.fetcher != nil || $0.draining != nil } }
+
     /// Whether the copy has changes to commit whose holes must be fetched first.
     public var needsFillBeforeCommit: Bool { state.withLock { $0.fetcher != nil && $0.life.uncommitted } }
 

@@ -137,7 +137,7 @@ public actor Provider {
     /// `--io-timeout` plus a second per MiB of the file, and only while its task is not
     /// cancelled (`EINTR`); the fetch of what it gave up on goes on for the next one who asks.
     public func complete(_ copy: LocalCopy, of item: Item) async throws(FSError) {
-        guard copy.isSparse else { return }
+        guard copy.isBeingFilled else { return }
         try await complete(copy, of: item, trouble: providing[item.inode]?.trouble ?? FetchTrouble())
     }
 
