@@ -140,6 +140,14 @@ public struct CopyLife: Sendable, Equatable {
         awaitingFill = true
     }
 
+    /// The bytes of the version the copy started from that it lacked could not be fetched: the
+    /// store has another version now, or none at that path (a rename elsewhere may have taken
+    /// it), and they stay zeros. Such a copy may only ever create the item (a conflict copy if
+    /// the name is taken), never replace what stands there: that may be the very bytes lost.
+    public mutating func versionLost() {
+        startedFromNothing = true
+    }
+
     /// The uploader took a snapshot of commit `committed`. Returns false when there is nothing
     /// to send (clean, removed, or already uploading).
     public mutating func uploadStarted() -> Bool {

@@ -774,9 +774,8 @@ public final class LocalCopy: ContentSink, Sendable {
     }
 
     /// The version the copy's holes belong to is gone from the store: they stay zeros from now
-    /// on, read as such and uploaded as such (an upload, conditional on that version, then
-    /// keeps the copy as a conflict copy next to the store's). Returns how many bytes were lost
-    /// that way.
+    /// on, read as such and uploaded as such (only ever as a new file: `CopyLife.versionLost`).
+    /// Returns how many bytes were lost that way.
     @discardableResult
     public func giveUpFetching() async -> Int64 {
         state.withLock { state in

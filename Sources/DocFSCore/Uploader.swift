@@ -303,17 +303,23 @@ public actor Uploader {
 
     /// A close handed over writes into a sparse copy whose holes could not be fetched then
     /// (`CopyLife.awaitingFill`): they are fetched now, from the version the copy started from,
-    /// and the writes committed. If the store has another version now (or none), the holes
-    /// stay zeros and the upload, conditional on the old version, keeps the copy as a conflict
-    /// copy next to the store's: every byte the user wrote is kept. Nil when the upload goes on.
+    /// and the writes committed. If the store has another version now (or none there), the
+    /// holes stay zeros and the upload may only create the file (`CopyLife.versionLost`): a
+    /// conflict copy next to whatever stands there, which it never replaces. Every byte the
+    /// user wrote is kept. Nil when the upload goes on.
     private func commitAfterFill(_ item: Item, _ copy: LocalCopy) async -> Outcome? {
         do {
             try await copy.fetchRemaining()
         } catch .stale, .notFound {
             let lost = await copy.giveUpFetching()
-            logger.warning("the version a file was written into is gone from the store: what was not fetched of it stays zeros, in a conflict copy",
+            logger.warning("the version a file was written into is gone from the store: what was not fetched of it stays zeros, in a new file or a conflict copy",
                            metadata: ["path": "\(item.path)", "bytes": "\(lost)"])
-            do { try catalog.recordComplete(item.inode) } catch { return .retryLater(retryAfter: nil) }
+            do {
+                try copy.update { $0.versionLost() }
+                try catalog.recordComplete(item.inode)
+            } catch {
+                return .retryLater(retryAfter: nil)
+            }
         } catch {
             logger.info("cannot fetch the rest of a written file yet", metadata: ["path": "\(item.path)", "error": "\(error)"])
             return .retryLater(retryAfter: nil)

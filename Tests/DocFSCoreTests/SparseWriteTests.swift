@@ -22,6 +22,26 @@ struct SparseWriteTests {
         return (fixture, handle, content)
     }
 
+    static let mine = Array("MINE".utf8)
+    static let mineAt = 5 * mebibyte
+
+    /// A writer of the store's file, reaching it through a proxy that can be crashed or taken
+    /// down, that has written `mine` at `mineAt` (the copy holds its head and those bytes).
+    private func writerThroughProxy() async throws -> (InMemoryStore, CrashableStore, CoreFixture, UInt64, [UInt8]) {
+        let store = InMemoryStore()
+        let proxy = CrashableStore(wrapping: store)
+        let (fixture, handle, content) = try await openWriter(store, through: proxy)
+        try fixture.write(handle: handle, Self.mine, at: Int64(Self.mineAt))
+        return (store, proxy, fixture, handle, content)
+    }
+
+    /// `content` with `mine` written at `mineAt`.
+    private func withMine(_ content: [UInt8]) -> [UInt8] {
+        var edited = content
+        edited.replaceSubrange(Self.mineAt..<(Self.mineAt + Self.mine.count), with: Self.mine)
+        return edited
+    }
+
     private func unsavedCopies(_ fixture: CoreFixture) -> [String] {
         fixture.store.fileNames(in: "/").filter { $0.hasPrefix("disk (unsaved ") }
     }
@@ -29,10 +49,10 @@ struct SparseWriteTests {
     @Test func bytesAWriteCoversAreNeverFetched() async throws {
         let (fixture, handle, content) = try await openWriter(InMemoryStore())
         let overwritten = (2 * Self.mebibyte)..<(3 * Self.mebibyte)
-        let mine = randomBytes(overwritten.count)
+        let ours = randomBytes(overwritten.count)
         // In pieces, as the kernel sends a large write.
-        for start in stride(from: 0, to: mine.count, by: 128 << 10) {
-            try fixture.write(handle: handle, Array(mine[start..<(start + (128 << 10))]), at: Int64(overwritten.lowerBound + start))
+        for start in stride(from: 0, to: ours.count, by: 128 << 10) {
+            try fixture.write(handle: handle, Array(ours[start..<(start + (128 << 10))]), at: Int64(overwritten.lowerBound + start))
         }
         try await fixture.fs.flush(handle: handle)
         let asked = fixture.store.readRanges("disk.img")
@@ -43,7 +63,7 @@ struct SparseWriteTests {
         await fixture.fs.release(handle: handle)
         await fixture.settle()
         var expected = content
-        expected.replaceSubrange(overwritten, with: mine)
+        expected.replaceSubrange(overwritten, with: ours)
         #expect(fixture.store.content("disk.img") == expected)
         #expect(fixture.cachedFiles().isEmpty)
     }
@@ -51,16 +71,16 @@ struct SparseWriteTests {
     @Test func aReadOfWrittenBytesAndTheirNeighboursGivesEachItsOwn() async throws {
         let (fixture, handle, content) = try await openWriter(InMemoryStore())
         let at = 4 * Self.mebibyte + 10
-        try fixture.write(handle: handle, Array("MINE".utf8), at: Int64(at))
+        try fixture.write(handle: handle, Self.mine, at: Int64(at))
         // The ranged read around them fetches the store's bytes, which land around the user's.
         let read = try await fixture.fs.read(handle: handle, offset: Int64(4 * Self.mebibyte), count: 64 << 10)
         var expected = Array(content[(4 * Self.mebibyte)..<(4 * Self.mebibyte + (64 << 10))])
-        expected.replaceSubrange(10..<14, with: Array("MINE".utf8))
+        expected.replaceSubrange(10..<14, with: Self.mine)
         #expect(read == expected)
         await fixture.fs.release(handle: handle)
         await fixture.settle()
         var whole = content
-        whole.replaceSubrange(at..<(at + 4), with: Array("MINE".utf8))
+        whole.replaceSubrange(at..<(at + 4), with: Self.mine)
         #expect(fixture.store.content("disk.img") == whole)
     }
 
@@ -73,16 +93,16 @@ struct SparseWriteTests {
         for _ in 0..<400 where fixture.store.readCount("disk.img") == before { try await Task.sleep(for: .milliseconds(5)) }
         #expect(fixture.store.readCount("disk.img") > before, "the ranged read is on its way")
         // Written while the range that holds them is on the wire.
-        try fixture.write(handle: handle, Array("MINE".utf8), at: Int64(4 * Self.mebibyte + 10))
+        try fixture.write(handle: handle, Self.mine, at: Int64(4 * Self.mebibyte + 10))
         await gate.open()
         fixture.store.holdReads(until: nil)
         var expected = Array(content[(4 * Self.mebibyte)..<(4 * Self.mebibyte + 4096)])
-        expected.replaceSubrange(10..<14, with: Array("MINE".utf8))
+        expected.replaceSubrange(10..<14, with: Self.mine)
         #expect(try await read.value == expected, "the fetched bytes landed around the written ones")
         await fixture.fs.release(handle: handle)
         await fixture.settle()
         var whole = content
-        whole.replaceSubrange((4 * Self.mebibyte + 10)..<(4 * Self.mebibyte + 14), with: Array("MINE".utf8))
+        whole.replaceSubrange((4 * Self.mebibyte + 10)..<(4 * Self.mebibyte + 14), with: Self.mine)
         #expect(fixture.store.content("disk.img") == whole)
     }
 
@@ -97,7 +117,7 @@ struct SparseWriteTests {
     @Test func aNewVersionBeforeTheCommitFailsItWithStaleAndKeepsTheWritesAsAConflictCopy() async throws {
         let store = InMemoryStore()
         let (fixture, handle, content) = try await openWriter(store)
-        try fixture.write(handle: handle, Array("MINE".utf8), at: Int64(5 * Self.mebibyte))
+        try fixture.write(handle: handle, Self.mine, at: Int64(Self.mineAt))
         let theirs = randomBytes(Self.size)
         store.addFile("disk.img", theirs)
         await #expect(throws: FSError.stale) { try await fixture.fs.flush(handle: handle) }
@@ -108,7 +128,7 @@ struct SparseWriteTests {
         #expect(conflicts.count == 1)
         let kept = conflicts.first.flatMap { store.content($0) } ?? []
         #expect(kept.count == Self.size)
-        #expect(Array(kept[(5 * Self.mebibyte)..<(5 * Self.mebibyte + 4)]) == Array("MINE".utf8), "the user's bytes are kept")
+        #expect(Array(kept[Self.mineAt..<(Self.mineAt + 4)]) == Self.mine, "the user's bytes are kept")
         #expect(Array(kept[0..<(128 << 10)]) == Array(content[0..<(128 << 10)]), "so are the bytes fetched before")
         #expect(kept[7 * Self.mebibyte] == 0, "bytes never fetched are zeros, not another version's")
         #expect(fixture.pendingUploads().isEmpty)
@@ -116,10 +136,7 @@ struct SparseWriteTests {
     }
 
     @Test func aCloseWhileTheStoreIsDownHandsTheWritesToTheUploader() async throws {
-        let store = InMemoryStore()
-        let proxy = CrashableStore(wrapping: store)
-        let (fixture, handle, content) = try await openWriter(store, through: proxy)
-        try fixture.write(handle: handle, Array("MINE".utf8), at: Int64(5 * Self.mebibyte))
+        let (store, proxy, fixture, handle, content) = try await writerThroughProxy()
         proxy.outage = .unreachable("down for the test")
         let closed = Task {
             do { try await fixture.fs.flush(handle: handle) } catch { _ = error }
@@ -129,36 +146,26 @@ struct SparseWriteTests {
         #expect(store.content("disk.img") == content, "nothing is sent while the holes are missing")
         proxy.outage = nil
         await fixture.settle()
-        var expected = content
-        expected.replaceSubrange((5 * Self.mebibyte)..<(5 * Self.mebibyte + 4), with: Array("MINE".utf8))
-        #expect(store.content("disk.img") == expected, "the rest was fetched once the store was back, then uploaded")
+        #expect(store.content("disk.img") == withMine(content), "the rest was fetched once the store was back, then uploaded")
         #expect(fixture.pendingUploads().isEmpty)
         #expect(fixture.cachedFiles().isEmpty)
     }
 
     @Test func aKilledDaemonsSparseWritesAreKeptWithTheStoresBytesAround() async throws {
-        let store = InMemoryStore()
-        let proxy = CrashableStore(wrapping: store)
-        let (fixture, handle, content) = try await openWriter(store, through: proxy)
-        try fixture.write(handle: handle, Array("MINE".utf8), at: Int64(5 * Self.mebibyte))
+        let (store, proxy, fixture, handle, content) = try await writerThroughProxy()
         let left = try await fixture.crash(proxy)
         let restarted = try await fixture.restart(from: left, through: CrashableStore(wrapping: store))
         await restarted.settle()
         #expect(store.content("disk.img") == content, "the store's version is intact")
         let unsaved = unsavedCopies(restarted)
         #expect(unsaved.count == 1)
-        var expected = content
-        expected.replaceSubrange((5 * Self.mebibyte)..<(5 * Self.mebibyte + 4), with: Array("MINE".utf8))
-        #expect(unsaved.first.flatMap { store.content($0) } == expected, "the unsaved copy is the version with the writes")
+        #expect(unsaved.first.flatMap { store.content($0) } == withMine(content), "the unsaved copy is the version with the writes")
         #expect(restarted.cachedFiles().isEmpty)
         _ = handle
     }
 
     @Test func aKilledDaemonsSparseWritesSurviveANewVersionWithZerosAround() async throws {
-        let store = InMemoryStore()
-        let proxy = CrashableStore(wrapping: store)
-        let (fixture, handle, content) = try await openWriter(store, through: proxy)
-        try fixture.write(handle: handle, Array("MINE".utf8), at: Int64(5 * Self.mebibyte))
+        let (store, proxy, fixture, handle, content) = try await writerThroughProxy()
         let left = try await fixture.crash(proxy)
         let theirs = randomBytes(Self.size)
         store.addFile("disk.img", theirs)
@@ -167,7 +174,7 @@ struct SparseWriteTests {
         #expect(store.content("disk.img") == theirs)
         let unsaved = unsavedCopies(restarted).first.flatMap { store.content($0) } ?? []
         #expect(unsaved.count == Self.size)
-        #expect(Array(unsaved[(5 * Self.mebibyte)..<(5 * Self.mebibyte + 4)]) == Array("MINE".utf8), "the user's bytes are kept")
+        #expect(Array(unsaved[Self.mineAt..<(Self.mineAt + 4)]) == Self.mine, "the user's bytes are kept")
         #expect(Array(unsaved[0..<(128 << 10)]) == Array(content[0..<(128 << 10)]), "the bytes fetched before the crash are kept")
         #expect(unsaved[Self.mebibyte] == 0 && unsaved[7 * Self.mebibyte] == 0, "bytes never fetched are zeros, not another version's")
         _ = handle
