@@ -858,6 +858,8 @@ public final class DocFileSystem: Sendable {
                 }
                 let now = Timestamp.now
                 try catalog.moveItem(source.inode, to: newParent, name: newName, changed: now)
+                let catalog = self.catalog
+                await provider.followRenames { (try? catalog.item($0))??.path }
                 if let existing { markUnlinked(existing.inode, at: now) }
             }
         }

@@ -763,6 +763,11 @@ public final class LocalCopy: ContentSink, Sendable {
         state.withLock { $0.fetcher }?.rebase(from: old, to: new)
     }
 
+    /// The item was renamed on the store: the bytes still to fetch are read from `path`.
+    func retarget(to path: StorePath) {
+        state.withLock { $0.fetcher }?.retarget(to: path)
+    }
+
     /// Stops filling the copy (it is about to be truncated): no fetched byte lands after this.
     public func stopFetching() async {
         state.withLock { state in

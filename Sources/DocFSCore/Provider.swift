@@ -240,6 +240,16 @@ public actor Provider {
         }
     }
 
+    /// A rename on the store moved items: every copy still being filled reads its ranges from
+    /// its item's path now (`pathOf`). The rename fetched the rest of them first
+    /// (`completeStreams`), but a fetch that failed then must not ask the old path later: a
+    /// 404 there would count the version as lost.
+    public func followRenames(_ pathOf: (Inode) -> StorePath?) {
+        for entry in providing.values where entry.copy.isBeingFilled {
+            if let path = pathOf(entry.copy.inode) { entry.copy.retarget(to: path) }
+        }
+    }
+
     /// A listing found `inodes` gone from the store (deleted there, or another kind now) while
     /// they had clean copies: each copy no one uses goes now, pinned or kept idle, with its
     /// row (as at any eviction of an item not on the store), so the folder shows what the

@@ -53,7 +53,9 @@ public struct StreamingPolicy: Sendable, Equatable {
 public final class RangeFetcher: Sendable {
     public let size: Int64
     private let store: any Store
-    private let path: StorePath
+    /// Where the ranges are read: the item's path, which a rename moves (`retarget`).
+    private let location: Mutex<StorePath>
+    private var path: StorePath { location.withLock { $0 } }
     private let copy: LocalCopy
     private let policy: StreamingPolicy
     private let retry: RetryPolicy
@@ -118,7 +120,7 @@ public final class RangeFetcher: Sendable {
     init(store: any Store, path: StorePath, version: ETag, size: Int64, fetched: Int64, copy: LocalCopy,
          policy: StreamingPolicy, retry: RetryPolicy, logger: Logger) {
         self.store = store
-        self.path = path
+        self.location = Mutex(path)
         self.size = size
         self.copy = copy
         self.policy = policy
@@ -259,6 +261,11 @@ public final class RangeFetcher: Sendable {
         for task in tasks { task.cancel() }
         for waiter in waiters { waiter.continuation.resume(returning: reason) }
         return tasks
+    }
+
+    /// The item was renamed (by docfs, on the store): its ranges are read from `newPath` now.
+    public func retarget(to newPath: StorePath) {
+        location.withLock { $0 = newPath }
     }
 
     /// docfs gave the same content a new version on the store (mode or times pushed there):

@@ -151,6 +151,22 @@ struct SparseWriteTests {
         #expect(fixture.cachedFiles().isEmpty)
     }
 
+    /// A rename fetches the rest of an open streamed copy first; if that fails, the bytes
+    /// still to fetch are read from the new name afterwards (the old one would answer 404, and
+    /// the version would count as lost).
+    @Test func aRenameWhoseFetchFailedReadsTheRestFromTheNewName() async throws {
+        let (store, _, fixture, handle, content) = try await writerThroughProxy()
+        store.injectReadFaults([.fail(.accessDenied("not now"))])
+        let root = try await fixture.lookup("/")
+        try await fixture.fs.rename(from: root.inode, name: "disk.img", to: root.inode, newName: "moved.img", noReplace: false)
+        try await fixture.fs.flush(handle: handle)
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+        #expect(store.content("moved.img") == withMine(content))
+        #expect(store.fileNames(in: "/") == ["moved.img"], "no conflict copy, nothing under the old name")
+        #expect(fixture.cachedFiles().isEmpty)
+    }
+
     @Test func aKilledDaemonsSparseWritesAreKeptWithTheStoresBytesAround() async throws {
         let (store, proxy, fixture, handle, content) = try await writerThroughProxy()
         let left = try await fixture.crash(proxy)
