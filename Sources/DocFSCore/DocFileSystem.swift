@@ -500,7 +500,8 @@ public final class DocFileSystem: Sendable {
     /// Fetches what a changed sparse copy lacks, none of the bytes written into it, before its
     /// changes are committed: only a complete copy is committed and uploaded. The caller waits
     /// as a writer does (`Provider.complete`); a version changed on the store meanwhile fails
-    /// with `ESTALE`, and the changes stay uncommitted (kept as an unsaved copy by the next mount).
+    /// with `ESTALE`. The changes stay uncommitted then; a last close hands them to the
+    /// uploader all the same (`CopyLife.awaitingFill`).
     private func completeForCommit(_ file: OpenFile) async throws(FSError) {
         guard file.copy.needsFillBeforeCommit else { return }
         try await provider.complete(file.copy, of: file.opened)

@@ -782,18 +782,15 @@ public final class LocalCopy: ContentSink, Sendable {
     /// on, read as such and uploaded as such (only ever as a new file: `CopyLife.versionLost`).
     /// Returns how many bytes were lost that way.
     @discardableResult
-    public func giveUpFetching() async -> Int64 {
-        state.withLock { state in
-            guard let fetcher = state.fetcher else { return }
-            state.fetcher = nil
-            state.draining = retirement(of: fetcher)
-        }
-        await state.withLock { $0.draining }?.value
-        return state.withLock { state -> Int64 in
+    public func giveUpFetching() async throws(FSError) -> Int64 {
+        await stopFetching()
+        let missing = state.withLock { state -> Int64 in
             let missing = state.held.missing(in: 0..<state.length).reduce(Int64(0)) { $0 + ($1.upperBound - $1.lowerBound) }
             state.held.insert(0..<state.length)  // a sparse file's holes read as zeros
             return missing
         }
+        try catalog.recordComplete(inode)
+        return missing
     }
 
     /// Ends `fetcher`, just detached: its requests on the wire end before the user's bytes stop

@@ -311,12 +311,11 @@ public actor Uploader {
         do {
             try await copy.fetchRemaining()
         } catch .stale, .notFound {
-            let lost = await copy.giveUpFetching()
-            logger.warning("the version a file was written into is gone from the store: what was not fetched of it stays zeros, in a new file or a conflict copy",
-                           metadata: ["path": "\(item.path)", "bytes": "\(lost)"])
             do {
+                let lost = try await copy.giveUpFetching()
                 try copy.update { $0.versionLost() }
-                try catalog.recordComplete(item.inode)
+                logger.warning("the version a file was written into is gone from the store: what was not fetched of it stays zeros, in a new file or a conflict copy",
+                               metadata: ["path": "\(item.path)", "bytes": "\(lost)"])
             } catch {
                 return .retryLater(retryAfter: nil)
             }
