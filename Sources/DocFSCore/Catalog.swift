@@ -403,6 +403,15 @@ public final class Catalog: Sendable {
         try write(invalidating: .item(inode)) { db in try Catalog.persist(db, inode, life) }
     }
 
+    /// A copy that holds none or only some of its bytes yet (see `recordFetched`) begins, of a
+    /// version the catalog already knew: its row's metadata stays as the last listing left it.
+    public func recordCopy(_ inode: Inode, _ life: CopyLife, partial: Bool) throws(FSError) {
+        try write(invalidating: .item(inode)) { db in
+            try Catalog.persist(db, inode, life)
+            try db.cachedExecute(sql: "UPDATE item SET partial = ? WHERE inode = ?", arguments: [partial, Int64(bitPattern: inode)])
+        }
+    }
+
     /// A new copy of `inode` begins: records its life. Fails with `notFound` when the row is
     /// gone (a listing dropped the item between the caller's lookup and now): a copy without a
     /// row could never be uploaded nor evicted.

@@ -44,6 +44,8 @@ public final class DocFileSystem: Sendable {
         /// False for a caller that gets only what is local (`OpenMode.mayFetch`): its reads
         /// of bytes a sparse copy lacks fail instead of fetching them.
         public var mayFetch = true
+        /// Opened with O_APPEND: its writes land at the copy's end (`OpenMode.append`).
+        public var appends = false
     }
 
     /// How a file is opened.
@@ -59,14 +61,21 @@ public final class DocFileSystem: Sendable {
         /// only asks the store for the version (no content): a close-then-reopen whose reads
         /// the page cache answers costs no download (file managers open an image 2-3 times).
         public var cachedVersion: ETag?
-        /// A writer's open (not truncating) fetches the content at the handle's first read,
-        /// write or truncate, not at open: `touch`, which opens a file for writing and only
-        /// sets its times, downloaded all of it. Only for opens from outside (FUSE): a caller
-        /// inside docfs that opens to write at once has nothing to gain.
+        /// A writer's open (not truncating) of a large file fetches nothing at open: its reads
+        /// fetch ranges, its commit what its writes did not cover, all of the version it opened
+        /// (`Provider.OpenIntent.writer`). `touch`, which opens a file for writing and only sets
+        /// its times, downloaded all of it. Only for opens from outside (FUSE): a caller inside
+        /// docfs that opens to write at once has nothing to gain.
         public var fetchOnFirstUse: Bool
-        public init(writable: Bool, truncate: Bool, mayFetch: Bool = true, cachedVersion: ETag? = nil, fetchOnFirstUse: Bool = false) {
+        /// O_APPEND: every write lands at the end of the copy, whatever offset it carries. The
+        /// kernel computes an append's offset from the size it cached, which is the catalog's
+        /// at the last lookup: the version the open fetched may be longer.
+        public var append: Bool
+        public init(writable: Bool, truncate: Bool, mayFetch: Bool = true, cachedVersion: ETag? = nil, fetchOnFirstUse: Bool = false,
+                    append: Bool = false) {
             self.writable = writable
             self.truncate = truncate
+            self.append = append
             self.mayFetch = mayFetch
             self.cachedVersion = cachedVersion
             self.fetchOnFirstUse = fetchOnFirstUse
@@ -96,18 +105,6 @@ public final class DocFileSystem: Sendable {
     private struct HandleTable {
         var next: UInt64 = 1
         var open: [UInt64: OpenFile] = [:]
-        /// Writers' handles whose content is fetched at their first use (`OpenMode.fetchOnFirstUse`);
-        /// a handle moves to `open` once it is.
-        var deferred: [UInt64: DeferredOpen] = [:]
-    }
-
-    /// A writer's handle whose content is not local yet: nothing was fetched, and nothing is
-    /// if it is closed without a read, write or truncate.
-    private struct DeferredOpen: Sendable {
-        var inode: Inode
-        var opened: Item
-        /// The fetch its first use started, shared by uses that come meanwhile.
-        var providing: Task<Result<OpenFile, FSError>, Never>?
     }
 
     public init(store: any Store, catalog: Catalog, cacheDirectory: String, directoryTTL: Double, readOnly: Bool,
@@ -139,12 +136,7 @@ public final class DocFileSystem: Sendable {
         self.pinnedRefresher = pinnedRefresher
         // Weakly: the refresher holds the enumerator, and a cycle would keep the catalog open.
         enumerator.whenListed { [weak pinnedRefresher] directory in pinnedRefresher?.listed(directory) }
-        enumerator.whenCopiesGoneFromStore { [weak self] gone in
-            guard let self else { return false }
-            // A writer's handle that has not fetched yet counts as a user of the copy.
-            let deferred = handles.withLock { Set($0.deferred.values.map(\.inode)) }
-            return await provider.dropCopiesGoneFromStore(gone.filter { !deferred.contains($0) })
-        }
+        enumerator.whenCopiesGoneFromStore { [provider] gone in await provider.dropCopiesGoneFromStore(gone) }
     }
 
     /// Calls `handler` with each pinned file whose copy a listing's refresh replaced with the
@@ -283,17 +275,11 @@ public final class DocFileSystem: Sendable {
         if mode.writable && readOnly { throw .readOnly }
         let item = try item(inode)
         let truncating = mode.truncate && mode.writable
-        if mode.fetchOnFirstUse, mode.writable, !truncating, mode.mayFetch, item.kind == .file, item.onStore,
-           provider.presentCopies.withLock({ $0[inode] }) == nil {
-            return handles.withLock { table in
-                let handle = table.next
-                table.next += 1
-                table.deferred[handle] = DeferredOpen(inode: inode, opened: item)
-                return handle
-            }
-        }
         // A writer that may not fetch needs every byte local already (its commit would fetch them).
         var intent: Provider.OpenIntent = truncating ? .empty : mode.writable && !mode.mayFetch ? .content : .streamed
+        if intent == .streamed, mode.writable, mode.fetchOnFirstUse, item.kind == .file, item.onStore {
+            intent = .writer(opened: try await versionToEdit(item))
+        }
         if intent == .streamed, mode.mayFetch, let cached = mode.cachedVersion, let entry = try await storeStillHas(cached, of: item) {
             intent = .cached(entry)
         }
@@ -304,7 +290,46 @@ public final class DocFileSystem: Sendable {
                 throw error
             }
         }
-        return register(OpenFile(inode: inode, copy: copy, writable: mode.writable, opened: item, mayFetch: mode.mayFetch))
+        return register(OpenFile(inode: inode, copy: copy, writable: mode.writable, opened: item, mayFetch: mode.mayFetch,
+                                 appends: mode.writable && mode.append))
+    }
+
+    /// The version a writer's open of `item` edits (`Provider.OpenIntent.writer`): the store's
+    /// now. A small file's is what the open's fetch gets; a large one's, of which nothing is
+    /// fetched at open, is asked of the store (a stat, no content), since the catalog's may be a
+    /// listing behind another client's change, and the edit would then be checked against a
+    /// version the program never saw. A newer one than the catalog's is recorded, and the FUSE
+    /// layer drops the size the kernel cached. Where the store does not answer, the edit is of
+    /// the catalog's version, whose size the kernel was given: a newer one on the store then
+    /// meets it as a conflict. A copy already present is what the open joins: nothing to ask.
+    private func versionToEdit(_ item: Item) async throws(FSError) -> RemoteEntry {
+        let listed = RemoteEntry(path: item.path, kind: .file, size: item.size, modified: item.modified.seconds, etag: item.etag)
+        guard item.size > provider.wholeFileLimit, item.etag != nil, store.capabilities.hasRangeReads, !item.hasUnsyncedChanges,
+              provider.presentCopies.withLock({ $0[item.inode] }) == nil else { return listed }
+        let entry: RemoteEntry
+        do {
+            entry = try await askStore(about: item.path)
+        } catch .storeUnreachable, .timedOut {
+            return listed
+        }
+        guard entry.kind == .file else { throw entry.kind == .directory ? .isADirectory : .stale }
+        if entry.etag != item.etag || entry.size != item.size {
+            try catalog.updateMetadata(of: item.inode, from: entry)
+        }
+        return entry
+    }
+
+    /// The store's entry at `path` (a stat), retried and waited for as an open waits.
+    private func askStore(about path: StorePath) async throws(FSError) -> RemoteEntry {
+        let (store, retry) = (store, retry)
+        let timedOut = FSError.timedOut("no answer about \(path) within \(ioTimeout.map { "\($0)" } ?? "the limit")")
+        return try await CallerWait.run(limit: ioTimeout, timeout: { timedOut }) { () throws(FSError) -> RemoteEntry in
+            do throws(StoreError) {
+                return try await retry.run { () async throws(StoreError) -> RemoteEntry in try await store.stat(path) }
+            } catch {
+                throw FSError(error)
+            }
+        }
     }
 
     /// The store's entry for `item` if it is still `version`, the one the kernel caches pages
@@ -315,16 +340,8 @@ public final class DocFileSystem: Sendable {
     private func storeStillHas(_ version: ETag, of item: Item) async throws(FSError) -> RemoteEntry? {
         guard item.kind == .file, item.onStore, item.etag == version, !item.hasUnsyncedChanges,
               store.capabilities.hasRangeReads else { return nil }
-        let (store, retry, path) = (store, retry, item.path)
-        let timedOut = FSError.timedOut("no answer about \(path) within \(ioTimeout.map { "\($0)" } ?? "the limit")")
         do {
-            let entry = try await CallerWait.run(limit: ioTimeout, timeout: { timedOut }) { () throws(FSError) -> RemoteEntry in
-                do throws(StoreError) {
-                    return try await retry.run { () async throws(StoreError) -> RemoteEntry in try await store.stat(path) }
-                } catch {
-                    throw FSError(error)
-                }
-            }
+            let entry = try await askStore(about: item.path)
             guard entry.kind == .file, entry.etag == version, entry.size == item.size else { return nil }
             return entry
         } catch .notFound {
@@ -385,10 +402,7 @@ public final class DocFileSystem: Sendable {
     /// are being fetched (see `LocalCopy.lendForRead`): wait with `waitForContent`, then
     /// `lendLocalBytes`. One handle lookup, and for a complete copy one lock, per read.
     public func lendForRead(handle: UInt64, offset: Int64, count: Int) throws(FSError) -> DescriptorLoan? {
-        guard let file = handles.withLock({ $0.open[handle] }) else {
-            if isDeferred(handle) { return nil }  // `waitForContent` fetches it first
-            throw .invalidArgument
-        }
+        guard let file = handles.withLock({ $0.open[handle] }) else { throw .invalidArgument }
         guard file.mayFetch else {
             try requireHeld(file, offset: offset, count: count)
             return try file.copy.lend(at: offset, count: count)
@@ -418,16 +432,13 @@ public final class DocFileSystem: Sendable {
     /// Starts fetching what a sparse copy lacks, and reading ahead for a sequential reader;
     /// never waits. (An unknown handle answers true: the read itself reports it.)
     public func prepareRead(handle: UInt64, offset: Int64, count: Int) -> Bool {
-        let (open, deferred) = handles.withLock { ($0.open[handle], $0.deferred[handle] != nil) }
-        if deferred { return false }  // `waitForContent` provides it first
-        guard let file = open, file.mayFetch else { return true }
+        guard let file = handles.withLock({ $0.open[handle] }), file.mayFetch else { return true }
         return file.copy.prepareRead(at: offset, count: count, stream: handle)
     }
 
     /// Waits until `count` bytes at `offset` of an open file are local: at most `ioTimeout`
     /// (`ETIMEDOUT`), and only while the calling task is not cancelled (`EINTR`).
     public func waitForContent(handle: UInt64, offset: Int64, count: Int) async throws(FSError) {
-        try await provideDeferred(handle)
         guard let file = handles.withLock({ $0.open[handle] }) else { throw .invalidArgument }
         let copy = file.copy
         let timedOut = FSError.timedOut("bytes \(offset)..<\(offset + Int64(count)) of \(file.opened.path) did not arrive within \(ioTimeout.map { "\($0)" } ?? "")")
@@ -458,25 +469,19 @@ public final class DocFileSystem: Sendable {
 
     /// Writes into an open handle's local copy. The first write since a commit is recorded in
     /// the journal before its bytes land; flush/fsync/close commit them. A sparse copy is
-    /// written at once (see `LocalCopy.writeLocal`). A handle whose open deferred its content
-    /// (`OpenMode.fetchOnFirstUse`) must be provided first (`provideDeferred`).
+    /// written at once (see `LocalCopy.writeLocal`).
     public func write(handle: UInt64, offset: Int64, bytes: UnsafeRawBufferPointer) throws(FSError) -> Int {
-        guard let written = try writeIfProvided(handle: handle, offset: offset, bytes: bytes) else { throw .invalidArgument }
-        return written
+        try writeLanding(handle: handle, offset: offset, bytes: bytes).count
     }
 
-    /// `write`, or nil for a handle whose content is still to be provided
-    /// (`provideDeferred`): one look at the handle table on the path of every write.
-    public func writeIfProvided(handle: UInt64, offset: Int64, bytes: UnsafeRawBufferPointer) throws(FSError) -> Int? {
-        let (open, deferred) = handles.withLock { ($0.open[handle], $0.deferred[handle] != nil) }
-        guard let file = open else {
-            if deferred { return nil }
-            throw .invalidArgument
-        }
-        guard file.writable else { throw .invalidArgument }
-        let written = try file.copy.writeLocal(bytes, at: offset)
+    /// `write`, saying where the bytes landed: at `offset`, or at the copy's end for a handle
+    /// opened with O_APPEND (`OpenMode.append`). Where that is not `offset`, the kernel's size
+    /// and pages of the file are wrong (it computed the offset from the size it cached).
+    public func writeLanding(handle: UInt64, offset: Int64, bytes: UnsafeRawBufferPointer) throws(FSError) -> (count: Int, offset: Int64, inode: Inode) {
+        guard let file = handles.withLock({ $0.open[handle] }), file.writable else { throw .invalidArgument }
+        let landed = file.appends ? try file.copy.appendLocal(bytes) : (try file.copy.writeLocal(bytes, at: offset), offset)
         uploadStreams?.consider(file.copy)
-        return written
+        return (landed.0, landed.1, file.inode)
     }
 
     /// Commits the copy's changes to the journal: the catalog row with its size and a new
@@ -509,10 +514,7 @@ public final class DocFileSystem: Sendable {
 
     /// fsync: commit (flushed to local disk), then upload now and wait for the store to confirm.
     public func fsync(handle: UInt64) async throws(FSError) {
-        guard let file = handles.withLock({ $0.open[handle] }) else {
-            if isDeferred(handle) { return }  // nothing written through it
-            throw .invalidArgument
-        }
+        guard let file = handles.withLock({ $0.open[handle] }) else { throw .invalidArgument }
         if file.copy.life.uncommitted {
             try await completeForCommit(file)
             try await Blocking.run { () throws(FSError) in _ = try file.copy.commit(durably: true) }
@@ -528,11 +530,6 @@ public final class DocFileSystem: Sendable {
 
     /// Closes a handle. The last close evicts the local copy, or hands it to the uploader.
     public func release(handle: UInt64) async {
-        if let deferred = handles.withLock({ $0.deferred.removeValue(forKey: handle) }) {
-            // Never used: nothing was fetched. A fetch its first use started gives its copy back.
-            guard let providing = deferred.providing, case .success(let file) = await providing.value else { return }
-            handles.withLock { $0.open[handle] = file }
-        }
         guard let file = handles.withLock({ $0.open.removeValue(forKey: handle) }) else { return }
         file.copy.endReadStream(handle)
         // Most closes have nothing to commit (a reader, or a writer that already flushed): no
@@ -559,72 +556,12 @@ public final class DocFileSystem: Sendable {
         logger.trace("released", metadata: ["inode": "\(file.inode)", "outcome": "\(outcome)"])
     }
 
-    /// Whether `handle` is a writer's whose content is fetched at its first use (see
-    /// `OpenMode.fetchOnFirstUse`): a write through it must `provideDeferred` first.
-    public func isDeferred(_ handle: UInt64) -> Bool {
-        handles.withLock { $0.deferred[handle] != nil }
-    }
-
-    /// Provides the content of a deferred writer's handle (nothing for any other handle), once
-    /// however many of its uses wait, with the errors an open would have. A first use that
-    /// reads or writes gets what a reader's open does (a large file streamed: its head, then
-    /// the ranges reads ask for, and at the commit what writes did not cover), so a writer
-    /// pays only for what it reads and what it leaves as it was; a truncate (`forChange`)
-    /// fetches the file whole. A failed fetch leaves the handle deferred, and its
-    /// next use tries again. The caller stops waiting when its task is cancelled (`EINTR`); the
-    /// fetch goes on for the handle's next use.
-    /// Returns the item's inode when the content fetched changed its size, time or version
-    /// since the handle was opened (the kernel's attributes of it are stale then), else nil.
-    @discardableResult
-    public func provideDeferred(_ handle: UInt64, forChange: Bool = false) async throws(FSError) -> Inode? {
-        let providing: Task<Result<OpenFile, FSError>, Never>? = handles.withLock { table in
-            guard var deferred = table.deferred[handle] else { return nil }
-            if let running = deferred.providing { return running }
-            let (inode, opened, provider) = (deferred.inode, deferred.opened, provider)
-            let task = Task { [self] () -> Result<OpenFile, FSError> in
-                do throws(FSError) {
-                    let item = try self.item(inode)
-                    let copy = try await provider.open(item, intent: forChange ? .content : .streamed)
-                    return .success(OpenFile(inode: inode, copy: copy, writable: true, opened: opened))
-                } catch {
-                    return .failure(error)
-                }
-            }
-            deferred.providing = task
-            table.deferred[handle] = deferred
-            return task
-        }
-        guard let providing else { return nil }
-        // Interrupted: this caller gets EINTR; the fetch goes on for the handle's next use.
-        let result = try await CallerWait.run(limit: nil) { () throws(FSError) -> Result<OpenFile, FSError> in await providing.value }
-        let outcome = handles.withLock { table -> Result<Void, FSError> in
-            // Released meanwhile (`release` gives the copy back), or moved by another use.
-            guard table.deferred[handle] != nil else { return .success(()) }
-            switch result {
-            case .success(let file):
-                table.deferred[handle] = nil
-                table.open[handle] = file
-                return .success(())
-            case .failure(let error):
-                table.deferred[handle]?.providing = nil
-                return .failure(error)
-            }
-        }
-        try outcome.get()
-        guard case .success(let file) = result, let now = try? item(file.inode) else { return nil }
-        return now.showsSameContent(as: file.opened) ? nil : file.inode
-    }
-
-    /// Readies a writer's handle for a truncate: its content provided (`provideDeferred`) and,
-    /// where the copy is sparse, every byte it lacks fetched first (writes need neither: see
-    /// `LocalCopy.writeLocal`). Returns what `provideDeferred` does.
-    @discardableResult
-    public func provideForChange(_ handle: UInt64) async throws(FSError) -> Inode? {
-        let changed = try await provideDeferred(handle, forChange: true)
+    /// Readies a writer's handle for a truncate: where its copy is sparse, every byte it lacks
+    /// is fetched first, of the version it opened (writes need none: see `LocalCopy.writeLocal`).
+    public func provideForChange(_ handle: UInt64) async throws(FSError) {
         if let file = handles.withLock({ $0.open[handle] }), file.writable {
             try await provider.complete(file.copy, of: file.opened)
         }
-        return changed
     }
 
     /// Changes attributes: size (truncate, never downloading for a size of 0), times, mode,
@@ -978,7 +915,6 @@ public final class DocFileSystem: Sendable {
         let handlesLeft = handles.withLock { table in
             defer {
                 table.open.removeAll()
-                table.deferred.removeAll()
             }
             return Array(table.open.values)
         }
@@ -1022,20 +958,13 @@ public final class DocFileSystem: Sendable {
 
     // MARK: Private
 
-    /// Completes the open streamed copies of items at or below `paths`, and fetches the content
-    /// of writers' handles on them that deferred it: an open file stays usable whatever happens
-    /// to its name (POSIX), and a deferred handle's content is fetched by name.
+    /// Completes the open streamed copies of items at or below `paths`: an open file stays
+    /// usable whatever happens to its name (POSIX).
     private func completeOpenFiles(under paths: [StorePath]) async {
         let catalog = self.catalog
         let isAffected = { @Sendable (inode: Inode) -> Bool in
             guard let path = (try? catalog.item(inode))??.path else { return false }
             return paths.contains { path.isSame(orInside: $0) }
-        }
-        let deferred = handles.withLock { table in table.deferred.filter { isAffected($0.value.inode) }.map(\.key) }
-        for handle in deferred {
-            do { try await provideDeferred(handle) } catch {
-                logger.warning("cannot fetch an open file before its name changes", metadata: ["handle": "\(handle)", "error": "\(error)"])
-            }
         }
         await provider.completeStreams(where: isAffected)
     }

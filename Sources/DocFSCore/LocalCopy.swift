@@ -188,28 +188,40 @@ public final class LocalCopy: ContentSink, Sendable {
     /// write does not cover are fetched only before the commit (`fetchRemaining`), and none
     /// of them lands on the user's.
     public func writeLocal(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(FSError) -> Int {
-        try landing.withLock { _ throws(FSError) -> Int in
-            let descriptor = try beginChange(writing: offset..<(offset + Int64(bytes.count)))
-            var written = 0
-            while written < bytes.count {
-                let n = pwrite(descriptor, bytes.baseAddress! + written, bytes.count - written, off_t(offset) + off_t(written))
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    let code = errno
-                    endChange(descriptor)
-                    throw .local(errno: code, "writing \(path): \(String(cString: strerror(code)))")
-                }
-                written += n
-            }
-            endChange(descriptor) { state in
-                if offset > state.length { state.held.insert(state.length..<offset) }  // the hole reads as zeros
-                state.held.insert(offset..<(offset + Int64(written)))
-                state.length = max(state.length, offset + Int64(written))
-                state.written = true
-                state.streamed?.wrote(offset..<(offset + Int64(written)))
-            }
-            return written
+        try landing.withLock { _ throws(FSError) -> Int in try landUsers(bytes, at: offset) }
+    }
+
+    /// `writeLocal` at the copy's end as it stands when the bytes land (O_APPEND), whatever
+    /// offset the caller was given. Returns the count and where they landed.
+    public func appendLocal(_ bytes: UnsafeRawBufferPointer) throws(FSError) -> (Int, Int64) {
+        try landing.withLock { _ throws(FSError) -> (Int, Int64) in
+            let end = length
+            return (try landUsers(bytes, at: end), end)
         }
+    }
+
+    /// The body of `writeLocal`, under the `landing` lock.
+    private func landUsers(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(FSError) -> Int {
+        let descriptor = try beginChange(writing: offset..<(offset + Int64(bytes.count)))
+        var written = 0
+        while written < bytes.count {
+            let n = pwrite(descriptor, bytes.baseAddress! + written, bytes.count - written, off_t(offset) + off_t(written))
+            if n < 0 {
+                if errno == EINTR { continue }
+                let code = errno
+                endChange(descriptor)
+                throw .local(errno: code, "writing \(path): \(String(cString: strerror(code)))")
+            }
+            written += n
+        }
+        endChange(descriptor) { state in
+            if offset > state.length { state.held.insert(state.length..<offset) }  // the hole reads as zeros
+            state.held.insert(offset..<(offset + Int64(written)))
+            state.length = max(state.length, offset + Int64(written))
+            state.written = true
+            state.streamed?.wrote(offset..<(offset + Int64(written)))
+        }
+        return written
     }
 
     /// Ends a change begun by `beginChange` on `descriptor`, applying `done` to the state under the same lock.

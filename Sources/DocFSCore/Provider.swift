@@ -32,6 +32,9 @@ public actor Provider {
     /// (the least recently released go first when `cacheMax` needs room).
     private var idle: [Inode: ContinuousClock.Instant] = [:]
 
+    /// Files up to this size are fetched whole at open; larger ones are streamed.
+    public nonisolated var wholeFileLimit: Int64 { streaming.wholeFileLimit }
+
     /// Copies by inode, readable without hopping onto the actor (for `st_blocks`, `stat` sizes).
     public nonisolated let presentCopies = Mutex<[Inode: LocalCopy]>([:])
 
@@ -66,6 +69,15 @@ public actor Provider {
         case cached(RemoteEntry)
         /// Empty (O_TRUNC, a new file): no download.
         case empty
+        /// A writer's open from outside, of the version `opened` describes: the one whose size
+        /// the kernel was given, from which the program computes its writes (an append's offset,
+        /// a patch, a truncate). A small file is fetched whole now, as for `.streamed`, so a
+        /// conflict copy is always the whole edited file. A large one (`dd conv=notrunc` over a
+        /// disk image, `touch`) gets a sparse copy of that version with nothing fetched: its
+        /// reads fetch ranges of it, its commit what the writes did not cover, and a newer
+        /// version on the store fails them with `ESTALE`, so the edit is kept as a conflict
+        /// copy and never lands on a version it was not made against.
+        case writer(opened: RemoteEntry)
     }
 
     public init(store: any Store, catalog: Catalog, cacheDirectory: String, retry: RetryPolicy = .interactive,
@@ -115,14 +127,14 @@ public actor Provider {
             let fetch = entry.fetch
             let timedOut = { @Sendable [ioTimeout] in Self.gaveUp(on: item, after: ioTimeout, trouble: entry.trouble) }
             // A reader's open waits for a head or a small file; a writer's for the whole file.
-            let fetchedAtOpen = intent == .streamed ? min(item.size, streaming.wholeFileLimit) : item.size
+            let fetchedAtOpen = intent.isStreamed ? min(item.size, streaming.wholeFileLimit) : item.size
             try await CallerWait.run(limit: ioTimeout.map { Self.wholeTransferLimit($0, bytes: fetchedAtOpen) }, timeout: timedOut) { () throws(FSError) in
                 do { try await fetch.value } catch { throw (error as? FSError) ?? .io("\(error)") }
             }
             switch intent {
             case .content: try await complete(entry.copy, of: item, trouble: entry.trouble)
             case .empty: await entry.copy.stopFetching()
-            case .streamed, .cached: break
+            case .streamed, .cached, .writer: break
             }
         } catch {
             // This opener never got a handle: give its count back.
@@ -471,17 +483,18 @@ public actor Provider {
         let fetchNeeded = intent != .empty && item.onStore
         if fetchNeeded, !mayFetch { throw .fetchRefused(item.path.description) }
         if fetchNeeded { makeRoom(for: item.size) }
-        // The version an empty copy replaces is the one the catalog knows; an upload of it
-        // meets any newer one as a conflict.
-        var life = CopyLife(content: fetchNeeded ? .fetching : .present, base: item.onStore ? item.etag : nil,
-                            startedFromNothing: !item.onStore)
+        // The version an empty copy replaces is the one the catalog knows (a writer's: the one
+        // it opened); an upload of it meets any newer one as a conflict.
+        var base = item.onStore ? item.etag : nil
+        if case .writer(let opened) = intent, item.onStore { base = opened.etag }
+        var life = CopyLife(content: fetchNeeded ? .fetching : .present, base: base, startedFromNothing: !item.onStore)
         life.pinned = pinned
         let copy = try LocalCopy(path: path, inode: item.inode, catalog: catalog, life: life)
         do { try catalog.beginCopy(item.inode, life) } catch {
             copy.discard()
             throw error
         }
-        let streamed = intent == .streamed && item.size > streaming.wholeFileLimit && item.etag != nil
+        let streamed = intent.isStreamed && item.size > streaming.wholeFileLimit && item.etag != nil
         logger.debug("providing", metadata: ["path": "\(item.path)", "base": "\(life.base?.value ?? "-")", "fetch": "\(fetchNeeded)",
                                              "streamed": "\(streamed)"])
         guard fetchNeeded else {
@@ -490,6 +503,9 @@ public actor Provider {
         }
         if case .cached(let entry) = intent, let version = entry.etag, version == item.etag, store.capabilities.hasRangeReads {
             return register(Providing(copy: copy, fetch: fetchedOnDemand(item, version: version, entry: entry, into: copy)))
+        }
+        if case .writer(let opened) = intent, let version = opened.etag, opened.size > streaming.wholeFileLimit {
+            return register(Providing(copy: copy, fetch: fetchedOnDemand(item, version: version, entry: opened, into: copy, learned: false)))
         }
         // Detached: the download must not run on (and hold up) the provider's executor.
         let trouble = FetchTrouble()
@@ -548,7 +564,11 @@ public actor Provider {
     /// Makes `copy` a sparse copy of `item` at `version` that reads fill (`OpenIntent.cached`),
     /// without asking the store for anything now. Returns the "fetch" the opener awaits: done,
     /// or failed (the opener's failure path evicts the copy, as for a failed download).
-    private func fetchedOnDemand(_ item: Item, version: ETag, entry: RemoteEntry, into copy: LocalCopy) -> Task<Void, any Error> {
+    /// `learned`: the store answered `entry` just now, and the catalog takes it as the item's
+    /// version; false for a writer's (`OpenIntent.writer`), which is only what the catalog
+    /// said at its open, and may be behind a listing that ran since.
+    private func fetchedOnDemand(_ item: Item, version: ETag, entry: RemoteEntry, into copy: LocalCopy,
+                                 learned: Bool = true) -> Task<Void, any Error> {
         do throws(FSError) {
             try copy.setLength(entry.size)
             if entry.size > 0 {
@@ -556,8 +576,13 @@ public actor Provider {
                                          copy: copy, policy: streaming, retry: retry, logger: logger))
             }
             let partial = copy.isSparse
-            try copy.update({ $0.fetched(etag: version) },
-                            recording: { (life) throws(FSError) in try catalog.recordFetched(item.inode, life, entry: entry, partial: partial) })
+            try copy.update({ $0.fetched(etag: version) }, recording: { (life) throws(FSError) in
+                if learned {
+                    try catalog.recordFetched(item.inode, life, entry: entry, partial: partial)
+                } else {
+                    try catalog.recordCopy(item.inode, life, partial: partial)
+                }
+            })
         } catch {
             logger.error("cannot prepare a local copy", metadata: ["path": "\(item.path)", "error": "\(error)"])
             return Task { throw error }
@@ -633,6 +658,14 @@ public actor Provider {
         } catch {
             recordEvictionLater(inode, after: min(delay * 2, .seconds(30)))
         }
+    }
+}
+
+extension Provider.OpenIntent {
+    /// Fetched as a reader's open fetches: a large file by ranges, a small one whole at open.
+    var isStreamed: Bool {
+        if case .writer = self { return true }
+        return self == .streamed
     }
 }
 

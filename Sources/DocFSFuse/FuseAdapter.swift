@@ -95,6 +95,17 @@ final class FuseAdapter: Sendable {
         }
     }
 
+    /// Tells the kernel to forget the cached attributes and pages of `inode`, from another
+    /// thread: the caller may be answering a request that holds those pages.
+    func invalidateContent(of inode: Inode) {
+        Task.detached { [self] in
+            gate.pass {
+                guard let session = session.withLock({ $0 }) else { return }
+                _ = fuse_lowlevel_notify_inval_inode(session.pointer, inode, 0, 0)
+            }
+        }
+    }
+
     // MARK: Handlers
 
     /// Answers a lookup on this thread when the catalog can (the parent was listed); returns
@@ -162,8 +173,9 @@ final class FuseAdapter: Sendable {
             // The kernel's pages of the version it cached stay if that is still the store's (see
             // keepsPageCache): the open need not fetch, reads the page cache misses will.
             if !mode.writable { mode.cachedVersion = cachedVersions.withLock { $0[inode] } }
-            // A writer's content is fetched at its first use (`touch` has none): by the ranges
-            // its reads ask for, what its writes did not cover at its close, whole at a truncate.
+            // A writer's large file is fetched as it is used (`touch` uses none of it): by the
+            // ranges its reads ask for, what its writes did not cover at its close, whole at a
+            // truncate; all of the version opened, whose size the kernel was given.
             mode.fetchOnFirstUse = true
             let handle = try await fs.open(inode, mode: mode)
             let after = try? fs.item(inode)
@@ -234,7 +246,7 @@ final class FuseAdapter: Sendable {
     static func openMode(_ flags: Int32) -> DocFileSystem.OpenMode {
         let accessMode = flags & O_ACCMODE
         let writable = accessMode == O_WRONLY || accessMode == O_RDWR
-        return DocFileSystem.OpenMode(writable: writable, truncate: flags & O_TRUNC != 0)
+        return DocFileSystem.OpenMode(writable: writable, truncate: flags & O_TRUNC != 0, append: flags & O_APPEND != 0)
     }
 
     func create(_ request: consuming FuseRequest, parent: Inode, name: String, mode: UInt32, flags: Int32,
@@ -250,31 +262,17 @@ final class FuseAdapter: Sendable {
         }
     }
 
-    /// A write: into the local copy, on this thread (a sparse copy too); the first through a
-    /// writer's handle that deferred its content (`OpenMode.fetchOnFirstUse`) waits for it to
-    /// be provided in a task, with its bytes copied (libfuse reuses its buffer once this returns).
+    /// A write: into the local copy, on this thread (a sparse copy too). An append that landed
+    /// elsewhere than the kernel's offset (it computed it from a size the open's fetch proved
+    /// stale) leaves the kernel's size and pages of the file wrong: they are dropped once the
+    /// write is answered (the kernel holds the pages locked until then).
     func write(_ raw: fuse_req_t, handle: UInt64, offset: Int64, bytes: UnsafeRawBufferPointer) {
         do {
-            if let written = try fs.writeIfProvided(handle: handle, offset: offset, bytes: bytes) {
-                return request(raw).replyWrite(count: written)
-            }
+            let landed = try fs.writeLanding(handle: handle, offset: offset, bytes: bytes)
+            request(raw).replyWrite(count: landed.count)
+            if landed.offset != offset { invalidateContent(of: landed.inode) }
         } catch {
-            return request(raw).fail(error)
-        }
-        let copied = [UInt8](bytes)
-        respond(raw) { request in await self.writeWhenProvided(request, handle: handle, offset: offset, bytes: copied) }
-    }
-
-    private func writeWhenProvided(_ request: consuming FuseRequest, handle: UInt64, offset: Int64, bytes: [UInt8]) async {
-        do {
-            // The content fetched is not the version the kernel's attributes describe: drop them.
-            if let changed = try await fs.provideDeferred(handle) { invalidateAttributes(of: changed) }
-            let written = bytes.withUnsafeBytes { buffer in
-                Result { () throws(FSError) -> Int in try fs.write(handle: handle, offset: offset, bytes: buffer) }
-            }
-            request.replyWrite(count: try written.get())
-        } catch {
-            request.fail(error)
+            request(raw).fail(error)
         }
     }
 

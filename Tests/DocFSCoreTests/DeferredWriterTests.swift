@@ -4,11 +4,11 @@ import DocFSTesting
 import Foundation
 import Testing
 
-/// A writer's open from outside (FUSE) fetches nothing until the handle is used: `touch`, which
-/// opens a file for writing and only sets its times, downloaded all of it. The first read,
-/// write or truncate fetches the content as the open would have, once, and an open file stays
-/// usable whatever happens to its name.
-@Suite("A writer's content is fetched at its first use")
+/// A writer's open from outside (FUSE) of a large file fetches nothing: `touch`, which opens a
+/// file for writing and only sets its times, downloaded all of it. Its reads fetch the ranges
+/// they ask for, its commit what its writes did not cover, a truncate the rest, each once; a
+/// small file is whole at the open. An open file stays usable whatever happens to its name.
+@Suite("A writer's large file is fetched as it is used")
 struct DeferredWriterTests {
     static let writer = DocFileSystem.OpenMode(writable: true, truncate: false, fetchOnFirstUse: true)
 
@@ -35,7 +35,6 @@ struct DeferredWriterTests {
 
         let handle = try await fixture.fs.open(item.inode, mode: Self.writer)
         #expect(fixture.store.totalReads == 0)
-        #expect(fixture.cachedFiles().isEmpty)
         try await fixture.fs.flush(handle: handle)
         try await fixture.fs.fsync(handle: handle)
         await fixture.fs.release(handle: handle)
@@ -47,18 +46,11 @@ struct DeferredWriterTests {
         #expect(try fixture.fs.item(item.inode).state == .placeholder)
     }
 
-    @Test func theFirstWriteFetchesTheContentOnceAndChangesIt() async throws {
+    @Test func aWriteFetchesNothingAndItsCommitEachOtherByteOnce() async throws {
         let old = randomBytes(2 << 20)
         let (fixture, _, handle) = try await Self.writer(of: old, named: "doc.bin")
-        #expect(fixture.fs.isDeferred(handle))
-
-        // Two uses at once share one fetch.
-        async let first = fixture.fs.provideForChange(handle)
-        async let second = fixture.fs.provideForChange(handle)
-        _ = try await (first, second)
-        #expect(!fixture.fs.isDeferred(handle))
-        #expect(fixture.store.readCount("doc.bin") == 1)
         try fixture.write(handle: handle, [1, 2, 3], at: 10)
+        #expect(fixture.store.totalReads == 0, "a write lands at once")
         try await fixture.fs.flush(handle: handle)
         await fixture.fs.release(handle: handle)
         await fixture.settle()
@@ -66,40 +58,19 @@ struct DeferredWriterTests {
         var expected = old
         expected.replaceSubrange(10..<13, with: [1, 2, 3])
         #expect(fixture.store.content("doc.bin") == expected)
-        #expect(fixture.store.readCount("doc.bin") == 1)
+        #expect(bytesAsked(fixture.store, "doc.bin", of: 2 << 20) == (2 << 20) - 3)
         #expect(fixture.cachedFiles().isEmpty)
     }
 
-    /// Ctrl-C while a writer's first use waits for the content ends that wait with EINTR; the
-    /// handle stays deferred, and its next use gets the fetch that went on meanwhile.
-    @Test func anInterruptedFirstUseGivesEINTRAndTheFetchGoesOn() async throws {
-        let (fixture, handle) = try await Self.writerOfHello()
-        let gate = Gate()
-        fixture.store.holdReads { await gate.wait() }
-        let firstUse = Task { try await fixture.fs.provideDeferred(handle) }
-        for _ in 0..<200 where fixture.store.readCount("doc.txt") == 0 { try await Task.sleep(for: .milliseconds(5)) }
-        firstUse.cancel()
-        await #expect(throws: CallerWait.interrupted) { _ = try await firstUse.value }
-        #expect(fixture.fs.isDeferred(handle))
-
-        await gate.open()
-        _ = try await fixture.fs.provideDeferred(handle)
-        #expect(!fixture.fs.isDeferred(handle))
-        #expect(fixture.store.readCount("doc.txt") == 1, "the fetch the interrupted use began is the one used")
-        try fixture.write(handle: handle, Array("J".utf8))
-        await fixture.fs.release(handle: handle)
-        await fixture.settle()
-        #expect(fixture.store.content("doc.txt") == Array("Jello".utf8))
-    }
-
-    @Test func aReadThroughTheHandleFetchesTheContent() async throws {
+    @Test func aReadThroughTheHandleOfASmallFileReadsWhatTheOpenFetched() async throws {
         let fixture = try CoreFixture.writable()
         let content = randomBytes(100_000)
         fixture.store.addFile("doc.bin", content)
         let item = try await fixture.lookup("doc.bin")
         let handle = try await fixture.fs.open(item.inode, mode: Self.writer)
-        #expect(try fixture.fs.lendForRead(handle: handle, offset: 0, count: 10) == nil)
+        #expect(try fixture.fs.lendForRead(handle: handle, offset: 0, count: 10) != nil, "the open fetched it whole")
         #expect(try await fixture.fs.read(handle: handle, offset: 0, count: content.count) == content)
+        #expect(fixture.store.readCount("doc.bin") == 1)
         await fixture.fs.release(handle: handle)
     }
 
@@ -116,7 +87,7 @@ struct DeferredWriterTests {
         #expect(!fixture.cachedFiles().isEmpty)
 
         // A change to the sparse copy lands in the fast path, fetching nothing.
-        #expect(try [UInt8]([1, 2, 3]).withUnsafeBytes { try fixture.fs.writeIfProvided(handle: handle, offset: 2 << 20, bytes: $0) } == 3)
+        #expect(try [UInt8]([1, 2, 3]).withUnsafeBytes { try fixture.fs.write(handle: handle, offset: 2 << 20, bytes: $0) } == 3)
         #expect(bytesAsked(fixture.store, "big.bin", of: 3 << 20) < 1 << 20, "a write fetched \(bytesAsked(fixture.store, "big.bin", of: 3 << 20)) bytes")
         try await fixture.fs.flush(handle: handle)
         await fixture.fs.release(handle: handle)
@@ -174,7 +145,7 @@ struct DeferredWriterTests {
 
     @Test func aTruncateToZeroNeedsNoFetchAndOtherSizesFetchFirst() async throws {
         let fixture = try CoreFixture.writable()
-        fixture.store.addFile("empty-me", randomBytes(50_000))
+        fixture.store.addFile("empty-me", randomBytes(3 << 20))
         fixture.store.addFile("cut-me", Array("0123456789".utf8))
         let emptied = try await fixture.lookup("empty-me")
         let cut = try await fixture.lookup("cut-me")
@@ -193,12 +164,14 @@ struct DeferredWriterTests {
         #expect(fixture.store.content("cut-me") == Array("0123".utf8))
     }
 
-    @Test func aFailedFetchFailsTheUseAndTheNextUseTriesAgain() async throws {
-        let (fixture, handle) = try await Self.writerOfHello()
+    @Test func aFailedFetchFailsTheOpenAndTheNextOpenTriesAgain() async throws {
+        let fixture = try CoreFixture.writable()
+        fixture.store.addFile("doc.txt", Array("hello".utf8))
+        let item = try await fixture.lookup("doc.txt")
         fixture.store.injectReadFaults([.fail(.accessDenied("no"))])
-        await #expect(throws: FSError.self) { try await fixture.fs.provideDeferred(handle) }
-        #expect(fixture.fs.isDeferred(handle))
-        try await fixture.fs.provideDeferred(handle)
+        await #expect(throws: FSError.self) { _ = try await fixture.fs.open(item.inode, mode: Self.writer) }
+        #expect(fixture.cachedFiles().isEmpty)
+        let handle = try await fixture.fs.open(item.inode, mode: Self.writer)
         try fixture.write(handle: handle, Array("J".utf8))
         try await fixture.fs.flush(handle: handle)
         await fixture.fs.release(handle: handle)
@@ -209,7 +182,6 @@ struct DeferredWriterTests {
     @Test func anUnlinkedWritersHandleKeepsItsFile() async throws {
         let (fixture, handle) = try await Self.writerOfHello()
         try await fixture.fs.remove(from: Item.rootInode, name: "doc.txt", directory: false)
-        try await fixture.fs.provideDeferred(handle)
         try fixture.write(handle: handle, Array("J".utf8))
         #expect(try await fixture.fs.read(handle: handle, offset: 0, count: 5) == Array("Jello".utf8))
         await fixture.fs.release(handle: handle)

@@ -521,8 +521,9 @@ final class ModelRun {
             let beforeVersion = await (try? proxy.stat(StorePath(path)))?.etag  // as the core sees versions
             let sniffing = sniffs && access != .truncate && number % 3 != 0 && store.content(path) == before && before != nil
             let sharing = lineages.values.contains { $0.path == path && !$0.handles.isEmpty }
-            // Every other writer's open defers its content to its first use (as FUSE opens do),
-            // which the read of all of it (or of its head, for a sniffer) just after is.
+            // Every other writer's open is as FUSE makes it: a large file's content is fetched
+            // as it is used, of the version opened (the read of all of it, or of its head for a
+            // sniffer, just after).
             let mode = DocFileSystem.OpenMode(writable: access != .read, truncate: access == .truncate,
                                               fetchOnFirstUse: number % 2 == 0)
             guard let result = await call({ () async throws -> (Inode, UInt64, [UInt8]?, Bool) in
@@ -618,12 +619,7 @@ final class ModelRun {
             let letter = UInt8(ascii: "a") + UInt8(number % 26)
             let bytes = [UInt8](repeating: letter, count: count)
             guard let result = await call({ () async throws -> Int in
-                // As the FUSE layer writes: in place, or once the handle is ready for a change.
-                if let written = try bytes.withUnsafeBytes({ try fs.writeIfProvided(handle: open.handle, offset: Int64(offset), bytes: $0) }) {
-                    return written
-                }
-                try await fs.provideDeferred(open.handle)
-                return try bytes.withUnsafeBytes { try fs.write(handle: open.handle, offset: Int64(offset), bytes: $0) }
+                try bytes.withUnsafeBytes { try fs.write(handle: open.handle, offset: Int64(offset), bytes: $0) }
             }) else { return "hung" }
             guard case .success(let written) = result else {
                 problems.append("op \(number): write failed: \(Self.failure(result))")

@@ -292,12 +292,13 @@ class S3Relay:
         with self._lock:
             self._events.append((what, method, split_target(target)[0]))
 
-    def _record(self, method: str, target: str, status: str):
+    def _record(self, method: str, target: str, status: str, answered_event: bool = True):
         path, query = split_target(target)
         entry = S3Request(method, path, query, status)
         with self._lock:
             self._log.append(entry)
-            self._events.append(("answered", method, path))
+            if answered_event:
+                self._events.append(("answered", method, path))
             with open(self.log_path, "a") as f:
                 f.write(f"{time.time():.3f} {entry}\n")
 
@@ -339,6 +340,10 @@ class S3Relay:
                         raise ConnectionError("the server closed the connection without an answer")
                     status_line, rheaders = _headers(rhead)
                     status = int(status_line.split(" ")[1])
+                    if status >= 200:
+                        # Before the client can see the answer and send its next request: once
+                        # relayed, another connection's "sent" could be logged ahead of this.
+                        self._event("answered", method, target)
                     send_to_client(rhead)
                     if 100 <= status < 200:
                         continue
@@ -353,7 +358,7 @@ class S3Relay:
                 else:
                     uin.relay_to_eof(send_to_client)
                     close = True
-                self._record(method, target, str(status))
+                self._record(method, target, str(status), answered_event=False)
                 if uin.buf:
                     raise ConnectionError("the server sent more than its answer")
                 if close or rheaders.get("connection", "").lower() == "close" \

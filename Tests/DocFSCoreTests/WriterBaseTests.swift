@@ -1,0 +1,156 @@
+import DocFSCore
+import DocFSStore
+import DocFSTesting
+import Foundation
+import Testing
+
+/// A writer's change belongs to the version it opened: the kernel gave the program that
+/// version's size, and the program computed its writes (an append's offset, a patch, a
+/// truncate) from it. Another client's version that lands between the open and the close is
+/// never written into, and never replaced: both are kept, theirs under the name and ours as a
+/// conflict copy. These are the blind writers (`>>`, `dd conv=notrunc`, `truncate`), which
+/// open for writing and change the file without reading it first.
+@Suite("A writer's change belongs to the version it opened")
+struct WriterBaseTests {
+    /// A writer's open as FUSE makes it (large files' content fetched at first use).
+    static let writer = DocFileSystem.OpenMode(writable: true, truncate: false, fetchOnFirstUse: true)
+    static var appender: DocFileSystem.OpenMode {
+        var mode = writer
+        mode.append = true
+        return mode
+    }
+
+    /// A writable store with `name` holding `content`, listed (so the catalog knows that
+    /// version), with a directory TTL of 0: every listing asks the store again.
+    static func storeWith(_ name: String, _ content: [UInt8]) async throws -> (CoreFixture, Item) {
+        let fixture = try CoreFixture(store: InMemoryStore(), ttl: 0, readOnly: false)
+        fixture.store.addFile(name, content)
+        return (fixture, try await fixture.lookup(name))
+    }
+
+    /// The conflict copies of `stem` in the root folder, with their content.
+    static func conflictCopies(of stem: String, in fixture: CoreFixture) -> [[UInt8]] {
+        fixture.store.fileNames(in: "/").filter { $0.hasPrefix("\(stem) (conflict ") }.compactMap { fixture.store.content($0) }
+    }
+
+    /// Another client replaces the file, and a listing shows it here before the writer's
+    /// first write (the catalog moves on; the writer's base must not).
+    static func anotherClientReplaces(_ name: String, with content: [UInt8], in fixture: CoreFixture) async throws {
+        fixture.store.addFile(name, content, modified: 1_700_000_100)
+        let inode = try await fixture.lookup(name).inode
+        _ = try await fixture.fs.children(of: Item.rootInode)
+        #expect(try fixture.catalog.item(inode)?.size == Int64(content.count), "the listing saw their version")
+    }
+
+    static func close(_ handle: UInt64, in fixture: CoreFixture) async {
+        try? await fixture.fs.flush(handle: handle)
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+    }
+
+    @Test func aBlindWriteIntoASmallFileChangedSinceTheOpenKeepsBoth() async throws {
+        let (fixture, item) = try await Self.storeWith("c.txt", Array("v1-content!".utf8))
+        let handle = try await fixture.fs.open(item.inode, mode: Self.writer)
+        let theirs = Array("THEIRS-longer-version".utf8)
+        try await Self.anotherClientReplaces("c.txt", with: theirs, in: fixture)
+
+        try fixture.write(handle: handle, Array("XY".utf8), at: 0)
+        await Self.close(handle, in: fixture)
+
+        #expect(fixture.store.content("c.txt") == theirs, "their version stays under the name")
+        #expect(Self.conflictCopies(of: "c", in: fixture) == [Array("XY-content!".utf8)],
+                "ours is the version it opened with its write, whole")
+    }
+
+    @Test func anAppendAfterAnotherClientsChangeKeepsBothAndMixesNothing() async throws {
+        let (fixture, item) = try await Self.storeWith("log.txt", Array("v1\n".utf8))
+        let handle = try await fixture.fs.open(item.inode, mode: Self.appender)
+        try await Self.anotherClientReplaces("log.txt", with: Array("server\n".utf8), in: fixture)
+
+        // The kernel appends at the size it was given at the open.
+        try fixture.write(handle: handle, Array("local\n".utf8), at: 3)
+        await Self.close(handle, in: fixture)
+
+        #expect(fixture.store.content("log.txt") == Array("server\n".utf8))
+        #expect(Self.conflictCopies(of: "log", in: fixture) == [Array("v1\nlocal\n".utf8)])
+    }
+
+    /// The catalog still says the old version (the kernel was given its size), but the store
+    /// has a newer one at the open: the append lands after the last byte of what the open
+    /// fetched, never in the middle of it.
+    @Test func anAppendLandsAtTheEndOfTheVersionOpenedWhateverOffsetTheKernelSends() async throws {
+        let (fixture, item) = try await Self.storeWith("log.txt", Array("v1\n".utf8))
+        fixture.store.addFile("log.txt", Array("server\n".utf8), modified: 1_700_000_100)
+        let handle = try await fixture.fs.open(item.inode, mode: Self.appender)
+
+        try fixture.write(handle: handle, Array("local\n".utf8), at: 3)
+        await Self.close(handle, in: fixture)
+
+        #expect(fixture.store.content("log.txt") == Array("server\nlocal\n".utf8))
+        #expect(Self.conflictCopies(of: "log", in: fixture).isEmpty)
+    }
+
+    @Test func aTruncateWithoutAReadAfterAnotherClientsChangeKeepsBoth() async throws {
+        let (fixture, item) = try await Self.storeWith("t.txt", Array("0123456789".utf8))
+        let handle = try await fixture.fs.open(item.inode, mode: Self.writer)
+        let theirs = Array("THEIRS-0123456789".utf8)
+        try await Self.anotherClientReplaces("t.txt", with: theirs, in: fixture)
+
+        _ = try await fixture.fs.setAttributes(of: item.inode, .init(size: 5), handle: handle)
+        await Self.close(handle, in: fixture)
+
+        #expect(fixture.store.content("t.txt") == theirs)
+        #expect(Self.conflictCopies(of: "t", in: fixture) == [Array("01234".utf8)])
+    }
+
+    /// A large file's content is not fetched at a writer's open (`touch` would download it
+    /// all); its first write still belongs to the version opened. That version is gone from
+    /// the store by the close, so the bytes the write did not cover cannot be fetched: the
+    /// conflict copy holds the write and zeros, and never a byte of their version.
+    @Test func aBlindWriteIntoALargeFileChangedSinceTheOpenNeverLandsOnTheNewVersion() async throws {
+        let size = 3 << 20
+        let ours = randomBytes(size)
+        let (fixture, item) = try await Self.storeWith("disk.img", ours)
+        let handle = try await fixture.fs.open(item.inode, mode: Self.writer)
+        #expect(fixture.store.totalReads == 0, "a large file is not fetched at a writer's open")
+        let theirs = randomBytes(size + 100)
+        try await Self.anotherClientReplaces("disk.img", with: theirs, in: fixture)
+
+        try fixture.write(handle: handle, Array("XY".utf8), at: 0)
+        await Self.close(handle, in: fixture)
+
+        let theirsStays = fixture.store.content("disk.img") == theirs
+        #expect(theirsStays, "their version stays under the name")
+        let copies = Self.conflictCopies(of: "disk", in: fixture)
+        try #require(copies.count == 1, "our write is kept as a conflict copy")
+        let kept = copies[0]
+        #expect(kept.count == size, "the conflict copy has the size of the version opened")
+        #expect(Array(kept.prefix(2)) == Array("XY".utf8))
+        #expect(kept.indices.dropFirst(2).allSatisfy { kept[$0] == ours[$0] || kept[$0] == 0 },
+                "every other byte is the opened version's or a hole")
+    }
+
+    /// The same, through a read first: the read of a version gone from the store fails, and
+    /// never shows their bytes as the file this handle opened.
+    @Test func aReadThroughAWritersHandleNeverShowsAVersionNewerThanItsOpen() async throws {
+        let size = 3 << 20
+        let (fixture, item) = try await Self.storeWith("disk.img", randomBytes(size))
+        let handle = try await fixture.fs.open(item.inode, mode: Self.writer)
+        try await Self.anotherClientReplaces("disk.img", with: randomBytes(size), in: fixture)
+
+        await #expect(throws: FSError.self) { _ = try await fixture.fs.read(handle: handle, offset: 0, count: 4096) }
+        await Self.close(handle, in: fixture)
+        #expect(fixture.cachedFiles().isEmpty)
+    }
+
+    /// A writer of a small file has the whole file at its open: nothing waits for a first use.
+    @Test func aSmallFileIsWholeAtAWritersOpen() async throws {
+        let (fixture, item) = try await Self.storeWith("s.txt", Array("hello".utf8))
+        let handle = try await fixture.fs.open(item.inode, mode: Self.writer)
+        #expect(fixture.store.readCount("s.txt") == 1)
+        #expect(fixture.fs.hasCompleteLocalCopy(item.inode))
+        await Self.close(handle, in: fixture)
+        #expect(fixture.store.writeCount("s.txt") == 0, "nothing written, nothing uploaded")
+        #expect(fixture.cachedFiles().isEmpty)
+    }
+}
