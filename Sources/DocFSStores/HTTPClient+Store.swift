@@ -151,7 +151,8 @@ struct HTTPTransport: Sendable {
         switch status {
         case 401, 403: return .accessDenied("\(method) \(path): HTTP \(status) \(reason)")
         case 404, 410: return .notFound(path)
-        case 423: return .accessDenied("\(method) \(path): locked on the server (HTTP 423)")
+        // Locked by another client, for the moment of its change (or until its lock expires).
+        case 423: return .busy(status: status, retryAfter: retryAfter, message: "\(method) \(path): locked on the server (HTTP 423)")
         case 405, 501: return .notSupported("\(method) \(path): HTTP \(status) \(reason)")
         case 408: return .timedOut("\(method) \(path): HTTP 408 \(reason)")
         case 400, 409, 411, 413, 414, 422, 431:

@@ -37,6 +37,8 @@ public final class WebDAVStore: Store {
     /// Where streamed uploads' temporary files are recorded until they are moved in place or
     /// deleted, once the mount gives a directory for it (`keepUnfinishedWork(in:)`).
     let uploadLedger = Mutex<UploadLedger<TemporaryUpload>?>(nil)
+    /// Whether the server checks If-Match on PUT, once probed (WebDAVStore+ConditionalWrites.swift).
+    let conditionProbe = ConditionProbe()
 
     /// Deadline of a metadata call (PROPFIND, MKCOL, DELETE, MOVE, HEAD), body included.
     static let metadataTimeout: TimeAmount = .seconds(30)
@@ -207,11 +209,13 @@ public final class WebDAVStore: Store {
     public func write(_ path: StorePath, fromLocalFile localFile: String, condition: WriteCondition) async throws(StoreError) -> RemoteEntry {
         guard !path.isRoot else { throw .isADirectory(path) }
         let file = try LocalFileChunks(path: localFile)
-        let headers = try await preconditions(of: path, condition)
-        let body = HTTPClientRequest.Body.stream(file, length: .known(file.size))
-        let answer = try await transport.metadata(.PUT, url: url(path), path: path, headers: headers, body: body,
-                                                  timeout: transport.uploadTimeout(bytes: file.size))
-        try await checkPUT(answer, path, condition)
+        let answer = try await underCondition(path, condition, bytes: file.size) { (headers) throws(StoreError) in
+            let body = HTTPClientRequest.Body.stream(file, length: .known(file.size))
+            let answer = try await transport.metadata(.PUT, url: url(path), path: path, headers: headers, body: body,
+                                                      timeout: transport.uploadTimeout(bytes: file.size))
+            try await checkPUT(answer, path, condition)
+            return answer
+        }
         if let etag = answer.headers.first(name: "ETag").map(Self.normalizedETag) {
             let modified = answer.headers.first(name: "Last-Modified").flatMap(HTTPDate.parse) ?? Date().timeIntervalSince1970
             return RemoteEntry(path: path, kind: .file, size: file.size, modified: modified, etag: etag)

@@ -67,6 +67,14 @@ extension CoreFixture {
 enum ModelOp: Sendable, CustomStringConvertible {
     enum Access: String, Sendable {
         case read, readWrite, truncate
+        /// Opened for writing and never read (`dd conv=notrunc`, a patcher): its edit is of the
+        /// version the open saw, whatever the store has by its writes and its close.
+        case blindWrite
+        /// The same with O_APPEND (`>>`): every write lands at the end of that version.
+        case blindAppend
+
+        var writable: Bool { self != .read }
+        var isBlind: Bool { self == .blindWrite || self == .blindAppend }
     }
 
     case open(String, Access)

@@ -305,6 +305,8 @@ final class ModelRun {
         var handle: UInt64
         var inode: Inode
         var writable: Bool
+        /// O_APPEND: its writes land at the end of the copy, whatever offset they carry.
+        var appends = false
         /// Marked modified through this handle: its flush/close commits.
         var wrote: Bool
     }
@@ -435,7 +437,7 @@ final class ModelRun {
         func length(_ h: Int) -> Int { lineages[handles[h]!.inode]?.content.count ?? 0 }
         var choices: [(Int, () -> ModelOp)] = []
         if open.count < 4 {
-            choices.append((14, { .open(self.pick(Self.files), self.pick([.read, .readWrite, .readWrite, .truncate])) }))
+            choices.append((14, { .open(self.pick(Self.files), self.pick([.read, .readWrite, .readWrite, .truncate, .blindWrite, .blindAppend])) }))
             choices.append((4, { .create(self.pick(Self.files)) }))
         }
         if !open.isEmpty {
@@ -524,12 +526,18 @@ final class ModelRun {
             // Every other writer's open is as FUSE makes it: a large file's content is fetched
             // as it is used, of the version opened (the read of all of it, or of its head for a
             // sniffer, just after).
-            let mode = DocFileSystem.OpenMode(writable: access != .read, truncate: access == .truncate,
-                                              fetchOnFirstUse: number % 2 == 0)
+            // A blind writer's open is always as FUSE makes it. The model knows what it opened
+            // without a read where the open fetches (or pins) the store's version at the open:
+            // a placeholder nobody holds, while the store answers; else it reads all of it.
+            let mode = DocFileSystem.OpenMode(writable: access.writable, truncate: access == .truncate,
+                                              fetchOnFirstUse: access.isBlind || number % 2 == 0, append: access == .blindAppend)
+            let blindly = access.isBlind && !sharing && !down && before != nil
             guard let result = await call({ () async throws -> (Inode, UInt64, [UInt8]?, Bool) in
                 let item = try await fixture.lookup(path)
+                let placeholder = item.state == .placeholder && !item.hasUnsyncedChanges
                 let handle = try await fs.open(item.inode, mode: mode)
                 guard access != .truncate else { return (item.inode, handle, nil, false) }
+                if blindly, placeholder, let before { return (item.inode, handle, before, true) }
                 do {
                     if sniffing {
                         let head = try await fs.read(handle: handle, offset: 0, count: 4)
@@ -551,8 +559,12 @@ final class ModelRun {
             guard case .success(let (inode, handle, read, sniffed)) = result else { return Self.failure(result) }
             var lineage = lineages[inode] ?? Lineage(path: path)
             lineage.path = path
+            // A blind open of a streamed file holds none of it; a sniffer its head.
+            let headRead = access.isBlind ? 0 : 4
+            let streamedCopy = sniffs && (read?.count ?? 0) > Int(ModelTests.tinyStreaming.wholeFileLimit)
+            let sparse = sniffed && (!access.isBlind || streamedCopy)
             if lineage.handles.isEmpty {
-                lineage.held = sniffed ? [Bool](repeating: true, count: min(4, read?.count ?? 0)) + [Bool](repeating: false, count: max(0, (read?.count ?? 0) - 4)) : nil
+                lineage.held = sparse ? [Bool](repeating: true, count: min(headRead, read?.count ?? 0)) + [Bool](repeating: false, count: max(0, (read?.count ?? 0) - headRead)) : nil
                 lineage.mayFail = false
                 lineage.versionMayBeGone = false
             }
@@ -573,8 +585,9 @@ final class ModelRun {
             }
             lineage.handles.insert(handleNumber!)
             lineages[inode] = lineage
-            handles[handleNumber!] = OpenHandle(handle: handle, inode: inode, writable: access != .read, wrote: access == .truncate)
-            return "inode \(inode)" + (sniffed ? ", sniffed" : "")
+            handles[handleNumber!] = OpenHandle(handle: handle, inode: inode, writable: access.writable, appends: access == .blindAppend,
+                                                wrote: access == .truncate)
+            return "inode \(inode)" + (sniffed ? (access.isBlind ? ", blind" : ", sniffed") : "")
 
         case .create(let path):
             let before = store.content(path)
@@ -627,6 +640,8 @@ final class ModelRun {
             }
             if written != count { problems.append("op \(number): write of \(count) bytes wrote \(written)") }
             var lineage = lineages[open.inode]!
+            // An appender's write lands at the end of the copy, whatever offset it carried.
+            let offset = open.appends ? lineage.content.count : offset
             if lineage.content.count < offset { lineage.content += [UInt8](repeating: 0, count: offset - lineage.content.count) }
             let end = min(lineage.content.count, offset + count)
             lineage.content.replaceSubrange(offset..<end, with: bytes)

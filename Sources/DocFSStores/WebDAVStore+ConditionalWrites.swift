@@ -1,0 +1,193 @@
+// WebDAVStore+ConditionalWrites: how an upload that must not replace another client's version
+// is made safe on the server at hand.
+//
+// Most servers honour `If-Match` and `If-None-Match` on PUT, and check them atomically with the
+// write. Some answer 201 whatever the condition says (`rclone serve webdav`, whose WebDAV
+// library has no preconditions on PUT): a version check made first and the PUT then leave a
+// window in which another client's upload is silently replaced. Two docfs mounts of such a
+// server, saving the same files, lost about one version in a hundred that way.
+//
+// Found out once per store, at its first conditional upload: a PUT of an empty body to a scratch
+// name beside that file, with an `If-Match` no version has. 412: the server honours conditions.
+// A 2xx: it ignores them (the scratch file is deleted again); then, where the server has WebDAV
+// locks (`DAV: 2` in OPTIONS), every conditional upload takes an exclusive lock of its path
+// first (LOCK), checks the version under it, sends the PUT with the lock's token and unlocks:
+// another docfs mount, and any client that honours locks, waits meanwhile (HTTP 423, retried).
+// Without locks, the check stays one request before the PUT, and the log says what that risks.
+
+import AsyncHTTPClient
+import DocFSStore
+import Foundation
+import NIOCore
+import NIOHTTP1
+import Synchronization
+
+/// Whether a server checks the conditions of a PUT, as a probe found.
+public enum ConditionSupport: Sendable, Equatable {
+    /// `If-Match` of a version no file has was refused (412): conditions hold on the server.
+    case honoured
+    /// The PUT went through: conditions are ignored. `locks`: the server has WebDAV locks,
+    /// under which docfs makes its check and its PUT one step.
+    case ignored(locks: Bool)
+    /// The probe could not tell (the folder refused the scratch file): treated as honoured,
+    /// and the version is still checked just before each upload.
+    case unknown
+}
+
+/// The probe's outcome, shared by every upload of the store (one probe, whoever asks first).
+final class ConditionProbe: Sendable {
+    let running = Mutex<Task<ConditionSupport, Never>?>(nil)
+    let found = Mutex<ConditionSupport?>(nil)
+}
+
+/// An exclusive write lock held on one path.
+struct HeldLock: Sendable {
+    var token: String
+    /// The LOCK made the resource (it did not exist): an empty file stands there until the PUT.
+    var created: Bool
+}
+
+extension WebDAVStore {
+    /// What the store found out about conditions on PUT, if it has yet.
+    public var conditionSupport: ConditionSupport? { conditionProbe.found.withLock { $0 } }
+
+    /// Runs `put` (given the headers its request must carry) under `condition`, in the way this
+    /// server makes safe: the condition sent along, after a check of the version; or, on a
+    /// server that ignores conditions, the check and the PUT under an exclusive lock.
+    func underCondition<T: Sendable>(_ path: StorePath, _ condition: WriteCondition, bytes: Int64,
+                                     _ put: ([String: String]) async throws(StoreError) -> T) async throws(StoreError) -> T {
+        if condition == .always { return try await put([:]) }
+        guard case .ignored(locks: true) = await probeConditions(near: path) else {
+            return try await put(try await preconditions(of: path, condition))
+        }
+        let lock = try await lockExclusively(path, seconds: 30 + Int(min(bytes >> 20, 3600)))
+        do throws(StoreError) {
+            switch condition {
+            case .always:
+                break
+            case .ifMatch:
+                // A lock that made the resource found nothing at the path: not the version wanted.
+                if lock.created { throw StoreError.versionMismatch(path) }
+                _ = try await preconditions(of: path, condition)
+            case .mustNotExist:
+                if !lock.created, try await statIfExists(path) != nil { throw StoreError.alreadyExists(path) }
+            }
+            let result = try await put(["If": "(<\(lock.token)>)"])
+            await unlock(path, lock)
+            return result
+        } catch {
+            if lock.created { await deleteUnderLock(path, lock) }
+            await unlock(path, lock)
+            throw error
+        }
+    }
+
+    /// The probe of conditions on PUT (see the top of the file), run once, near `path`.
+    func probeConditions(near path: StorePath) async -> ConditionSupport {
+        let task = conditionProbe.running.withLock { running in
+            if let running { return running }
+            let task = Task { await self.runProbe(near: path) }
+            running = task
+            return task
+        }
+        return await task.value
+    }
+
+    private func runProbe(near path: StorePath) async -> ConditionSupport {
+        let support = await probe(near: path)
+        conditionProbe.found.withLock { $0 = support }
+        switch support {
+        case .honoured:
+            logger.debug("the server honours If-Match and If-None-Match on PUT")
+        case .ignored(locks: true):
+            logger.notice("the server ignores If-Match and If-None-Match on PUT: each upload over a version checks it under a WebDAV lock")
+        case .ignored(locks: false):
+            logger.warning("""
+                the server ignores If-Match and If-None-Match on PUT and has no locks: another client's version \
+                saved between docfs's check of a file and its upload would be replaced
+                """)
+        case .unknown:
+            logger.info("cannot tell whether the server honours If-Match on PUT: the version is checked just before each upload")
+        }
+        return support
+    }
+
+    private func probe(near path: StorePath) async -> ConditionSupport {
+        let name = ".docfs-probe-" + String(format: "%016llx", UInt64.random(in: 0...UInt64.max))
+        guard let scratch = try? (path.parent ?? .root).appending(name) else { return .unknown }
+        let answer: HTTPTransport.Answer
+        do {
+            answer = try await transport.metadata(.PUT, url: url(scratch), path: scratch,
+                                                  headers: ["If-Match": "\"docfs-probe-no-such-version\""],
+                                                  body: .bytes(ByteBuffer()), timeout: Self.metadataTimeout)
+        } catch {
+            return .unknown
+        }
+        switch answer.status {
+        case 412:
+            return .honoured
+        case 200, 201, 204:
+            _ = try? await transport.metadata(.DELETE, url: url(scratch), path: scratch, headers: [:], body: nil,
+                                              timeout: Self.metadataTimeout)
+            return .ignored(locks: await hasLocks(path.parent ?? .root))
+        default:
+            return .unknown
+        }
+    }
+
+    /// Whether the server says it has WebDAV locks (`DAV: 1, 2`).
+    private func hasLocks(_ directory: StorePath) async -> Bool {
+        guard let answer = try? await transport.metadata(.OPTIONS, url: url(directory, collection: true), path: directory,
+                                                         headers: [:], body: nil, timeout: Self.metadataTimeout) else { return false }
+        return answer.headers[canonicalForm: "DAV"].contains { $0.trimmingCharacters(in: .whitespaces) == "2" }
+    }
+
+    static let lockBody = """
+        <?xml version="1.0" encoding="utf-8"?>
+        <D:lockinfo xmlns:D="DAV:"><D:lockscope><D:exclusive/></D:lockscope><D:locktype><D:write/></D:locktype><D:owner>docfs</D:owner></D:lockinfo>
+        """
+
+    /// An exclusive write lock of `path` for at most `seconds`. A path another client holds
+    /// locked (423) is asked again for a few seconds, then the call fails as busy (retried).
+    func lockExclusively(_ path: StorePath, seconds: Int) async throws(StoreError) -> HeldLock {
+        var wait = Duration.milliseconds(20)
+        let deadline = ContinuousClock.now + .seconds(10)
+        while true {
+            let answer = try await transport.metadata(.LOCK, url: url(path), path: path,
+                                                      headers: ["Timeout": "Second-\(seconds)", "Depth": "0",
+                                                                "Content-Type": "application/xml; charset=utf-8"],
+                                                      body: .bytes(ByteBuffer(string: Self.lockBody)), timeout: Self.metadataTimeout)
+            switch answer.status {
+            case 200, 201:
+                guard let header = answer.headers.first(name: "Lock-Token") else {
+                    throw .protocolError("LOCK \(path): no Lock-Token in the answer")
+                }
+                let token = header.trimmingCharacters(in: CharacterSet(charactersIn: "<> "))
+                return HeldLock(token: token, created: answer.status == 201)
+            case 423 where ContinuousClock.now < deadline:
+                try? await Task.sleep(for: wait)
+                wait = min(wait * 2, .milliseconds(500))
+            default:
+                throw answer.error(method: "LOCK", path: path)
+            }
+        }
+    }
+
+    func unlock(_ path: StorePath, _ lock: HeldLock) async {
+        do {
+            let answer = try await transport.metadata(.UNLOCK, url: url(path), path: path, headers: ["Lock-Token": "<\(lock.token)>"],
+                                                      body: nil, timeout: Self.metadataTimeout)
+            if !(200..<300).contains(answer.status) {
+                logger.info("UNLOCK \(path): HTTP \(answer.status); the lock expires by itself")
+            }
+        } catch {
+            logger.info("UNLOCK \(path) failed (\(error)); the lock expires by itself")
+        }
+    }
+
+    /// Removes the empty resource a LOCK made, when no PUT filled it.
+    private func deleteUnderLock(_ path: StorePath, _ lock: HeldLock) async {
+        _ = try? await transport.metadata(.DELETE, url: url(path), path: path, headers: ["If": "(<\(lock.token)>)"], body: nil,
+                                          timeout: Self.metadataTimeout)
+    }
+}
