@@ -143,6 +143,39 @@ struct WriterBaseTests {
         #expect(fixture.cachedFiles().isEmpty)
     }
 
+    /// A chmod or a touch that reaches the store while a copy is open (a metadata copy on S3,
+    /// a PROPPATCH on WebDAV, chmod on a local directory) gives the store's entry a new version
+    /// of the same content, and the copy's base follows it. When another client changed the
+    /// content first, the new version is theirs: the copy stays on the one it opened, and its
+    /// upload is kept as a conflict copy.
+    @Test(arguments: [false, true])
+    func anAttributeChangeAfterAnotherClientsChangeLeavesTheBaseAlone(byPath: Bool) async throws {
+        let (fixture, item) = try await Self.storeWith("m.txt", Array("mine-base".utf8))
+        let handle = try await fixture.fs.open(item.inode, mode: Self.writer)
+        let theirs = Array("THEIRS".utf8)
+        fixture.store.addFile("m.txt", theirs, modified: 1_700_000_100)
+
+        _ = try await fixture.fs.setAttributes(of: item.inode, .init(mode: 0o600), handle: byPath ? nil : handle)
+        #expect(fixture.store.attributes(of: "m.txt")?.mode == 0o600, "the mode reached the store")
+        try fixture.write(handle: handle, Array("MINE".utf8), at: 0)
+        await Self.close(handle, in: fixture)
+
+        #expect(fixture.store.content("m.txt") == theirs)
+        #expect(Self.conflictCopies(of: "m", in: fixture) == [Array("MINE-base".utf8)])
+    }
+
+    /// The same chmod with no other client: the base follows the store's new version, and the
+    /// upload goes over it (no false conflict).
+    @Test func anAttributeChangeOfAnOpenCopyMovesItsBaseAlong() async throws {
+        let (fixture, item) = try await Self.storeWith("m.txt", Array("mine-base".utf8))
+        let handle = try await fixture.fs.open(item.inode, mode: Self.writer)
+        _ = try await fixture.fs.setAttributes(of: item.inode, .init(mode: 0o600), handle: handle)
+        try fixture.write(handle: handle, Array("MINE".utf8), at: 0)
+        await Self.close(handle, in: fixture)
+        #expect(fixture.store.content("m.txt") == Array("MINE-base".utf8))
+        #expect(Self.conflictCopies(of: "m", in: fixture).isEmpty)
+    }
+
     /// A writer of a small file has the whole file at its open: nothing waits for a first use.
     @Test func aSmallFileIsWholeAtAWritersOpen() async throws {
         let (fixture, item) = try await Self.storeWith("s.txt", Array("hello".utf8))

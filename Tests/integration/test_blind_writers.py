@@ -193,3 +193,24 @@ def test_a_blind_write_into_a_streamed_file_never_lands_on_their_version(remote)
     assert all(mine[i] in (ours[i], 0) for i in range(0, STREAMED, 4099)), "a byte of theirs in ours"
     assert m.unmount().returncode == 0
     assert not m.xdg.cache_files()
+
+
+@pytest.mark.parametrize("change", ["chmod", "touch"])
+def test_an_attribute_change_after_their_change_replaces_nothing(remote, change):
+    """A chmod or touch that reaches the store (a metadata copy on S3, a PROPPATCH on WebDAV,
+    chmod on a local directory) while a file is open here goes onto their version when
+    another client changed it first: the open copy keeps the version it opened, and its
+    upload is kept next to theirs."""
+    store, m = mounted(remote, {"m.txt": b"mine-base"})
+    fd = os.open(m / "m.txt", os.O_RDWR)
+    try:
+        store.replace("m.txt", b"THEIRS", mtime=1_700_000_500)
+        if change == "chmod":
+            os.chmod(m / "m.txt", 0o600)
+        else:
+            os.utime(m / "m.txt", (1_600_000_000, 1_600_000_000))
+        assert os.pwrite(fd, b"MINE", 0) == 4
+    finally:
+        os.close(fd)
+    settled(store, "m.txt", b"THEIRS", b"MINE-base")
+    assert m.unmount().returncode == 0
