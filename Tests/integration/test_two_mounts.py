@@ -43,6 +43,7 @@ from write_support import make_store, sigkill_daemon
 pytestmark = pytest.mark.fuse
 
 DURATION = float(os.environ.get("DOCFS_TWO_MOUNTS_SECONDS", "60"))
+KILLS = int(os.environ.get("DOCFS_TWO_MOUNTS_KILLS", "1"))
 FILES = ["f0.txt", "f1.txt", "f2.txt"]
 RECORD = re.compile(rb"[A-Z][0-9]{6};")
 OPTIONS = ("--dir-cache-ttl", "1", "--attr-timeout", "0", "--entry-timeout", "0")
@@ -277,15 +278,19 @@ def test_two_mounts_and_a_third_client_lose_no_saved_version(kind, tmp_path, req
         for thread in threads:
             thread.start()
 
-        time.sleep(DURATION / 2)
-        pids = sigkill_daemon(DaemonFor(path_a))
-        writer_a.path = None
-        wait_until(lambda: not any(os.path.exists(f"/proc/{p}") for p in pids), 60, "the killed daemon to be reaped")
-        result = xdg_a.docfs("unmount", path_a, timeout=120)
-        assert result.returncode == 0, f"docfs unmount of the killed mount: {result.stderr}"
-        path_a, xdg_a = store.mount("a", 1)
-        writer_a.path = path_a
-        time.sleep(DURATION / 2)
+        for kill in range(KILLS):
+            time.sleep(DURATION / (KILLS + 1))
+            pids = sigkill_daemon(DaemonFor(path_a))
+            writer_a.path = None
+            wait_until(lambda: not any(os.path.exists(f"/proc/{p}") for p in pids), 60, "the killed daemon to be reaped")
+            result = xdg_a.docfs("unmount", path_a, timeout=120)
+            assert result.returncode == 0, f"docfs unmount of the killed mount: {result.stderr}"
+            path_a, xdg_a = store.mount("a", kill + 1)
+            # The store has every file all along: right after the remount, none is "not found".
+            missing = [name for name in FILES if not os.path.exists(path_a / name)]
+            assert not missing, f"after remount {kill + 1}, {missing} not found though the store has them"
+            writer_a.path = path_a
+        time.sleep(DURATION / (KILLS + 1))
         stop.set()
         for thread in threads:
             thread.join(60)
@@ -310,7 +315,10 @@ def test_two_mounts_and_a_third_client_lose_no_saved_version(kind, tmp_path, req
             for chunk in chunks:
                 present.setdefault(chunk, []).append(name)
         lost = {token: how for token, how in ledger.saved.items() if token not in present}
-        print(f"{kind}: {len(ledger.saved)} saves, failures {ledger.failed}, {len(files)} files on the store")
+        kinds: dict[str, int] = {}
+        for how in ledger.saved.values():
+            kinds[how.split(" of ")[0]] = kinds.get(how.split(" of ")[0], 0) + 1
+        print(f"{kind}: {len(ledger.saved)} saves {kinds}, failures {ledger.failed}, {len(files)} files on the store")
         assert not torn, f"files mixing versions: {torn}"
         assert not lost, f"{len(lost)} of {len(ledger.saved)} saved versions are on the store nowhere: {sorted(lost.items())[:10]}"
         assert len(ledger.saved) > 20, f"too few saves to mean anything: {ledger.failed}"
