@@ -38,6 +38,19 @@ public enum ConditionSupport: Sendable, Equatable {
 final class ConditionProbe: Sendable {
     let running = Mutex<Task<ConditionSupport, Never>?>(nil)
     let found = Mutex<ConditionSupport?>(nil)
+    let handlers = Mutex<[@Sendable (ConditionSupport) -> Void]>([])
+}
+
+extension ConditionSupport: CustomStringConvertible {
+    /// For `docfs status`.
+    public var description: String {
+        switch self {
+        case .honoured: return "honoured by the server"
+        case .ignored(locks: true): return "ignored by the server: uploads over a version take a WebDAV lock"
+        case .ignored(locks: false): return "ignored by the server, which has no locks: a version another client saves while docfs uploads may be replaced"
+        case .unknown: return "not known (the probe was refused): checked just before each upload"
+        }
+    }
 }
 
 /// An exclusive write lock held on one path.
@@ -50,6 +63,15 @@ struct HeldLock: Sendable {
 extension WebDAVStore {
     /// What the store found out about conditions on PUT, if it has yet.
     public var conditionSupport: ConditionSupport? { conditionProbe.found.withLock { $0 } }
+
+    /// Calls `handler` once the probe found out (at once if it has).
+    public func whenConditionsFound(_ handler: @escaping @Sendable (ConditionSupport) -> Void) {
+        let found = conditionProbe.found.withLock { found in
+            if found == nil { conditionProbe.handlers.withLock { $0.append(handler) } }
+            return found
+        }
+        if let found { handler(found) }
+    }
 
     /// Runs `put` (given the headers its request must carry) under `condition`, in the way this
     /// server makes safe: the condition sent along, after a check of the version; or, on a
@@ -95,7 +117,14 @@ extension WebDAVStore {
 
     private func runProbe(near path: StorePath) async -> ConditionSupport {
         let support = await probe(near: path)
-        conditionProbe.found.withLock { $0 = support }
+        let handlers = conditionProbe.found.withLock { found in
+            found = support
+            return conditionProbe.handlers.withLock { handlers in
+                defer { handlers.removeAll() }
+                return handlers
+            }
+        }
+        for handler in handlers { handler(support) }
         switch support {
         case .honoured:
             logger.debug("the server honours If-Match and If-None-Match on PUT")

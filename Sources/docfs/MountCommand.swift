@@ -290,10 +290,16 @@ struct MountCommand: AsyncParsableCommand {
             fail("\(error)")
         }
         let environmentForRegistry = environment
-        try? MountRegistry.save(MountRecord(pid: getpid(), mountpoint: path, store: store.identity.description,
-                                            stateDirectory: layout.stateDirectory, cacheDirectory: layout.cacheDirectory,
-                                            evictDelay: evictDelay, cacheMax: cacheMax.flatMap(RetentionPolicy.parseSize)),
-                                environment: environmentForRegistry)
+        let record = MountRecord(pid: getpid(), mountpoint: path, store: store.identity.description,
+                                 stateDirectory: layout.stateDirectory, cacheDirectory: layout.cacheDirectory,
+                                 evictDelay: evictDelay, cacheMax: cacheMax.flatMap(RetentionPolicy.parseSize))
+        try? MountRegistry.save(record, environment: environmentForRegistry)
+        // What the first conditional upload finds out about the server, for `docfs status`.
+        (store as? WebDAVStore)?.whenConditionsFound { support in
+            var found = record
+            found.writeConditions = support.description
+            try? MountRegistry.save(found, environment: environmentForRegistry)
+        }
 
         let signals = SignalHandlers(signals: [SIGINT, SIGTERM, SIGHUP]) { [logger] signal in
             logger.info("signal \(signal): unmounting")

@@ -14,6 +14,9 @@ struct MountRecord: Codable, Equatable {
     /// record written by an older docfs still reads.
     var evictDelay: Double?
     var cacheMax: Int64?
+    /// What the server does with `If-Match` on PUT, once a WebDAV mount found out
+    /// (`ConditionSupport`), in words, for `docfs status`; nil until then, and for other stores.
+    var writeConditions: String?
 }
 
 enum MountRegistry {

@@ -67,6 +67,9 @@ struct StatusCommand: AsyncParsableCommand {
         /// and modified ones).
         var pinnedCacheBytes: Int64 = 0
         var unpinnedCacheBytes: Int64 = 0
+        /// What the server does with the conditions of an upload (`If-Match`), once the mount
+        /// found out (WebDAV only).
+        var writeConditions: String? = nil
     }
 
     /// `--evict-delay` and `--cache-max` of a mount, as it runs.
@@ -176,7 +179,8 @@ struct StatusCommand: AsyncParsableCommand {
                                  cacheDirectory: record.cacheDirectory, cacheBytes: bytes, cacheFiles: files, states: [:],
                                  pendingUploads: 0, transfers: [], errors: [],
                                  retention: record.evictDelay.map { Retention(evictDelay: $0, cacheMax: record.cacheMax) },
-                                 pinnedCacheBytes: pinnedBytes, unpinnedCacheBytes: bytes - pinnedBytes)
+                                 pinnedCacheBytes: pinnedBytes, unpinnedCacheBytes: bytes - pinnedBytes,
+                                 writeConditions: record.writeConditions)
         guard let catalog else { return status }
         for (state, count) in (try? catalog.stateCounts()) ?? [] { status.states[state] = count }
         status.pendingUploads = ((try? catalog.itemsPendingUpload()) ?? []).count
@@ -197,6 +201,7 @@ struct StatusCommand: AsyncParsableCommand {
         print("  cache: \(mount.cacheBytes) bytes in \(mount.cacheFiles) file(s) (pinned \(mount.pinnedCacheBytes), unpinned "
               + "\(mount.unpinnedCacheBytes)), \(mount.cacheDirectory)")
         if let retention = mount.retention { print("  policy: " + retention.summary) }
+        if let conditions = mount.writeConditions { print("  If-Match on upload: " + conditions) }
         let order = ["placeholder", "downloading", "local", "pinned", "modified", "uploading", "error"]
         let states = mount.states.sorted { (order.firstIndex(of: $0.key) ?? 99, $0.key) < (order.firstIndex(of: $1.key) ?? 99, $1.key) }
         print("  files: " + (states.isEmpty ? "none" : states.map { "\($0.key)=\($0.value)" }.joined(separator: " ")))

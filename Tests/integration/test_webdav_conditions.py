@@ -9,6 +9,7 @@ server that honours conditions (`docfs serve`) nothing changes: no lock is taken
 """
 from __future__ import annotations
 
+import json
 import os
 import time
 import urllib.request
@@ -28,6 +29,11 @@ def http(method: str, url: str, headers: dict | None = None, data: bytes | None 
     req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
     with urllib.request.urlopen(req, timeout=30) as resp:
         return resp.status, resp.headers, resp.read()
+
+
+def write_conditions(m) -> str | None:
+    """What `docfs status` says the server does with If-Match."""
+    return json.loads(m.xdg.docfs("status", "--json", m.path).stdout)["mounts"][0].get("writeConditions")
 
 
 def test_rclone_ignores_if_match_and_docfs_uploads_under_a_lock(rclone_serve, mount, tmp_path):
@@ -57,6 +63,7 @@ def test_rclone_ignores_if_match_and_docfs_uploads_under_a_lock(rclone_serve, mo
     assert len({p for p in probes}) == 1, f"one probe per mount: {probes}"
     assert not [n for n in os.listdir(root) if n.startswith(".docfs-probe-")], "the probe's scratch file stayed"
     assert "ignores If-Match" in m.log_tail(200_000)
+    assert "ignored by the server: uploads over a version take a WebDAV lock" in write_conditions(m)
     assert m.unmount().returncode == 0
 
 
@@ -70,4 +77,6 @@ def test_a_server_that_honours_if_match_gets_no_lock(docfs_serve, mount, tmp_pat
     methods = [r.method for r in server.requests()]
     assert "LOCK" not in methods, methods
     assert not [n for n in os.listdir(root) if n.startswith(".docfs-probe-")]
+    assert write_conditions(m) == "honoured by the server"
+    assert "If-Match on upload: honoured by the server" in m.xdg.docfs("status", m.path).stdout
     assert m.unmount().returncode == 0
