@@ -223,6 +223,25 @@ struct ModelScenario: Sendable, CustomTestStringConvertible {
             .write(handle: 1, offset: 0, count: 5),
             .close(handle: 1),
         ]),
+        ModelScenario(name: "issue 30: an append (O_APPEND, never read) after another client's change wrote into their version and replaced it", operations: [
+            .open("a.txt", .blindAppend),
+            .remoteChange("a.txt", size: 20),
+            .write(handle: 0, offset: 3, count: 4),
+            .close(handle: 0),
+        ]),
+        ModelScenario(name: "issue 30: a write never preceded by a read, after another client's change and a listing, went over their version", operations: [
+            .open("a.txt", .blindWrite),
+            .remoteChange("a.txt", size: 20),
+            .refresh("/"),
+            .write(handle: 0, offset: 0, count: 2),
+            .close(handle: 0),
+        ]),
+        ModelScenario(name: "issue 30: a truncate never preceded by a read cut another client's version and uploaded it over theirs", operations: [
+            .open("a.txt", .blindWrite),
+            .remoteChange("a.txt", size: 20),
+            .truncateHandle(handle: 0, size: 5),
+            .close(handle: 0),
+        ]),
         ModelScenario(name: "seed 500407: a file open when it became a folder on the store came back after kill -9 as an empty file made here, hiding the folder", operations: [
             .open("a.txt", .read),
             .remoteKindChange("a.txt"),
