@@ -176,6 +176,38 @@ struct WriterBaseTests {
         #expect(Self.conflictCopies(of: "m", in: fixture).isEmpty)
     }
 
+    /// A name looked up and not found, then created here, while another client created the
+    /// same name on the store: whatever happens to the daemon before the upload (here a kill
+    /// after the close, and a new mount), the new file may only create the name, never replace
+    /// theirs, and it is kept next to it.
+    @Test(arguments: [false, true])
+    func aFileCreatedUnderANameAnotherClientJustCreatedIsKept(killedBeforeTheUpload: Bool) async throws {
+        let store = InMemoryStore()
+        store.failWrites(with: killedBeforeTheUpload ? .unreachable("down") : nil)
+        let proxy = CrashableStore(wrapping: store)
+        let fixture = try CoreFixture(store: store, through: proxy, ttl: 30, readOnly: false)
+        try await fixture.fs.start()
+        await #expect(throws: FSError.notFound) { _ = try await fixture.lookup("n.txt") }
+        let theirs = Array("THEIRS".utf8)
+        store.addFile("n.txt", theirs)
+
+        let (_, handle) = try await fixture.fs.create(in: Item.rootInode, name: "n.txt", mode: 0o644, owner: 0, group: 0,
+                                                      exclusive: true, truncate: false)
+        try fixture.write(handle: handle, Array("ours".utf8))
+        try await fixture.fs.flush(handle: handle)
+        await fixture.fs.release(handle: handle)
+        var settled = fixture
+        if killedBeforeTheUpload {
+            let left = try await fixture.crash(proxy)
+            store.failWrites(with: nil)
+            settled = try await fixture.restart(from: left, through: CrashableStore(wrapping: store))
+        }
+        await settled.settle()
+
+        #expect(store.content("n.txt") == theirs)
+        #expect(Self.conflictCopies(of: "n", in: settled) == [Array("ours".utf8)])
+    }
+
     /// A writer of a small file has the whole file at its open: nothing waits for a first use.
     @Test func aSmallFileIsWholeAtAWritersOpen() async throws {
         let (fixture, item) = try await Self.storeWith("s.txt", Array("hello".utf8))

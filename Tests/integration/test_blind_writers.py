@@ -21,7 +21,7 @@ import pytest
 
 from helpers import pseudo_random_bytes, wait_until
 from s3_support import s3, s3_mount  # noqa: F401 - fixtures
-from test_nothing_lost import S3Remote, WebDAVRemote, s3_server  # noqa: F401 - moto only
+from test_nothing_lost import s3_server, start_remote  # noqa: F401 - moto only
 from write_support import make_store
 
 pytestmark = pytest.mark.fuse
@@ -61,18 +61,10 @@ class LocalRemote:
 @pytest.fixture(params=["local", "docfs-serve", "rclone", "moto"])
 def remote(request, tmp_path):
     """remote(files) -> a store holding `files` (top-level names), with mount() for it."""
-    kind = request.param
-
     def start(files: dict[str, bytes]):
-        if kind == "moto":
-            bucket = request.getfixturevalue("s3")
-            bucket.put_many(files)
-            return S3Remote(bucket, request.getfixturevalue("s3_mount"))
-        root = make_store(tmp_path / "store", files)
-        if kind == "local":
-            return LocalRemote(root, request.getfixturevalue("mount"))
-        server = request.getfixturevalue("docfs_serve" if kind == "docfs-serve" else "rclone_serve")(root)
-        return WebDAVRemote(server, request.getfixturevalue("mount"))
+        if request.param == "local":
+            return LocalRemote(make_store(tmp_path / "store", files), request.getfixturevalue("mount"))
+        return start_remote(request.param, request, tmp_path, files)
 
     return start
 

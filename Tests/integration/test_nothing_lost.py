@@ -156,21 +156,21 @@ class S3Remote:
         return self.bucket.log_text(60)
 
 
+def start_remote(kind: str, request, tmp_path, files: dict[str, bytes]):
+    """A store of `kind` ("docfs-serve", "rclone", "moto") holding `files` (top-level names)."""
+    if kind == "moto":
+        bucket = request.getfixturevalue("s3")
+        bucket.put_many(files)
+        return S3Remote(bucket, request.getfixturevalue("s3_mount"))
+    server_factory = request.getfixturevalue("docfs_serve" if kind == "docfs-serve" else "rclone_serve")
+    server = server_factory(make_store(tmp_path / "store", files))
+    return WebDAVRemote(server, request.getfixturevalue("mount"))
+
+
 @pytest.fixture(params=["docfs-serve", "rclone", "moto"])
 def remote(request, tmp_path):
     """remote(files) -> a store holding `files` (top-level names), with mount() for it."""
-    kind = request.param
-
-    def start(files: dict[str, bytes]):
-        if kind == "moto":
-            bucket = request.getfixturevalue("s3")
-            bucket.put_many(files)
-            return S3Remote(bucket, request.getfixturevalue("s3_mount"))
-        server_factory = request.getfixturevalue("docfs_serve" if kind == "docfs-serve" else "rclone_serve")
-        server = server_factory(make_store(tmp_path / "store", files))
-        return WebDAVRemote(server, request.getfixturevalue("mount"))
-
-    return start
+    return lambda files: start_remote(request.param, request, tmp_path, files)
 
 
 def getxattr(path, name) -> str | None:
