@@ -39,6 +39,10 @@ final class ConditionProbe: Sendable {
     let running = Mutex<Task<ConditionSupport, Never>?>(nil)
     let found = Mutex<ConditionSupport?>(nil)
     let handlers = Mutex<[@Sendable (ConditionSupport) -> Void]>([])
+    /// Whether the server has WebDAV locks, once asked.
+    let locks = Mutex<Bool?>(nil)
+    /// The warning about weak tags without locks was logged.
+    let weakNoted = Mutex(false)
 }
 
 extension ConditionSupport: CustomStringConvertible {
@@ -74,14 +78,50 @@ extension WebDAVStore {
     }
 
     /// Runs `put` (given the headers its request must carry) under `condition`, in the way this
-    /// server makes safe: the condition sent along, after a check of the version; or, on a
-    /// server that ignores conditions, the check and the PUT under an exclusive lock.
+    /// server makes safe: the condition sent along, after a check of the version; or, where the
+    /// server cannot check it (it ignores conditions, or its tag is weak), the check and the PUT
+    /// under an exclusive lock where it has locks, else the check just before the PUT.
     func underCondition<T: Sendable>(_ path: StorePath, _ condition: WriteCondition, bytes: Int64,
                                      _ put: ([String: String]) async throws(StoreError) -> T) async throws(StoreError) -> T {
         if condition == .always { return try await put([:]) }
-        guard case .ignored(locks: true) = await probeConditions(near: path) else {
-            return try await put(try await preconditions(of: path, condition))
+        if case .ignored(locks: true) = await probeConditions(near: path) {
+            return try await underLock(path, condition, bytes: bytes, put)
         }
+        let current = try await check(path, condition)
+        guard case .ifMatch = condition, let tag = current?.etag else { return try await put(["If-None-Match": "*"]) }
+        guard tag.isWeak else { return try await put(["If-Match": tag.value]) }
+        // A weak tag (Apache's, for a second after a change) never matches If-Match: RFC 9110
+        // compares it strongly. Sending it would make every quick second save a false conflict.
+        if await hasLocks(near: path) { return try await underLock(path, condition, bytes: bytes, put) }
+        if conditionProbe.weakNoted.withLock({ noted in defer { noted = true }; return !noted }) {
+            logger.warning("the server gives weak ETags and has no locks: an upload over a version it marks weak is checked just before it, not with it")
+        }
+        return try await put([:])
+    }
+
+    /// The store's entry at `path` if `condition` holds there now (nil: nothing there, for
+    /// `.mustNotExist`); else the error the upload would meet.
+    private func check(_ path: StorePath, _ condition: WriteCondition) async throws(StoreError) -> RemoteEntry? {
+        let current = try await statIfExists(path)
+        switch condition {
+        case .always:
+            return current
+        case .ifMatch(let etag):
+            guard let current, current.kind == .file, let currentETag = current.etag, Self.sameVersion(currentETag, etag) else {
+                if current?.kind == .directory { throw .isADirectory(path) }
+                throw .versionMismatch(path)
+            }
+            return current
+        case .mustNotExist:
+            if current != nil { throw .alreadyExists(path) }
+            return nil
+        }
+    }
+
+    /// `put` with the check of `condition` made under an exclusive lock of `path`, the lock's
+    /// token sent along.
+    private func underLock<T: Sendable>(_ path: StorePath, _ condition: WriteCondition, bytes: Int64,
+                                        _ put: ([String: String]) async throws(StoreError) -> T) async throws(StoreError) -> T {
         let lock = try await lockExclusively(path, seconds: 30 + Int(min(bytes >> 20, 3600)))
         do throws(StoreError) {
             switch condition {
@@ -90,9 +130,9 @@ extension WebDAVStore {
             case .ifMatch:
                 // A lock that made the resource found nothing at the path: not the version wanted.
                 if lock.created { throw StoreError.versionMismatch(path) }
-                _ = try await preconditions(of: path, condition)
+                _ = try await check(path, condition)
             case .mustNotExist:
-                if !lock.created, try await statIfExists(path) != nil { throw StoreError.alreadyExists(path) }
+                if !lock.created { _ = try await check(path, condition) }
             }
             let result = try await put(["If": "(<\(lock.token)>)"])
             await unlock(path, lock)
@@ -158,17 +198,21 @@ extension WebDAVStore {
         case 200, 201, 204:
             _ = try? await transport.metadata(.DELETE, url: url(scratch), path: scratch, headers: [:], body: nil,
                                               timeout: Self.metadataTimeout)
-            return .ignored(locks: await hasLocks(path.parent ?? .root))
+            return .ignored(locks: await hasLocks(near: path))
         default:
             return .unknown
         }
     }
 
-    /// Whether the server says it has WebDAV locks (`DAV: 1, 2`).
-    private func hasLocks(_ directory: StorePath) async -> Bool {
+    /// Whether the server says it has WebDAV locks (`DAV: 1, 2`), asked once (OPTIONS).
+    func hasLocks(near path: StorePath) async -> Bool {
+        if let known = conditionProbe.locks.withLock({ $0 }) { return known }
+        let directory = path.parent ?? .root
         guard let answer = try? await transport.metadata(.OPTIONS, url: url(directory, collection: true), path: directory,
                                                          headers: [:], body: nil, timeout: Self.metadataTimeout) else { return false }
-        return answer.headers[canonicalForm: "DAV"].contains { $0.trimmingCharacters(in: .whitespaces) == "2" }
+        let locks = answer.headers[canonicalForm: "DAV"].contains { $0.trimmingCharacters(in: .whitespaces) == "2" }
+        conditionProbe.locks.withLock { $0 = locks }
+        return locks
     }
 
     static let lockBody = """

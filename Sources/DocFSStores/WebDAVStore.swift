@@ -168,7 +168,8 @@ public final class WebDAVStore: Store {
         }
         var headers: [String: String] = [:]
         if let range { headers["Range"] = "bytes=\(range.lowerBound)-\(range.upperBound - 1)" }
-        if let ifMatch { headers["If-Match"] = ifMatch.value }
+        // A weak tag never matches If-Match (compared strongly): the answer's tag is checked instead.
+        if let ifMatch, !ifMatch.isWeak { headers["If-Match"] = ifMatch.value }
         let response = try await transport.start(.GET, url: url(path), path: path, headers: headers, body: nil,
                                                  timeout: transport.metadataTimeout)
         let status = Int(response.status.code)
@@ -221,26 +222,6 @@ public final class WebDAVStore: Store {
             return RemoteEntry(path: path, kind: .file, size: file.size, modified: modified, etag: etag)
         }
         return try await stat(path)
-    }
-
-    /// The headers of a PUT made under `condition`. The condition goes to the server (atomic
-    /// where it is honoured) and is also checked here first, because some servers (rclone's,
-    /// for one) ignore If-Match on PUT.
-    func preconditions(of path: StorePath, _ condition: WriteCondition) async throws(StoreError) -> [String: String] {
-        switch condition {
-        case .always:
-            return [:]
-        case .ifMatch(let etag):
-            let current = try await statIfExists(path)
-            guard let current, current.kind == .file, let currentETag = current.etag, Self.sameVersion(currentETag, etag) else {
-                if current?.kind == .directory { throw .isADirectory(path) }
-                throw .versionMismatch(path)
-            }
-            return ["If-Match": etag.value]
-        case .mustNotExist:
-            if try await statIfExists(path) != nil { throw .alreadyExists(path) }
-            return ["If-None-Match": "*"]
-        }
     }
 
     /// What a PUT's status means.

@@ -354,6 +354,66 @@ class WsgidavServerWithoutProperties(WsgidavServer):
     keep_properties = False
 
 
+class ApacheServer(Server):
+    """Apache httpd 2.4 with `mod_dav` and `mod_dav_fs` (Debian's `apache2`), the WebDAV server of
+    most NAS boxes and self-hosted set-ups, run in the foreground from a configuration of its
+    own on a free port (never the system's service). Its children run as www-data, who is given
+    the store's tree. Within a second of a change its ETags are weak (`W/"…"`)."""
+    kind = "apache"
+    CONF = """ServerRoot "{workdir}"
+ServerName 127.0.0.1
+Listen 127.0.0.1:{port}
+PidFile {workdir}/httpd.pid
+LoadModule mpm_event_module /usr/lib/apache2/modules/mod_mpm_event.so
+LoadModule authz_core_module /usr/lib/apache2/modules/mod_authz_core.so
+LoadModule dav_module /usr/lib/apache2/modules/mod_dav.so
+LoadModule dav_fs_module /usr/lib/apache2/modules/mod_dav_fs.so
+ErrorLog {workdir}/error.log
+LogFormat "%m\t%U\t%>s" docfs
+CustomLog {log} docfs
+DavLockDB {workdir}/davlock
+DocumentRoot "{root}"
+User www-data
+Group www-data
+<Directory "{root}">
+  Dav On
+  AllowOverride None
+  Require all granted
+</Directory>
+"""
+
+    def start(self):
+        if not Path("/usr/sbin/apache2").exists():
+            pytest.skip("apache2 is not installed (Tests/support/setup.sh installs it)")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        # www-data must reach the tree (pytest's folders are 0700) and own it to write.
+        for parent in [self.root, *self.root.parents]:
+            mode = parent.stat().st_mode
+            if not mode & 0o001:
+                os.chmod(parent, mode | 0o001)
+        subprocess.run(["chown", "-R", "www-data:www-data", str(self.root), str(self.workdir)], check=True)
+        conf = self.workdir / "httpd.conf"
+        conf.write_text(self.CONF.format(workdir=self.workdir, port=self.port, root=self.root, log=self.log_path))
+        self._spawn(["/usr/sbin/apache2", "-f", str(conf), "-DFOREGROUND"])
+        return self._wait_listening("apache2")
+
+    def logged(self) -> list[Request]:
+        if not self.log_path.exists():
+            return []
+        out = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            fields = line.split("\t")
+            if len(fields) == 3:
+                out.append(Request(fields[0], normalize_path(fields[1], decode=False),
+                                   int(fields[2]) if fields[2].isdigit() else None, None))
+        return out
+
+    def diagnostics(self) -> str:
+        error = self.workdir / "error.log"
+        return super().diagnostics() + f"\nerror.log:\n{error.read_text(errors='replace')[-3000:] if error.exists() else ''}"
+
+
 def _server_factory(cls, tmp_path):
     servers: list[Server] = []
 
@@ -379,6 +439,14 @@ def docfs_serve(tmp_path):
 @pytest.fixture
 def rclone_serve(tmp_path):
     start, servers = _server_factory(RcloneServer, tmp_path)
+    yield start
+    for s in servers:
+        s.stop()
+
+
+@pytest.fixture
+def apache_serve(tmp_path):
+    start, servers = _server_factory(ApacheServer, tmp_path)
     yield start
     for s in servers:
         s.stop()

@@ -7,8 +7,8 @@ hold both versions, theirs under the name and ours as exactly one `NAME (conflic
 file may hold bytes of both. On landed main before this test, the store ended with ours written
 into theirs (`serlocal\\n` for an append) and no conflict copy.
 
-Stores: a local directory, `docfs serve`, `rclone serve webdav` (WebDAV) and moto (S3), through
-real mounts. Each writer also waits past a listing and a lookup of the file (which move the
+Stores: a local directory, `docfs serve`, `rclone serve webdav`, Apache `mod_dav` (WebDAV) and
+moto (S3), through real mounts. Each writer also waits past a listing and a lookup of the file (which move the
 catalog to their version) before it writes.
 """
 from __future__ import annotations
@@ -58,7 +58,7 @@ class LocalRemote:
         return "local directory"
 
 
-@pytest.fixture(params=["local", "docfs-serve", "rclone", "moto"])
+@pytest.fixture(params=["local", "docfs-serve", "rclone", "apache", "moto"])
 def remote(request, tmp_path):
     """remote(files) -> a store holding `files` (top-level names), with mount() for it."""
     def start(files: dict[str, bytes]):

@@ -157,12 +157,12 @@ class S3Remote:
 
 
 def start_remote(kind: str, request, tmp_path, files: dict[str, bytes]):
-    """A store of `kind` ("docfs-serve", "rclone", "moto") holding `files` (top-level names)."""
+    """A store of `kind` ("docfs-serve", "rclone", "apache", "moto") holding `files` (top-level names)."""
     if kind == "moto":
         bucket = request.getfixturevalue("s3")
         bucket.put_many(files)
         return S3Remote(bucket, request.getfixturevalue("s3_mount"))
-    server_factory = request.getfixturevalue("docfs_serve" if kind == "docfs-serve" else "rclone_serve")
+    server_factory = request.getfixturevalue({"docfs-serve": "docfs_serve", "rclone": "rclone_serve", "apache": "apache_serve"}[kind])
     server = server_factory(make_store(tmp_path / "store", files))
     return WebDAVRemote(server, request.getfixturevalue("mount"))
 

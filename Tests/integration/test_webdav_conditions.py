@@ -79,3 +79,27 @@ def test_a_server_that_honours_if_match_gets_no_lock(docfs_serve, mount, tmp_pat
     assert write_conditions(m) == "honoured by the server"
     assert "If-Match on upload: honoured by the server" in m.xdg.docfs("status", m.path).stdout
     assert m.unmount().returncode == 0
+
+
+def test_apache_weak_etags_make_no_false_conflict_and_no_estale(apache_serve, mount, tmp_path):
+    """Apache's tag is weak (`W/"…"`) for a second after a change, and an `If-Match` with a weak
+    tag never matches (RFC 9110 compares strongly): every save of a file changed in the last
+    second was a false conflict, and a large file written a moment ago could not be read
+    (`ESTALE`). docfs now uploads over a weak version under a lock and reads it by checking the
+    answer's tag."""
+    root = make_store(tmp_path / "store", {"a.txt": b"v1\n"})
+    server = apache_serve(root)
+    m = mount(server.url)
+    for line in (b"one\n", b"two\n", b"three\n"):
+        with open(m / "a.txt", "ab") as f:
+            f.write(line)
+        time.sleep(0.2)
+    big = os.urandom(6 << 20)
+    (m / "big.bin").write_bytes(big)
+    wait_until(lambda: (root / "a.txt").read_bytes() == b"v1\none\ntwo\nthree\n" and (root / "big.bin").exists()
+               and (root / "big.bin").stat().st_size == len(big), 60, "the saves to reach Apache")
+    assert (m / "big.bin").read_bytes() == big, "a large file written a moment ago reads back"
+    assert not [n for n in os.listdir(root) if "conflict" in n], f"false conflicts: {os.listdir(root)}"
+    weak = [r for r in server.requests() if r.method == "PUT" and r.status == 412]
+    assert not weak, f"PUTs refused for a weak If-Match: {weak}"
+    assert m.unmount().returncode == 0

@@ -2,11 +2,13 @@
 # Installs what docfs needs to build, run and test, and only what is missing:
 # Debian packages (FUSE 3, its headers, pkg-config, rclone and s3fs for interop tests, attr for getfattr,
 # libglib2.0-bin for gio, what file managers browse with: test_file_managers.py; strace, to count
-# what a tool asks of the mount: test_metadata.py)
+# what a tool asks of the mount: test_metadata.py; apache2, whose mod_dav is the WebDAV server
+# most people run: the tests start it as a process of their own, so its service is kept from
+# starting at install)
 # and Python's pytest. Idempotent; silent when everything is there.
 set -euo pipefail
 
-packages=(fuse3 libfuse3-dev pkg-config rclone s3fs attr libglib2.0-bin strace)
+packages=(fuse3 libfuse3-dev pkg-config rclone s3fs attr libglib2.0-bin strace apache2)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -20,7 +22,17 @@ if ((${#missing[@]})); then
     if [[ $(id -u) -ne 0 ]]; then sudo=(sudo); fi
     echo "setup: installing Debian packages: ${missing[*]}"
     "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    # No service starts at install (Debian's policy-rc.d protocol: 101 is "not allowed").
+    policy=""
+    if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+        policy=/usr/sbin/policy-rc.d
+        printf '#!/bin/sh\nexit 101\n' | "${sudo[@]}" tee "$policy" >/dev/null
+        "${sudo[@]}" chmod 755 "$policy"
+    fi
+    status=0
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || status=$?
+    if [[ -n $policy ]]; then "${sudo[@]}" rm -f "$policy"; fi
+    if ((status)); then echo "setup: apt-get install failed ($status)" >&2; exit "$status"; fi
 fi
 
 if ! python3 -c 'import pytest' 2>/dev/null; then
