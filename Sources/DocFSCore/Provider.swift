@@ -454,9 +454,14 @@ public actor Provider {
         }
     }
 
+    /// An opener gave up (its fetch failed or it stopped waiting): its count goes back, and a
+    /// copy no one else holds goes, unless it holds changes the store does not have (an opener
+    /// that joined a copy whose writes wait for their fill, as a pin's download does): those
+    /// stay for their upload.
     private func fetchFailed(_ inode: Inode, copy: LocalCopy) {
         _ = try? copy.update { $0.openCount = max($0.openCount - 1, 0) }
-        if copy.life.openCount == 0, providing[inode]?.copy === copy {
+        let life = copy.life
+        if life.openCount == 0, !life.isDirty, life.uploading == nil, providing[inode]?.copy === copy {
             evict(copy)
         }
     }

@@ -551,12 +551,15 @@ final class ModelRun {
             let mode = DocFileSystem.OpenMode(writable: access.writable, truncate: access == .truncate,
                                               fetchOnFirstUse: access.isBlind || number % 2 == 0, append: access == .blindAppend)
             let blindly = access.isBlind && !sharing && !down && before != nil
+            let store = self.store
             guard let result = await call({ () async throws -> (Inode, UInt64, [UInt8]?, Bool) in
                 let item = try await fixture.lookup(path)
                 let placeholder = item.state == .placeholder && !item.hasUnsyncedChanges
                 let handle = try await fs.open(item.inode, mode: mode)
                 guard access != .truncate else { return (item.inode, handle, nil, false) }
-                if blindly, placeholder, let before { return (item.inode, handle, before, true) }
+                // The store's version at the open is `before` if nothing changed it meanwhile (an
+                // upload of an earlier close of the file can land during the lookup).
+                if blindly, placeholder, let before, store.content(path) == before { return (item.inode, handle, before, true) }
                 do {
                     if sniffing {
                         let head = try await fs.read(handle: handle, offset: 0, count: 4)

@@ -151,6 +151,23 @@ struct SparseWriteTests {
         #expect(fixture.cachedFiles().isEmpty)
     }
 
+    /// A pin while the writes of a closed file wait for their fill (the store is down): the
+    /// pin's download joins the copy, fails, and gives its count back. The copy stays for its
+    /// upload; it went with the failed download before (model seed 380: the writes were lost).
+    @Test func aFailedPinDownloadLeavesWritesAwaitingTheirFill() async throws {
+        let (store, proxy, fixture, handle, content) = try await writerThroughProxy()
+        proxy.outage = .unreachable("down for the test")
+        do { try await fixture.fs.flush(handle: handle) } catch { _ = error }
+        await fixture.fs.release(handle: handle)
+        let item = try await fixture.lookup("disk.img")
+        do { try await fixture.fs.pin(item.inode) } catch { _ = error }
+        proxy.outage = nil
+        await fixture.fs.waitForUploads()  // the retries too
+        let reached = store.content("disk.img") == withMine(content)
+        #expect(reached, "the writes reached the store once it was back")
+        #expect(fixture.pendingUploads().isEmpty)
+    }
+
     /// A rename fetches the rest of an open streamed copy first; if that fails, the bytes
     /// still to fetch are read from the new name afterwards (the old one would answer 404, and
     /// the version would count as lost).
