@@ -301,11 +301,18 @@ public final class DocFileSystem: Sendable {
     /// version the program never saw. A newer one than the catalog's is recorded, and the FUSE
     /// layer drops the size the kernel cached. Where the store does not answer, the edit is of
     /// the catalog's version, whose size the kernel was given: a newer one on the store then
-    /// meets it as a conflict. A copy already present is what the open joins: nothing to ask.
-    private func versionToEdit(_ item: Item) async throws(FSError) -> RemoteEntry {
+    /// meets it as a conflict. A copy in use or holding changes is what the open joins: nothing
+    /// to ask. (The catalog's row, not the item as `stat` shows it: a copy kept from an earlier
+    /// open shows its own size, which a newer version does not have.)
+    private func versionToEdit(_ shown: Item) async throws(FSError) -> RemoteEntry {
+        let item = try catalog.item(shown.inode) ?? shown
         let listed = RemoteEntry(path: item.path, kind: .file, size: item.size, modified: item.modified.seconds, etag: item.etag)
+        let joined = provider.presentCopies.withLock { $0[item.inode] }.map { copy in
+            let life = copy.life
+            return life.openCount > 0 || life.isDirty || life.uploading != nil
+        } ?? false
         guard item.size > provider.wholeFileLimit, item.etag != nil, store.capabilities.hasRangeReads, !item.hasUnsyncedChanges,
-              provider.presentCopies.withLock({ $0[item.inode] }) == nil else { return listed }
+              !joined else { return listed }
         let entry: RemoteEntry
         do {
             entry = try await askStore(about: item.path)
