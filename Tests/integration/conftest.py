@@ -428,28 +428,27 @@ def _server_factory(cls, tmp_path):
     return start, servers
 
 
-@pytest.fixture
-def docfs_serve(tmp_path):
-    start, servers = _server_factory(DocfsServer, tmp_path)
+def _serving(cls, tmp_path):
+    """A fixture's body: start(tree) -> a running server of `cls`; every one stopped at teardown."""
+    start, servers = _server_factory(cls, tmp_path)
     yield start
     for s in servers:
         s.stop()
+
+
+@pytest.fixture
+def docfs_serve(tmp_path):
+    yield from _serving(DocfsServer, tmp_path)
 
 
 @pytest.fixture
 def rclone_serve(tmp_path):
-    start, servers = _server_factory(RcloneServer, tmp_path)
-    yield start
-    for s in servers:
-        s.stop()
+    yield from _serving(RcloneServer, tmp_path)
 
 
 @pytest.fixture
 def apache_serve(tmp_path):
-    start, servers = _server_factory(ApacheServer, tmp_path)
-    yield start
-    for s in servers:
-        s.stop()
+    yield from _serving(ApacheServer, tmp_path)
 
 
 @pytest.fixture
