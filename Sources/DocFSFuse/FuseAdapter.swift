@@ -89,21 +89,22 @@ final class FuseAdapter: Sendable {
 
     /// Tells the kernel to forget the cached attributes of `inode` (not its pages).
     func invalidateAttributes(of inode: Inode) {
+        notifyInvalid(inode, from: -1)
+    }
+
+    /// `fuse_lowlevel_notify_inval_inode`: the attributes, and the pages from `offset` on (-1:
+    /// none).
+    private func notifyInvalid(_ inode: Inode, from offset: off_t) {
         gate.pass {
             guard let session = session.withLock({ $0 }) else { return }
-            _ = fuse_lowlevel_notify_inval_inode(session.pointer, inode, -1, 0)
+            _ = fuse_lowlevel_notify_inval_inode(session.pointer, inode, offset, 0)
         }
     }
 
     /// Tells the kernel to forget the cached attributes and pages of `inode`, from another
     /// thread: the caller may be answering a request that holds those pages.
     func invalidateContent(of inode: Inode) {
-        Task.detached { [self] in
-            gate.pass {
-                guard let session = session.withLock({ $0 }) else { return }
-                _ = fuse_lowlevel_notify_inval_inode(session.pointer, inode, 0, 0)
-            }
-        }
+        Task.detached { [self] in notifyInvalid(inode, from: 0) }
     }
 
     // MARK: Handlers

@@ -188,6 +188,10 @@ class Server:
         """Every request the server logged."""
         raise NotImplementedError
 
+    def log_lines(self) -> list[str]:
+        """The lines of the server's request log so far (none before its first request)."""
+        return self.log_path.read_text(errors="replace").splitlines() if self.log_path.exists() else []
+
     def gets(self, rel: str | None = None) -> list[Request]:
         want = None if rel is None else normalize_path("/" + rel, decode=False)
         return [r for r in self.requests() if r.method == "GET" and (want is None or r.path == want)]
@@ -263,10 +267,8 @@ class DocfsServer(Server):
         return self
 
     def logged(self) -> list[Request]:
-        if not self.log_path.exists():
-            return []
         out = []
-        for line in self.log_path.read_text(errors="replace").splitlines():
+        for line in self.log_lines():
             fields = line.split("\t")
             if len(fields) < 5:
                 continue
@@ -296,10 +298,8 @@ class RcloneServer(Server):
         return self._wait_listening("rclone serve webdav")
 
     def logged(self) -> list[Request]:
-        if not self.log_path.exists():
-            return []
         out = []
-        for line in self.log_path.read_text(errors="replace").splitlines():
+        for line in self.log_lines():
             m = self.LINE.match(line)
             if m:
                 out.append(Request(m.group(2), normalize_path(m.group(1), decode=False), None, None))
@@ -399,10 +399,8 @@ Group www-data
         return self._wait_listening("apache2")
 
     def logged(self) -> list[Request]:
-        if not self.log_path.exists():
-            return []
         out = []
-        for line in self.log_path.read_text(errors="replace").splitlines():
+        for line in self.log_lines():
             fields = line.split("\t")
             if len(fields) == 3:
                 out.append(Request(fields[0], normalize_path(fields[1], decode=False),
