@@ -790,7 +790,7 @@ public final class DocFileSystem: Sendable {
                 }
                 try await catalog.noting(change) { () async throws(StoreError) in
                     if source.onStore {
-                        _ = try await store.move(source.path, to: targetPath, replace: existing != nil)
+                        _ = try await store.move(source.path, to: targetPath, replace: existing != nil, isDirectory: source.isDirectory)
                     } else if let existing, existing.onStore {
                         // A new file replaces a stored one: its upload will recreate the name.
                         try await store.delete(existing.path, isDirectory: existing.isDirectory)

@@ -25,6 +25,11 @@ public struct StoreAttributes: Sendable, Equatable {
 }
 
 extension Store {
+    /// A store that needs not know what it moves moves it alike.
+    public func move(_ source: StorePath, to target: StorePath, replace: Bool, isDirectory: Bool) async throws(StoreError) -> RemoteEntry {
+        try await move(source, to: target, replace: replace)
+    }
+
     /// Creates a symbolic link at `path` pointing to `target` (a string, not resolved).
     public func makeSymlink(_ path: StorePath, target: String) async throws(StoreError) -> RemoteEntry {
         throw .notSupported("symbolic links")

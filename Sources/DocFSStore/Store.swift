@@ -53,6 +53,10 @@ public protocol Store: Sendable {
     /// Moves a file or directory. With `replace` false an existing target gives `.alreadyExists`.
     func move(_ source: StorePath, to target: StorePath, replace: Bool) async throws(StoreError) -> RemoteEntry
 
+    /// `move`, told whether the source is a directory, as the caller knows (a WebDAV server
+    /// wants a folder's URLs to end in `/`). Default: `move(_:to:replace:)`.
+    func move(_ source: StorePath, to target: StorePath, replace: Bool, isDirectory: Bool) async throws(StoreError) -> RemoteEntry
+
     /// Creates a symbolic link (default: `.notSupported`, see Store+Optional.swift).
     func makeSymlink(_ path: StorePath, target: String) async throws(StoreError) -> RemoteEntry
 

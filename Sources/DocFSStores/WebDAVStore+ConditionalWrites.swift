@@ -90,9 +90,15 @@ extension WebDAVStore {
         let current = try await check(path, condition)
         guard case .ifMatch = condition, let tag = current?.etag else { return try await put(["If-None-Match": "*"]) }
         guard tag.isWeak else { return try await put(["If-Match": tag.value]) }
-        // A weak tag (Apache's, for a second after a change) never matches If-Match: RFC 9110
-        // compares it strongly. Sending it would make every quick second save a false conflict.
+        // A weak tag (Apache's, for a second after a change, or one docfs made from time and
+        // size) never matches If-Match: RFC 9110 compares it strongly. Sending it would make
+        // every quick second save a false conflict.
         if await hasLocks(near: path) { return try await underLock(path, condition, bytes: bytes, put) }
+        if let seconds = tag.madeFromSeconds {
+            // A version made from the server's own time: `If-Unmodified-Since` on it is checked
+            // with the write by the servers that check conditions (to the second).
+            return try await put(["If-Unmodified-Since": HTTPDate.format(seconds)])
+        }
         if conditionProbe.weakNoted.withLock({ noted in defer { noted = true }; return !noted }) {
             logger.warning("the server gives weak ETags and has no locks: an upload over a version it marks weak is checked just before it, not with it")
         }

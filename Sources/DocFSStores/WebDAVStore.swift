@@ -39,6 +39,8 @@ public final class WebDAVStore: Store {
     let uploadLedger = Mutex<UploadLedger<TemporaryUpload>?>(nil)
     /// Whether the server checks If-Match on PUT, once probed (WebDAVStore+ConditionalWrites.swift).
     let conditionProbe = ConditionProbe()
+    /// Where this server gives versions, once its answers showed it (WebDAVStore+Versions.swift).
+    let versionSources = VersionSources()
 
     /// Deadline of a metadata call (PROPFIND, MKCOL, DELETE, MOVE, HEAD), body included.
     static let metadataTimeout: TimeAmount = .seconds(30)
@@ -98,7 +100,7 @@ public final class WebDAVStore: Store {
     // MARK: - list (WebDAVStore+Listing.swift)
 
     func entry(_ path: StorePath, _ response: WebDAVResponse) -> RemoteEntry {
-        let etag = response.etag.map(Self.normalizedETag)
+        let etag = version(of: response)
         let size = response.isCollection ? 0 : max(0, response.contentLength ?? 0)
         // A special file is an empty resource marked so (WebDAVStore+SpecialFiles.swift).
         let special = size == 0 && !response.isCollection ? response.posix.special : nil
@@ -151,10 +153,10 @@ public final class WebDAVStore: Store {
     private func head(_ path: StorePath) async throws(StoreError) -> RemoteEntry {
         let answer = try await transport.metadata(.HEAD, url: url(path), path: path, headers: [:], body: nil, timeout: Self.metadataTimeout)
         guard answer.status == 200 else { throw answer.error(method: "HEAD", path: path) }
-        return RemoteEntry(path: path, kind: .file,
-                           size: answer.headers.first(name: "Content-Length").flatMap { Int64($0) } ?? 0,
+        let size = answer.headers.first(name: "Content-Length").flatMap { Int64($0) } ?? 0
+        return RemoteEntry(path: path, kind: .file, size: size,
                            modified: answer.headers.first(name: "Last-Modified").flatMap(HTTPDate.parse) ?? 0,
-                           etag: answer.headers.first(name: "ETag").map(Self.normalizedETag))
+                           etag: version(answeredIn: answer.headers, size: size))
     }
 
     // MARK: - read
@@ -166,10 +168,41 @@ public final class WebDAVStore: Store {
             if let ifMatch, let etag = entry.etag, !Self.sameVersion(etag, ifMatch) { throw .versionMismatch(path) }
             return entry
         }
-        var headers: [String: String] = [:]
+        if versionSources.getsWithoutVersion.withLock({ $0 }) {
+            return try await readCheckedAround(path, range: range, ifMatch: ifMatch, into: sink)
+        }
+        guard let answer = try await startGET(path, range: range, conditions: ifMatch.map(Self.readConditions) ?? [:]) else {
+            return try await stat(path, asking: ifMatch)
+        }
+        if let ifMatch, let answered = answer.version, !Self.sameVersion(answered, ifMatch) {
+            // The server ignored the condition; we do not.
+            await HTTPTransport.discard(answer.response)
+            throw .versionMismatch(path)
+        }
+        if answer.version == nil, noteGetWithoutVersion() {
+            // The first GET to show that this server's downloads name no version: nothing of
+            // it is delivered, and the read is made again with the version asked around it.
+            await HTTPTransport.discard(answer.response)
+            logger.notice("the server's downloads carry no version: docfs asks for it with a PROPFIND before and after each")
+            return try await readCheckedAround(path, range: range, ifMatch: ifMatch, into: sink)
+        }
+        let size = try await receive(answer, range: range, path: path, into: sink)
+        return RemoteEntry(path: path, kind: .file, size: size, modified: answer.modified, etag: answer.version)
+    }
+
+    /// A GET's answer whose body is still to be read.
+    struct StartedGET {
+        var response: HTTPClientResponse
+        /// The version the answer names, if any (WebDAVStore+Versions.swift).
+        var version: ETag?
+        var modified: Double
+    }
+
+    /// Sends a GET of `path` (of `range`, with `conditions`) and reads its head. Nil when the
+    /// range starts at or after the end (416): nothing to deliver.
+    func startGET(_ path: StorePath, range: ByteRange?, conditions: [String: String]) async throws(StoreError) -> StartedGET? {
+        var headers = conditions
         if let range { headers["Range"] = "bytes=\(range.lowerBound)-\(range.upperBound - 1)" }
-        // A weak tag never matches If-Match (compared strongly): the answer's tag is checked instead.
-        if let ifMatch, !ifMatch.isWeak { headers["If-Match"] = ifMatch.value }
         let response = try await transport.start(.GET, url: url(path), path: path, headers: headers, body: nil,
                                                  timeout: transport.metadataTimeout)
         let status = Int(response.status.code)
@@ -179,30 +212,33 @@ public final class WebDAVStore: Store {
             await HTTPTransport.discard(response)
             throw .versionMismatch(path)
         case 416:
-            // The range starts at or after the end: nothing to deliver.
             await HTTPTransport.discard(response)
-            let entry = try await stat(path)
-            if let ifMatch, let etag = entry.etag, !Self.sameVersion(etag, ifMatch) { throw .versionMismatch(path) }
-            return entry
+            return nil
         default:
             let answer = await HTTPTransport.Answer(consuming: response)
             throw answer.error(method: "GET", path: path)
-        }
-        let headerETag = response.headers.first(name: "ETag").map(Self.normalizedETag)
-        if let ifMatch, let headerETag, !Self.sameVersion(headerETag, ifMatch) {
-            // The server ignored If-Match; we do not.
-            await HTTPTransport.discard(response)
-            throw .versionMismatch(path)
         }
         if let encoding = response.headers.first(name: "Content-Encoding"), encoding.lowercased() != "identity" {
             await HTTPTransport.discard(response)
             throw .protocolError("GET \(path): unexpected Content-Encoding \(encoding)")
         }
-        let modified = response.headers.first(name: "Last-Modified").flatMap(HTTPDate.parse) ?? 0
-        let size = try await RangedBody.receive(response, range: range, path: path, into: sink, timeouts: transport.timeouts) { () async throws(StoreError) in
+        return StartedGET(response: response,
+                          version: version(answeredIn: response.headers, size: Self.fileSize(answeredIn: response.headers, status: status)),
+                          modified: response.headers.first(name: "Last-Modified").flatMap(HTTPDate.parse) ?? 0)
+    }
+
+    /// Reads a started GET's body into `sink`; returns the file's size.
+    func receive(_ answer: StartedGET, range: ByteRange?, path: StorePath, into sink: any ContentSink) async throws(StoreError) -> Int64 {
+        try await RangedBody.receive(answer.response, range: range, path: path, into: sink, timeouts: transport.timeouts) { () async throws(StoreError) in
             try await self.stat(path)
         }
-        return RemoteEntry(path: path, kind: .file, size: size, modified: modified, etag: headerETag)
+    }
+
+    /// The entry at `path`, which must be at version `wanted` when one is given.
+    func stat(_ path: StorePath, asking wanted: ETag?) async throws(StoreError) -> RemoteEntry {
+        let entry = try await stat(path)
+        if let wanted, let etag = entry.etag, !Self.sameVersion(etag, wanted) { throw .versionMismatch(path) }
+        return entry
     }
 
     // MARK: - write
@@ -217,7 +253,7 @@ public final class WebDAVStore: Store {
             try await checkPUT(answer, path, condition)
             return answer
         }
-        if let etag = answer.headers.first(name: "ETag").map(Self.normalizedETag) {
+        if let etag = version(answeredIn: answer.headers, size: file.size) {
             let modified = answer.headers.first(name: "Last-Modified").flatMap(HTTPDate.parse) ?? Date().timeIntervalSince1970
             return RemoteEntry(path: path, kind: .file, size: file.size, modified: modified, etag: etag)
         }
@@ -283,6 +319,12 @@ public final class WebDAVStore: Store {
     // MARK: - move
 
     public func move(_ source: StorePath, to target: StorePath, replace: Bool) async throws(StoreError) -> RemoteEntry {
+        try await move(source, to: target, replace: replace, isDirectory: (try await stat(source)).kind == .directory)
+    }
+
+    /// A folder is moved by its collection URLs, both ending in `/`: nginx refuses the move of
+    /// `/d1` (400) and lighttpd redirects it (308), where every server takes `/d1/` to `/d2/`.
+    public func move(_ source: StorePath, to target: StorePath, replace: Bool, isDirectory: Bool) async throws(StoreError) -> RemoteEntry {
         guard !source.isRoot else { throw .accessDenied("refusing to move the store's root") }
         guard !target.isRoot else { throw .alreadyExists(target) }
         if replace {
@@ -294,8 +336,8 @@ public final class WebDAVStore: Store {
                 if !listing.children.isEmpty || listing.skipped > 0 { throw .notEmpty(target) }
             }
         }
-        let headers = ["Destination": url(target), "Overwrite": replace ? "T" : "F"]
-        let answer = try await transport.metadata(.MOVE, url: url(source), path: source, headers: headers, body: nil,
+        let headers = ["Destination": url(target, collection: isDirectory), "Overwrite": replace ? "T" : "F"]
+        let answer = try await transport.metadata(.MOVE, url: url(source, collection: isDirectory), path: source, headers: headers, body: nil,
                                                   timeout: Self.metadataTimeout)
         switch answer.status {
         case 200, 201, 204: break

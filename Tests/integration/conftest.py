@@ -387,12 +387,7 @@ Group www-data
             pytest.skip("apache2 is not installed (Tests/support/setup.sh installs it)")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
-        # www-data must reach the tree (pytest's folders are 0700) and own it to write.
-        for parent in [self.root, *self.root.parents]:
-            mode = parent.stat().st_mode
-            if not mode & 0o001:
-                os.chmod(parent, mode | 0o001)
-        subprocess.run(["chown", "-R", "www-data:www-data", str(self.root), str(self.workdir)], check=True)
+        _give_to("www-data", self.root, self.workdir)
         conf = self.workdir / "httpd.conf"
         conf.write_text(self.CONF.format(workdir=self.workdir, port=self.port, root=self.root, log=self.log_path))
         self._spawn(["/usr/sbin/apache2", "-f", str(conf), "-DFOREGROUND"])
@@ -410,6 +405,150 @@ Group www-data
     def diagnostics(self) -> str:
         error = self.workdir / "error.log"
         return super().diagnostics() + f"\nerror.log:\n{error.read_text(errors='replace')[-3000:] if error.exists() else ''}"
+
+
+
+def _give_to(user: str, *paths: Path) -> None:
+    """Lets a server running as `user` reach and write `paths` (pytest's folders are 0700)."""
+    for path in paths:
+        for parent in [path, *path.parents]:
+            mode = parent.stat().st_mode
+            if not mode & 0o001:
+                os.chmod(parent, mode | 0o001)
+    subprocess.run(["chown", "-R", f"{user}:{user}", *map(str, paths)], check=True)
+
+
+class NginxServer(Server):
+    """nginx 1.22 (Debian's `nginx-light`) with its `dav` module and `dav-ext`
+    (`libnginx-mod-http-dav-ext`, for PROPFIND, OPTIONS and LOCK), in the foreground from a
+    configuration of its own. It wants a trailing slash on a folder's MOVE target and keeps
+    no dead properties; its ETags are strong (mtime-size)."""
+    kind = "nginx"
+    CONF = """daemon off;
+master_process off;
+worker_processes 1;
+user root;
+pid {workdir}/nginx.pid;
+error_log {workdir}/error.log info;
+load_module /usr/lib/nginx/modules/ngx_http_dav_ext_module.so;
+events {{ worker_connections 256; }}
+http {{
+  client_body_temp_path {workdir}/body;
+  log_format docfs "$request_method\t$request_uri\t$status";
+  access_log {log} docfs;
+  dav_ext_lock_zone zone=docfs:1m;
+  server {{
+    listen 127.0.0.1:{port};
+    root {root};
+    client_max_body_size 0;
+    location / {{
+      dav_methods PUT DELETE MKCOL COPY MOVE;
+      dav_ext_methods PROPFIND OPTIONS LOCK UNLOCK;
+      dav_ext_lock zone=docfs;
+      create_full_put_path on;
+      dav_access user:rw group:rw all:r;
+      autoindex on;
+    }}
+  }}
+}}
+"""
+
+    def start(self):
+        if not Path("/usr/sbin/nginx").exists():
+            pytest.skip("nginx is not installed (Tests/support/setup.sh installs nginx-light)")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        conf = self.workdir / "nginx.conf"
+        conf.write_text(self.CONF.format(workdir=self.workdir, port=self.port, root=self.root, log=self.log_path))
+        self._spawn(["/usr/sbin/nginx", "-c", str(conf), "-p", str(self.workdir), "-e", str(self.workdir / "error.log")])
+        return self._wait_listening("nginx")
+
+    def logged(self) -> list[Request]:
+        out = []
+        for line in self.log_lines():
+            fields = line.split("\t")
+            if len(fields) == 3:
+                out.append(Request(fields[0], normalize_path(fields[1], decode=True),
+                                   int(fields[2]) if fields[2].isdigit() else None, None))
+        return out
+
+    def diagnostics(self) -> str:
+        error = self.workdir / "error.log"
+        return super().diagnostics() + f"\nerror.log:\n{error.read_text(errors='replace')[-3000:] if error.exists() else ''}"
+
+
+class LighttpdServer(Server):
+    """lighttpd 1.4.69 with `mod_webdav` (Debian's `lighttpd-mod-webdav`), in the foreground
+    (`-D`) from a configuration of its own. Built with SQLite, it keeps dead properties and
+    locks; it wants a trailing slash on a folder's MOVE target."""
+    kind = "lighttpd"
+    CONF = """server.document-root = "{root}"
+server.port = {port}
+server.bind = "127.0.0.1"
+server.username = "www-data"
+server.groupname = "www-data"
+server.errorlog = "{workdir}/error.log"
+server.modules = ("mod_webdav", "mod_accesslog", "mod_staticfile")
+server.upload-dirs = ("{workdir}/uploads")
+server.max-request-size = 0
+accesslog.filename = "{log}"
+accesslog.format = "%m\t%U\t%s"
+webdav.activate = "enable"
+webdav.is-readonly = "disable"
+webdav.sqlite-db-name = "{workdir}/webdav.db"
+"""
+
+    def start(self):
+        if not Path("/usr/sbin/lighttpd").exists():
+            pytest.skip("lighttpd is not installed (Tests/support/setup.sh installs it)")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        (self.workdir / "uploads").mkdir()
+        _give_to("www-data", self.root, self.workdir)
+        conf = self.workdir / "lighttpd.conf"
+        conf.write_text(self.CONF.format(workdir=self.workdir, port=self.port, root=self.root, log=self.log_path))
+        self._spawn(["/usr/sbin/lighttpd", "-D", "-f", str(conf)])
+        return self._wait_listening("lighttpd")
+
+    logged = NginxServer.logged
+    diagnostics = NginxServer.diagnostics
+
+
+class SabreServer(Server):
+    """sabre/dav (Debian's `php-sabre-dav`, the engine inside Nextcloud and ownCloud) behind
+    PHP's built-in web server (`php -S`), with its file-system tree, its file lock backend and
+    a router script of our own that logs each request once answered."""
+    kind = "sabre"
+    ROUTER = r"""<?php
+require_once '/usr/share/php/Sabre/autoload.php';
+$root = getenv('DOCFS_SABRE_ROOT');
+$work = getenv('DOCFS_SABRE_WORK');
+$server = new Sabre\DAV\Server(new Sabre\DAV\FS\Directory($root));
+$server->setBaseUri('/');
+$server->addPlugin(new Sabre\DAV\Locks\Plugin(new Sabre\DAV\Locks\Backend\File($work . '/locks')));
+$server->exec();
+$path = parse_url($_SERVER['REQUEST_URI'], PHP_URL_PATH);
+file_put_contents($work . '/requests.log',
+    $_SERVER['REQUEST_METHOD'] . "	" . $path . "	" . http_response_code() . "
+", FILE_APPEND | LOCK_EX);
+return true;
+"""
+
+    def start(self):
+        if not Path("/usr/share/php/Sabre/autoload.php").exists() or not shutil.which("php"):
+            pytest.skip("sabre/dav is not installed (Tests/support/setup.sh installs php-cli and php-sabre-dav)")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        router = self.workdir / "router.php"
+        router.write_text(self.ROUTER)
+        env = dict(os.environ, DOCFS_SABRE_ROOT=str(self.root), DOCFS_SABRE_WORK=str(self.workdir),
+                   PHP_CLI_SERVER_WORKERS="4")
+        self.proc = subprocess.Popen(["php", "-S", f"127.0.0.1:{self.port}", str(router)],
+                                     stdout=open(self.out_path, "wb"), stderr=open(self.err_path, "wb"),
+                                     stdin=subprocess.DEVNULL, start_new_session=True, env=env, cwd=self.workdir)
+        return self._wait_listening("php -S (sabre/dav)")
+
+    logged = NginxServer.logged
 
 
 def _server_factory(cls, tmp_path):
@@ -447,6 +586,27 @@ def rclone_serve(tmp_path):
 @pytest.fixture
 def apache_serve(tmp_path):
     yield from _serving(ApacheServer, tmp_path)
+
+
+@pytest.fixture
+def nginx_serve(tmp_path):
+    yield from _serving(NginxServer, tmp_path)
+
+
+@pytest.fixture
+def lighttpd_serve(tmp_path):
+    yield from _serving(LighttpdServer, tmp_path)
+
+
+@pytest.fixture
+def sabre_serve(tmp_path):
+    yield from _serving(SabreServer, tmp_path)
+
+
+#: The fixture that starts each WebDAV server, by its kind.
+WEBDAV_FIXTURES = {"docfs-serve": "docfs_serve", "rclone": "rclone_serve", "wsgidav": "wsgidav_serve",
+                   "apache": "apache_serve", "nginx": "nginx_serve", "lighttpd": "lighttpd_serve",
+                   "sabre": "sabre_serve"}
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """Every byte and every size right while a file is open (issue 13), on every store: the local
-directory (`file://`), WebDAV (`docfs serve` and `rclone serve webdav`) and S3 (moto).
+directory (`file://`), WebDAV (`docfs serve`, `rclone serve webdav`, Apache `mod_dav`, nginx `dav-ext`) and S3 (moto).
 
 - `test_size_after_fsync_then_extend`: the issue's scenario. After an fsync, a write that
   extends the file must show in the writer's fstat and in another process's stat at once.
@@ -22,12 +22,13 @@ from typing import Callable
 
 import pytest
 
+from conftest import WEBDAV_FIXTURES
 from fsx import Fsx, Peer
 from helpers import wait_until, xattr_state
 
 pytestmark = pytest.mark.fuse
 
-STORES = ["local", "docfs-serve", "rclone", "s3-moto"]
+STORES = ["local", "docfs-serve", "rclone", "apache", "nginx", "s3-moto"]
 
 # Seeds `make test` always runs (about 3 minutes in all for the four stores).
 DEFAULT_SEEDS = [1, 2, 3]
@@ -71,7 +72,7 @@ class FsxStore:
 
 
 @pytest.fixture(params=STORES)
-def fsx_store(request, tmp_path, xdg, docfs_serve, rclone_serve):
+def fsx_store(request, tmp_path, xdg):
     """fsx_store(files) -> FsxStore: puts `files` (name -> bytes) on a fresh store of this kind."""
     kind = request.param
     buckets = []
@@ -97,7 +98,7 @@ def fsx_store(request, tmp_path, xdg, docfs_serve, rclone_serve):
 
         if kind == "local":
             return FsxStore(f"the local store file://{root}", [f"file://{root}"], read)
-        server = (docfs_serve if kind == "docfs-serve" else rclone_serve)(root)
+        server = request.getfixturevalue(WEBDAV_FIXTURES[kind])(root)
         return FsxStore(f"WebDAV ({server.kind}, {server.url})", [server.url], read)
 
     yield make

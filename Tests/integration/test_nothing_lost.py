@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RcloneServer
+from conftest import WEBDAV_FIXTURES, RcloneServer
 from helpers import pseudo_random_bytes, wait_until, xattr_state
 from s3_support import get_server, s3, s3_mount  # noqa: F401 - fixtures
 from write_support import change_on_server, make_store, methods_log, sigkill_daemon
@@ -157,12 +157,13 @@ class S3Remote:
 
 
 def start_remote(kind: str, request, tmp_path, files: dict[str, bytes]):
-    """A store of `kind` ("docfs-serve", "rclone", "apache", "moto") holding `files` (top-level names)."""
+    """A store of `kind` ("moto", or a WebDAV server: "docfs-serve", "rclone", "apache", "nginx",
+    "lighttpd", "sabre") holding `files` (top-level names)."""
     if kind == "moto":
         bucket = request.getfixturevalue("s3")
         bucket.put_many(files)
         return S3Remote(bucket, request.getfixturevalue("s3_mount"))
-    server_factory = request.getfixturevalue({"docfs-serve": "docfs_serve", "rclone": "rclone_serve", "apache": "apache_serve"}[kind])
+    server_factory = request.getfixturevalue(WEBDAV_FIXTURES[kind])
     server = server_factory(make_store(tmp_path / "store", files))
     return WebDAVRemote(server, request.getfixturevalue("mount"))
 

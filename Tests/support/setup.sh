@@ -2,13 +2,15 @@
 # Installs what docfs needs to build, run and test, and only what is missing:
 # Debian packages (FUSE 3, its headers, pkg-config, rclone and s3fs for interop tests, attr for getfattr,
 # libglib2.0-bin for gio, what file managers browse with: test_file_managers.py; strace, to count
-# what a tool asks of the mount: test_metadata.py; apache2, whose mod_dav is the WebDAV server
-# most people run: the tests start it as a process of their own, so its service is kept from
-# starting at install)
+# what a tool asks of the mount: test_metadata.py; the WebDAV servers people run: apache2 (mod_dav),
+# nginx-light with libnginx-mod-http-dav-ext, lighttpd with lighttpd-mod-webdav, and sabre/dav
+# (php-sabre-dav under php-cli's `php -S`): the tests start each as a process of their own on a
+# free port, so their services are kept from starting at install)
 # and Python's pytest. Idempotent; silent when everything is there.
 set -euo pipefail
 
-packages=(fuse3 libfuse3-dev pkg-config rclone s3fs attr libglib2.0-bin strace apache2)
+packages=(fuse3 libfuse3-dev pkg-config rclone s3fs attr libglib2.0-bin strace apache2
+          nginx-light libnginx-mod-http-dav-ext lighttpd lighttpd-mod-webdav php-cli php-sabre-dav)
 
 missing=()
 for p in "${packages[@]}"; do
