@@ -16,6 +16,7 @@ import AsyncHTTPClient
 import DocFSStore
 import Foundation
 import NIOCore
+import Synchronization
 
 /// docfs's dead properties of one resource, as a PROPFIND reported them.
 struct PosixProperties: Sendable, Equatable {
@@ -91,6 +92,8 @@ actor DeadPropertySupport {
     private var state = State.unknown
     private var asking = false
     private var waiting: [CheckedContinuation<Void, Never>] = []
+    /// Whether the server keeps them, once its first answer said (readable without a hop).
+    nonisolated let decided = Mutex<Bool?>(nil)
 
     /// Runs `proppatch` unless the server is known to refuse; returns whether it kept them.
     func ifKept(_ proppatch: @Sendable () async throws(StoreError) -> Bool) async throws(StoreError) -> Bool {
@@ -111,6 +114,7 @@ actor DeadPropertySupport {
         }
         let kept = try await proppatch()
         state = kept ? .kept : .refused
+        decided.withLock { $0 = kept }
         return kept
     }
 
@@ -124,6 +128,7 @@ extension WebDAVStore {
         let attributes = attributes.withoutOwner
         guard !attributes.isEmpty, !path.isRoot, await !deadProperties.isRefused else { return false }
         let current = try await stat(path)
+        defer { traitsMayHaveChanged() }
         return try await deadProperties.ifKept { () throws(StoreError) in
             try await self.proppatch(path, attributes, version: current.etag, collection: current.kind == .directory)
         }
@@ -138,6 +143,7 @@ extension WebDAVStore {
         let kept = try await deadProperties.ifKept { () throws(StoreError) in
             try await self.proppatch(path, attributes, version: written.etag, collection: false)
         }
+        traitsMayHaveChanged()
         guard kept else { return written }
         // What the server reports now: its version, should a PROPPATCH have changed it, and the
         // time and mode as they will be read back.

@@ -7,13 +7,16 @@
 // window in which another client's upload is silently replaced. Two docfs mounts of such a
 // server, saving the same files, lost about one version in a hundred that way.
 //
-// Found out once per store, at its first conditional upload: a PUT of an empty body to a scratch
-// name beside that file, with an `If-Match` no version has. 412: the server honours conditions.
-// A 2xx: it ignores them (the scratch file is deleted again); then, where the server has WebDAV
+// Found out once per store, at its first conditional upload: an empty scratch file is PUT beside
+// that file, then PUT again with an `If-Match` no version has, and with `If-None-Match: *`, then
+// deleted. 412 to both: the server honours conditions. A 2xx to either: it ignores them (nginx
+// ignores both; some check If-Match only, and a creation would replace); then, where the server has WebDAV
 // locks (`DAV: 2` in OPTIONS), every conditional upload takes an exclusive lock of its path
 // first (LOCK), checks the version under it, sends the PUT with the lock's token and unlocks:
 // another docfs mount, and any client that honours locks, waits meanwhile (HTTP 423, retried).
-// Without locks, the check stays one request before the PUT, and the log says what that risks.
+// Without locks, a new file is PUT to a hidden name and moved in place with `Overwrite: F`
+// (`createByMoving`), which no client's file can be lost to; an upload over a version is checked
+// one request before the PUT, and the log and `docfs status` say what that risks.
 
 import AsyncHTTPClient
 import DocFSStore
@@ -51,7 +54,7 @@ extension ConditionSupport: CustomStringConvertible {
         switch self {
         case .honoured: return "honoured by the server"
         case .ignored(locks: true): return "ignored by the server: uploads over a version take a WebDAV lock"
-        case .ignored(locks: false): return "ignored by the server, which has no locks: a version another client saves while docfs uploads may be replaced"
+        case .ignored(locks: false): return "ignored by the server, which has no locks: new files are moved in place (Overwrite: F), but a version another client saves while docfs uploads over it may be replaced"
         case .unknown: return "not known (the probe was refused): checked just before each upload"
         }
     }
@@ -190,20 +193,20 @@ extension WebDAVStore {
     private func probe(near path: StorePath) async -> ConditionSupport {
         let name = ".docfs-probe-" + String(format: "%016llx", UInt64.random(in: 0...UInt64.max))
         guard let scratch = try? (path.parent ?? .root).appending(name) else { return .unknown }
-        let answer: HTTPTransport.Answer
-        do {
-            answer = try await transport.metadata(.PUT, url: url(scratch), path: scratch,
-                                                  headers: ["If-Match": "\"docfs-probe-no-such-version\""],
-                                                  body: .bytes(ByteBuffer()), timeout: Self.metadataTimeout)
-        } catch {
-            return .unknown
+        func put(_ headers: [String: String]) async -> Int? {
+            try? await transport.metadata(.PUT, url: url(scratch), path: scratch, headers: headers,
+                                          body: .bytes(ByteBuffer()), timeout: Self.metadataTimeout).status
         }
-        switch answer.status {
-        case 412:
+        // Some servers check If-Match only on a file that exists (WsgiDAV): ask over one.
+        guard let made = await put([:]), (200..<300).contains(made) else { return .unknown }
+        let overVersion = await put(["If-Match": "\"docfs-probe-no-such-version\""])
+        let overFile = overVersion == 412 ? await put(["If-None-Match": "*"]) : nil
+        _ = try? await transport.metadata(.DELETE, url: url(scratch), path: scratch, headers: [:], body: nil,
+                                          timeout: Self.metadataTimeout)
+        switch (overVersion, overFile) {
+        case (412, 412):
             return .honoured
-        case 200, 201, 204:
-            _ = try? await transport.metadata(.DELETE, url: url(scratch), path: scratch, headers: [:], body: nil,
-                                              timeout: Self.metadataTimeout)
+        case (.some(200..<300), _), (412, .some(200..<300)):
             return .ignored(locks: await hasLocks(near: path))
         default:
             return .unknown
@@ -218,6 +221,7 @@ extension WebDAVStore {
                                                          headers: [:], body: nil, timeout: Self.metadataTimeout) else { return false }
         let locks = answer.headers[canonicalForm: "DAV"].contains { $0.trimmingCharacters(in: .whitespaces) == "2" }
         conditionProbe.locks.withLock { $0 = locks }
+        traitsMayHaveChanged()
         return locks
     }
 
@@ -268,5 +272,39 @@ extension WebDAVStore {
     private func deleteUnderLock(_ path: StorePath, _ lock: HeldLock) async {
         _ = try? await transport.metadata(.DELETE, url: url(path), path: path, headers: ["If": "(<\(lock.token)>)"], body: nil,
                                           timeout: Self.metadataTimeout)
+    }
+}
+
+extension WebDAVStore {
+    /// Whether a new file must be created by `createByMoving`: the server ignores
+    /// `If-None-Match: *` and has no locks to make the check and the PUT one step.
+    func createsByMoving(near path: StorePath) async -> Bool {
+        if case .ignored(locks: false) = await probeConditions(near: path) { return true }
+        return false
+    }
+
+    /// Creates `path` where the server cannot refuse to replace one with a PUT: the body goes
+    /// to a hidden temporary name beside it (never listed, recorded until it is gone, as a
+    /// streamed upload's), and a MOVE with `Overwrite: F`, which every server checks, puts it
+    /// in place, or fails (`.alreadyExists`) when another client created the name meanwhile.
+    func createByMoving(_ path: StorePath, _ put: (StorePath) async throws(StoreError) -> Void) async throws(StoreError) {
+        guard let parent = path.parent else { throw .isADirectory(path) }
+        let temporary = try parent.appending(Self.streamedUploadPrefix + String(format: "%016llx", UInt64.random(in: 0...UInt64.max)))
+        let ledger = uploadLedger.withLock { $0 }
+        let record = ledger?.record(TemporaryUpload(temporary: temporary.description), identity: temporary.description, path: path)
+        do throws(StoreError) {
+            try await put(temporary)
+            _ = try await move(temporary, to: path, replace: false, isDirectory: false)
+        } catch {
+            do throws(StoreError) {
+                do throws(StoreError) { try await delete(temporary, isDirectory: false) } catch .notFound {}
+                if let record { ledger?.remove(record) }
+            } catch {
+                logger.info("cannot delete an upload's temporary file; the next mount tries again",
+                            metadata: ["path": "\(temporary)", "error": "\(error)"])
+            }
+            throw error
+        }
+        if let record { ledger?.remove(record) }
     }
 }

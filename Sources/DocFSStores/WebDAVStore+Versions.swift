@@ -62,6 +62,7 @@ extension WebDAVStore {
             return nil
         } else if !versionSources.madeFromTimeAndSize.withLock({ $0 }) {
             versionSources.madeFromTimeAndSize.withLock { $0 = true }
+            traitsMayHaveChanged()
             logger.notice("the server lists no ETags: docfs tells versions by modification time and size (a change within the same second that keeps the size goes unseen)")
         }
         guard !response.isCollection, let modified = response.lastModified.flatMap(HTTPDate.parse) else { return nil }
@@ -95,10 +96,12 @@ extension WebDAVStore {
 
     /// Notes that a GET came back without a version; true the first time.
     func noteGetWithoutVersion() -> Bool {
-        versionSources.getsWithoutVersion.withLock { known in
+        let first = versionSources.getsWithoutVersion.withLock { known in
             defer { known = true }
             return !known
         }
+        if first { traitsMayHaveChanged() }
+        return first
     }
 }
 

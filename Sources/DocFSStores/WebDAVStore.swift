@@ -41,6 +41,8 @@ public final class WebDAVStore: Store {
     let conditionProbe = ConditionProbe()
     /// Where this server gives versions, once its answers showed it (WebDAVStore+Versions.swift).
     let versionSources = VersionSources()
+    /// Who hears what the store learns about its server (WebDAVStore+Traits.swift).
+    let traitWatch = TraitWatch()
 
     /// Deadline of a metadata call (PROPFIND, MKCOL, DELETE, MOVE, HEAD), body included.
     static let metadataTimeout: TimeAmount = .seconds(30)
@@ -246,6 +248,15 @@ public final class WebDAVStore: Store {
     public func write(_ path: StorePath, fromLocalFile localFile: String, condition: WriteCondition) async throws(StoreError) -> RemoteEntry {
         guard !path.isRoot else { throw .isADirectory(path) }
         let file = try LocalFileChunks(path: localFile)
+        if condition == .mustNotExist, await createsByMoving(near: path) {
+            try await createByMoving(path) { (temporary) throws(StoreError) in
+                let answer = try await transport.metadata(.PUT, url: url(temporary), path: temporary, headers: [:],
+                                                          body: .stream(file, length: .known(file.size)),
+                                                          timeout: transport.uploadTimeout(bytes: file.size))
+                try await checkPUT(answer, temporary, .always)
+            }
+            return try await stat(path)
+        }
         let answer = try await underCondition(path, condition, bytes: file.size) { (headers) throws(StoreError) in
             let body = HTTPClientRequest.Body.stream(file, length: .known(file.size))
             let answer = try await transport.metadata(.PUT, url: url(path), path: path, headers: headers, body: body,

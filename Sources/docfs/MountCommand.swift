@@ -6,6 +6,7 @@ import DocFSStores
 import Dispatch
 import Foundation
 import Logging
+import Synchronization
 
 /// `docfs mount STORE MOUNTPOINT`: mount a store with placeholders.
 struct MountCommand: AsyncParsableCommand {
@@ -295,10 +296,16 @@ struct MountCommand: AsyncParsableCommand {
                                  evictDelay: evictDelay, cacheMax: cacheMax.flatMap(RetentionPolicy.parseSize))
         try? MountRegistry.save(record, environment: environmentForRegistry)
         // What the first conditional upload finds out about the server, for `docfs status`.
-        (store as? WebDAVStore)?.whenConditionsFound { support in
-            var found = record
-            found.writeConditions = support.description
-            try? MountRegistry.save(found, environment: environmentForRegistry)
+        if let server = store as? WebDAVStore {
+            let learnt = Mutex(record)
+            let save = { @Sendable (change: (inout MountRecord) -> Void) in
+                learnt.withLock { record in
+                    change(&record)
+                    try? MountRegistry.save(record, environment: environmentForRegistry)
+                }
+            }
+            server.whenConditionsFound { support in save { $0.writeConditions = support.description } }
+            server.whenServerTraitsChange { traits in save { $0.serverTraits = traits } }
         }
 
         let signals = SignalHandlers(signals: [SIGINT, SIGTERM, SIGHUP]) { [logger] signal in

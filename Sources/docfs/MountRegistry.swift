@@ -17,6 +17,9 @@ struct MountRecord: Codable, Equatable {
     /// What the server does with `If-Match` on PUT, once a WebDAV mount found out
     /// (`ConditionSupport`), in words, for `docfs status`; nil until then, and for other stores.
     var writeConditions: String?
+    /// The rest of what a WebDAV mount found out about its server (`WebDAVStore.serverTraits`),
+    /// one `name: what` line each; nil for other stores.
+    var serverTraits: [String]?
 }
 
 enum MountRegistry {

@@ -70,6 +70,8 @@ struct StatusCommand: AsyncParsableCommand {
         /// What the server does with the conditions of an upload (`If-Match`), once the mount
         /// found out (WebDAV only).
         var writeConditions: String? = nil
+        /// The rest of what the mount found out about its WebDAV server, one `name: what` each.
+        var serverTraits: [String]? = nil
     }
 
     /// `--evict-delay` and `--cache-max` of a mount, as it runs.
@@ -180,7 +182,7 @@ struct StatusCommand: AsyncParsableCommand {
                                  pendingUploads: 0, transfers: [], errors: [],
                                  retention: record.evictDelay.map { Retention(evictDelay: $0, cacheMax: record.cacheMax) },
                                  pinnedCacheBytes: pinnedBytes, unpinnedCacheBytes: bytes - pinnedBytes,
-                                 writeConditions: record.writeConditions)
+                                 writeConditions: record.writeConditions, serverTraits: record.serverTraits)
         guard let catalog else { return status }
         for (state, count) in (try? catalog.stateCounts()) ?? [] { status.states[state] = count }
         status.pendingUploads = ((try? catalog.itemsPendingUpload()) ?? []).count
@@ -202,6 +204,7 @@ struct StatusCommand: AsyncParsableCommand {
               + "\(mount.unpinnedCacheBytes)), \(mount.cacheDirectory)")
         if let retention = mount.retention { print("  policy: " + retention.summary) }
         if let conditions = mount.writeConditions { print("  If-Match on upload: " + conditions) }
+        for trait in mount.serverTraits ?? [] { print("  " + trait) }
         let order = ["placeholder", "downloading", "local", "pinned", "modified", "uploading", "error"]
         let states = mount.states.sorted { (order.firstIndex(of: $0.key) ?? 99, $0.key) < (order.firstIndex(of: $1.key) ?? 99, $1.key) }
         print("  files: " + (states.isEmpty ? "none" : states.map { "\($0.key)=\($0.value)" }.joined(separator: " ")))

@@ -477,6 +477,15 @@ http {{
         return super().diagnostics() + f"\nerror.log:\n{error.read_text(errors='replace')[-3000:] if error.exists() else ''}"
 
 
+class NginxServerWithoutLocks(NginxServer):
+    """nginx with `dav-ext` for PROPFIND and OPTIONS but no lock zone: a server that neither
+    checks the conditions of a PUT nor has WebDAV locks."""
+    kind = "nginx-without-locks"
+    CONF = (NginxServer.CONF.replace("      dav_ext_lock zone=docfs;\n", "")
+            .replace("  dav_ext_lock_zone zone=docfs:1m;\n", "")
+            .replace("dav_ext_methods PROPFIND OPTIONS LOCK UNLOCK;", "dav_ext_methods PROPFIND OPTIONS;"))
+
+
 class LighttpdServer(Server):
     """lighttpd 1.4.69 with `mod_webdav` (Debian's `lighttpd-mod-webdav`), in the foreground
     (`-D`) from a configuration of its own. Built with SQLite, it keeps dead properties and
@@ -591,6 +600,11 @@ def apache_serve(tmp_path):
 @pytest.fixture
 def nginx_serve(tmp_path):
     yield from _serving(NginxServer, tmp_path)
+
+
+@pytest.fixture
+def nginx_without_locks_serve(tmp_path):
+    yield from _serving(NginxServerWithoutLocks, tmp_path)
 
 
 @pytest.fixture

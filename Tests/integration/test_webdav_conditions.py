@@ -103,3 +103,34 @@ def test_apache_weak_etags_make_no_false_conflict_and_no_estale(apache_serve, mo
     weak = [r for r in server.requests() if r.method == "PUT" and r.status == 412]
     assert not weak, f"PUTs refused for a weak If-Match: {weak}"
     assert m.unmount().returncode == 0
+
+
+def test_without_conditions_or_locks_a_new_file_is_moved_in_place(nginx_without_locks_serve, mount, tmp_path):
+    """nginx without its lock zone ignores `If-None-Match: *` on PUT and has no locks: a new
+    file goes to a hidden name and is moved in place with `Overwrite: F`, which refuses to
+    replace a file another client created meanwhile (here: while ours was open)."""
+    root = make_store(tmp_path / "store", {"a.txt": b"version 1\n"})
+    server = nginx_without_locks_serve(root)
+    m = mount(server.url, "--dir-cache-ttl", "0")
+    (m / "mine.txt").write_bytes(b"mine\n")
+    wait_until(lambda: (root / "mine.txt").is_file() and (root / "mine.txt").read_bytes() == b"mine\n", 60, "mine.txt uploaded")
+    methods = [(r.method, r.path) for r in server.requests()]
+    assert ("MOVE", "/mine.txt") not in methods
+    assert any(method == "MOVE" and path.startswith("/.docfs-upload-") for method, path in methods), methods
+    assert not any(method == "LOCK" for method, _ in methods), methods
+
+    fd = os.open(m / "both.txt", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    try:
+        os.write(fd, b"ours\n")
+        (root / "both.txt").write_bytes(b"theirs\n")
+    finally:
+        os.close(fd)
+
+    def both_kept() -> bool:
+        copies = [n for n in os.listdir(root) if n.startswith("both (")]
+        return (root / "both.txt").read_bytes() == b"theirs\n" and len(copies) == 1 and (root / copies[0]).read_bytes() == b"ours\n"
+
+    wait_until(both_kept, 60, f"theirs under both.txt and ours beside it: {os.listdir(root)}\n{m.log_tail(3000)}")
+    assert not [n for n in os.listdir(root) if n.startswith(".docfs-upload-")], "a temporary file left behind"
+    assert "which has no locks: new files are moved in place" in (write_conditions(m) or "")
+    assert m.unmount().returncode == 0

@@ -182,3 +182,37 @@ def test_names_folders_and_trees(dav, mount):
     assert not conflict_copies(server)
     assert m.unmount().returncode == 0
     assert not m.xdg.cache_files()
+
+
+#: What `docfs status` says of each server once a file was written and chmod'ed.
+TRAITS = {
+    "docfs-serve": ["If-Match on upload: honoured", "mode and times: kept by this mount only"],
+    "rclone": ["If-Match on upload: ignored by the server: uploads over a version take a WebDAV lock",
+               "mode and times: kept by this mount only"],
+    "wsgidav": ["If-Match on upload: honoured", "mode and times: kept on the server"],
+    "apache": ["If-Match on upload: honoured", "mode and times: kept on the server"],
+    "nginx": ["versions: made from modification time and size", "locks: the server has WebDAV locks",
+              "If-Match on upload: ignored by the server: uploads over a version take a WebDAV lock",
+              "mode and times: kept by this mount only"],
+    "lighttpd": ["downloads: checked by a PROPFIND before and after each", "If-Match on upload: honoured",
+                 "mode and times: kept on the server"],
+    "sabre": ["versions: made from modification time and size", "locks: the server has WebDAV locks",
+              "If-Match on upload: honoured"],
+}
+
+
+def test_status_says_what_the_server_does(dav, mount):
+    server = dav({"a.txt": b"a\n"})
+    m = mounted(server, mount)
+    assert (m / "a.txt").read_bytes() == b"a\n"
+    with open(m / "a.txt", "ab") as f:
+        f.write(b"b\n")
+    os.chmod(m / "a.txt", 0o640)
+    settle(server, m, {"a.txt": b"a\nb\n"})
+
+    def said() -> str:
+        return m.xdg.docfs("status", m.path).stdout
+
+    wait_until(lambda: all(line in said() for line in TRAITS[server.kind]), 30,
+               f"docfs status on {server.kind} to say {TRAITS[server.kind]}:\n{said()}")
+    assert m.unmount().returncode == 0
