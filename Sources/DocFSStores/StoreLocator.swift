@@ -165,7 +165,7 @@ public enum StoreLocatorError: Error, Sendable, Equatable, CustomStringConvertib
         case .notADirectory(let path): return "store path is not a directory: \(path)"
         case .unusableDirectory(let path, let reason): return "cannot use store directory \(path): \(reason)"
         case .invalidURL(let url, let reason): return "invalid store URL \(url): \(reason)"
-        case .unsupportedURL(let url): return "unsupported store URL: \(url) (use a directory, file://, http(s)://, webdav(s)://)"
+        case .unsupportedURL(let url): return "unsupported store URL: \(url) (use a directory, file://, http(s)://, webdav(s)://, s3://)"
         case .credentialsFile(let path, let problem): return "credentials file \(path): \(problem)"
         case .credentialsFileInsecure(let path, let mode):
             return "credentials file \(path) is readable by others (mode \(String(mode, radix: 8))); run: chmod 600 \(path)"

@@ -7,7 +7,7 @@ struct DocFS: AsyncParsableCommand {
 
     static let configuration = CommandConfiguration(
         commandName: "docfs",
-        abstract: "Mount a remote document store (WebDAV, a local directory) as a directory of placeholders.",
+        abstract: "Mount a remote document store (WebDAV, S3, a local directory) as a directory of placeholders.",
         discussion: """
             Every entry starts as a placeholder: ls, stat and find show real names, sizes and \
             dates without downloading anything. The content is fetched on the first open() and \

@@ -12,7 +12,7 @@ import Synchronization
 struct MountCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "mount",
-        abstract: "Mount a store on a directory.",
+        abstract: "Mount a store (WebDAV, S3 or a local directory) on a directory.",
         discussion: """
             STORE is a WebDAV URL (http://, https://, webdav://, webdavs://), an S3 bucket \
             (s3://bucket/prefix) or a local directory (a path or file:///path). Without \

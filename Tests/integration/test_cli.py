@@ -23,6 +23,16 @@ def test_help_lists_commands(xdg):
         assert command in result.stdout, f"`docfs --help` does not mention {command}:\n{result.stdout}"
 
 
+def test_help_and_errors_name_every_kind_of_store(xdg, tmp_path):
+    for args in (["--help"], ["mount", "--help"]):
+        out = xdg.docfs(*args).stdout
+        for kind in ("WebDAV", "S3", "local directory"):
+            assert kind in out, f"`docfs {' '.join(args)}` does not name {kind}:\n{out}"
+    (tmp_path / "mnt").mkdir()
+    error = xdg.docfs("mount", "ftp://example.com/x", tmp_path / "mnt").stderr
+    assert "s3://" in error and "http(s)://" in error and "directory" in error, error
+
+
 def test_mount_help_has_examples(xdg):
     result = xdg.docfs("mount", "--help")
     assert result.returncode == 0, result.stderr
@@ -96,3 +106,42 @@ def test_mount_bad_store(xdg, tmp_path, store):
     result = xdg.docfs("mount", store, mp, timeout=60)
     assert_one_line_failure(result, f"bad store {store!r}")
     assert_nothing_mounted(mp)
+
+
+def unmount_output(xdg, mountpoint, tty: bool) -> str:
+    """What `docfs unmount` prints, to a pipe or to a terminal (stdout and stderr together)."""
+    if not tty:
+        result = xdg.docfs("unmount", mountpoint, timeout=120)
+        assert result.returncode == 0, result.stderr
+        return result.stderr + result.stdout
+    import pty
+    import subprocess
+    from helpers import docfs_bin
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([docfs_bin(), "unmount", str(mountpoint)], stdin=follower, stdout=follower, stderr=follower,
+                            env=xdg.env, close_fds=True)
+    os.close(follower)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(leader)
+    assert proc.wait(timeout=120) == 0, out
+    return out.decode(errors="replace").replace("\r\n", "\n")
+
+
+@pytest.mark.fuse
+@pytest.mark.parametrize("tty", [False, True], ids=["pipe", "pty"])
+def test_unmount_prints_one_message_per_line(mount, docfs_serve, content_tree, tty):
+    server = docfs_serve(content_tree)
+    m = mount(server.url, "--evict-delay", "30")
+    assert (m / "small.txt").read_bytes()  # a kept copy: unmount waits for the daemon to evict it
+    out = unmount_output(m.xdg, m.path, tty)
+    lines = [line for line in out.split("\n") if line.strip()]
+    assert lines and all(line.startswith("docfs: ") and line.count("docfs: ") == 1 for line in lines), repr(out)
+    assert lines[-1] == f"docfs: unmounted {m.path}", repr(out)
