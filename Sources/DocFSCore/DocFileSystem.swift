@@ -378,6 +378,7 @@ public final class DocFileSystem: Sendable {
             return (try item(existing.inode), handle)
         }
         let now = Timestamp.now
+        let (group, mode) = try inheriting(group: group, mode: mode, from: parent, directory: false)
         // `modified` from the start: a listing never drops a row that holds changes.
         let created = try catalog.createItem(in: parent, name: name, kind: .file, modified: now, mode: mode & 0o7777,
                                              owner: owner, group: group, state: .modified, onStore: false, folderChanged: now)
@@ -635,6 +636,7 @@ public final class DocFileSystem: Sendable {
     /// object, as s3fs writes it); `EPERM` elsewhere.
     public func makeSymlink(in parent: Inode, name: String, target: String, owner: UInt32, group: UInt32) async throws(FSError) -> Item {
         let path = try await pathForNewEntry(named: name, in: parent)
+        let (group, _) = try inheriting(group: group, mode: 0o777, from: parent, directory: false)
         let entry = try await uploader.exclusively(touching: [path]) { () async throws(FSError) -> RemoteEntry in
             do throws(StoreError) {
                 return try await store.makeSymlink(path, target: target)
@@ -658,6 +660,7 @@ public final class DocFileSystem: Sendable {
                             group: UInt32) async throws(FSError) -> Item {
         if readOnly { throw .readOnly }
         let path = try await pathForNewEntry(named: name, in: parent)
+        let (group, mode) = try inheriting(group: group, mode: mode, from: parent, directory: false)
         let entry = try await uploader.exclusively(touching: [path]) { () async throws(FSError) -> RemoteEntry in
             do throws(StoreError) {
                 return try await store.makeSpecial(path, special, mode: mode & 0o7777)
@@ -678,6 +681,7 @@ public final class DocFileSystem: Sendable {
     /// mkdir: on the store first, then in the catalog.
     public func makeDirectory(in parent: Inode, name: String, mode: UInt32, owner: UInt32, group: UInt32) async throws(FSError) -> Item {
         let path = try await pathForNewEntry(named: name, in: parent)
+        let (group, mode) = try inheriting(group: group, mode: mode, from: parent, directory: true)
         let entry = try await uploader.exclusively(touching: [path]) { () async throws(FSError) -> RemoteEntry in
             do throws(StoreError) { return try await store.makeDirectory(path) } catch { throw FSError(error) }
         }
@@ -686,6 +690,15 @@ public final class DocFileSystem: Sendable {
                                              mode: mode & 0o7777, owner: owner, group: group, state: .directory, onStore: true,
                                              listedAt: Date().timeIntervalSince1970, folderChanged: .now)
         return await withOwnerOnStore(created)
+    }
+
+    /// The group and mode of an entry made in `parent` by a caller of group `group`: in a
+    /// setgid folder (mode 02000), the folder's group, and a folder made there is setgid too,
+    /// as on every local file system (the kernel leaves this to a FUSE file system).
+    func inheriting(group: UInt32, mode: UInt32, from parent: Inode, directory: Bool) throws(FSError) -> (group: UInt32, mode: UInt32) {
+        let folder = try item(parent)
+        guard let folderMode = folder.mode, folderMode & UInt32(S_ISGID) != 0 else { return (group, mode) }
+        return (folder.group ?? UInt32(getegid()), directory ? mode | UInt32(S_ISGID) : mode)
     }
 
     /// An entry made on the store belongs to the daemon's user there (a local directory) or to

@@ -190,8 +190,12 @@ extension WebDAVStore {
         return support
     }
 
+    /// How the probe's scratch name begins; 16 hex digits follow. Listings leave it out: it
+    /// exists for the moment of the probe.
+    static let probePrefix = ".docfs-probe-"
+
     private func probe(near path: StorePath) async -> ConditionSupport {
-        let name = ".docfs-probe-" + String(format: "%016llx", UInt64.random(in: 0...UInt64.max))
+        let name = Self.probePrefix + String(format: "%016llx", UInt64.random(in: 0...UInt64.max))
         guard let scratch = try? (path.parent ?? .root).appending(name) else { return .unknown }
         func put(_ headers: [String: String]) async -> Int? {
             try? await transport.metadata(.PUT, url: url(scratch), path: scratch, headers: headers,

@@ -183,7 +183,7 @@ extension WebDAVStore {
             return .skipped("an unsafe name")
         }
         // A streamed upload under way (or one a crash left): not a file of the store's.
-        if Self.isStreamedUploadName(name) { return .ignored }
+        if Self.isStreamedUploadName(name) || Self.isScratchName(name, prefix: Self.probePrefix) { return .ignored }
         return .entry(entry(StorePath(validated: directory.components + [name]), response))
     }
 

@@ -41,8 +41,13 @@ extension WebDAVStore {
 
     /// Whether `name` is a streamed upload's temporary name: listings leave it out.
     static func isStreamedUploadName(_ name: String) -> Bool {
+        isScratchName(name, prefix: streamedUploadPrefix)
+    }
+
+    /// Whether `name` is `prefix` and 16 lowercase hex digits: a name of docfs's own work.
+    static func isScratchName(_ name: String, prefix: String) -> Bool {
         let bytes = Array(name.utf8)
-        let prefix = Array(streamedUploadPrefix.utf8)
+        let prefix = Array(prefix.utf8)
         guard bytes.count == prefix.count + 16, bytes.starts(with: prefix) else { return false }
         return bytes[prefix.count...].allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) }
     }

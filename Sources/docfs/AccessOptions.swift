@@ -4,8 +4,9 @@ import Glibc
 
 /// Options for who may use a mount locally: the owner, group and mode bits every entry shows,
 /// and FUSE's `allow_other`. docfs mounts with `default_permissions`, so the kernel enforces
-/// what entries show; with `allow_other` and no `--umask`, entries show 0600/0700, so other
-/// local users reach nothing unless the mount is asked to let them.
+/// what entries show; with `allow_other` and no `--umask`, entries whose mode the store does
+/// not keep show 0600/0700 (other local users reach them only if the mount is asked to let
+/// them), while a mode set with `chmod` or at create, or kept by the store, shows as it is.
 struct AccessOptions: ParsableArguments {
     @Option(help: ArgumentHelp("Owner of every entry: a user name or number (default: the owner the store keeps, else the mounting user).",
                                valueName: "user"))
@@ -15,11 +16,11 @@ struct AccessOptions: ParsableArguments {
                                valueName: "group"))
     var gid: String?
 
-    @Option(help: ArgumentHelp("Permission bits taken from every entry's mode, in octal: 022 shows files 0644 and folders 0755, 077 shows 0600 and 0700 (default: the modes the store keeps, 0644/0755 where it keeps none; 077 with --allow-other).",
+    @Option(help: ArgumentHelp("Permission bits taken from every entry's mode, in octal: 022 shows files 0644 and folders 0755, 077 shows 0600 and 0700 (default: none: modes show as set or kept; where the store keeps none, 0644/0755, or 0600/0700 with --allow-other).",
                                valueName: "octal"))
     var umask: String?
 
-    @Flag(help: "Let other local users use the mount (FUSE allow_other, the same as -o allow_other; needs root or user_allow_other in /etc/fuse.conf). Without --umask, entries then show 0600/0700: only their owner may use them.")
+    @Flag(help: "Let other local users use the mount (FUSE allow_other, the same as -o allow_other; needs root or user_allow_other in /etc/fuse.conf). Without --umask, entries whose mode the store does not keep then show 0600/0700; modes set with chmod show as they are.")
     var allowOther = false
 
     func validate() throws {
@@ -37,7 +38,7 @@ struct AccessOptions: ParsableArguments {
     func localAccess(mountOptions options: [String]) -> LocalAccess {
         let sharing = options.contains("allow_other")
         return LocalAccess(uid: uid.flatMap(Self.userID), gid: gid.flatMap(Self.groupID),
-                           umask: umask.flatMap(Self.octal) ?? (sharing ? 0o077 : nil))
+                           umask: umask.flatMap(Self.octal), maskWhereNoMode: sharing ? 0o077 : nil)
     }
 
     static func octal(_ text: String) -> mode_t? {

@@ -42,7 +42,7 @@ struct MountCommand: AsyncParsableCommand {
             """
     )
 
-    @Argument(help: "The store: a WebDAV URL or a local directory.")
+    @Argument(help: "The store: a WebDAV URL, an S3 bucket (s3://bucket/prefix) or a local directory.")
     var store: String
 
     @Argument(help: "An existing, empty directory to mount on.")
@@ -77,7 +77,7 @@ struct MountCommand: AsyncParsableCommand {
                                valueName: "bytes"))
     var wholeFileLimit: Int64 = StreamingPolicy.default.wholeFileLimit
 
-    @Option(help: ArgumentHelp("WebDAV: a new file written in order from its start (cp, dd, a download saved here) is uploaded while it is written, once it has this many bytes (e.g. 4M; 0 or 'off': only at close). It goes to a temporary name and is moved in place once whole, so the store never shows a part of it.",
+    @Option(help: ArgumentHelp("WebDAV and S3: a new file written in order from its start (cp, dd, a download saved here) is uploaded while it is written, once it has this many bytes (e.g. 4M; 0 or 'off': only at close). On WebDAV it goes to a temporary name and is moved in place once whole, on S3 it is a multipart upload completed at close, so the store never shows a part of it.",
                                valueName: "size"))
     var uploadWhileWriting: String = "4M"
 
@@ -293,7 +293,8 @@ struct MountCommand: AsyncParsableCommand {
         let environmentForRegistry = environment
         let record = MountRecord(pid: getpid(), mountpoint: path, store: store.identity.description,
                                  stateDirectory: layout.stateDirectory, cacheDirectory: layout.cacheDirectory,
-                                 evictDelay: evictDelay, cacheMax: cacheMax.flatMap(RetentionPolicy.parseSize))
+                                 evictDelay: evictDelay, cacheMax: cacheMax.flatMap(RetentionPolicy.parseSize),
+                                 modeMask: access.localAccess(mountOptions: mountOptions).maskDescription)
         try? MountRegistry.save(record, environment: environmentForRegistry)
         // What the first conditional upload finds out about the server, for `docfs status`.
         if let server = store as? WebDAVStore {

@@ -20,6 +20,9 @@ struct MountRecord: Codable, Equatable {
     /// The rest of what a WebDAV mount found out about its server (`WebDAVStore.serverTraits`),
     /// one `name: what` line each; nil for other stores.
     var serverTraits: [String]?
+    /// The mask on the modes entries show (`LocalAccess.maskDescription`), for `docfs status`;
+    /// nil when modes show as they are.
+    var modeMask: String?
 }
 
 enum MountRegistry {

@@ -72,6 +72,8 @@ struct StatusCommand: AsyncParsableCommand {
         var writeConditions: String? = nil
         /// The rest of what the mount found out about its WebDAV server, one `name: what` each.
         var serverTraits: [String]? = nil
+        /// The mask on the modes entries show, when there is one.
+        var modeMask: String? = nil
     }
 
     /// `--evict-delay` and `--cache-max` of a mount, as it runs.
@@ -182,7 +184,8 @@ struct StatusCommand: AsyncParsableCommand {
                                  pendingUploads: 0, transfers: [], errors: [],
                                  retention: record.evictDelay.map { Retention(evictDelay: $0, cacheMax: record.cacheMax) },
                                  pinnedCacheBytes: pinnedBytes, unpinnedCacheBytes: bytes - pinnedBytes,
-                                 writeConditions: record.writeConditions, serverTraits: record.serverTraits)
+                                 writeConditions: record.writeConditions, serverTraits: record.serverTraits,
+                                 modeMask: record.modeMask)
         guard let catalog else { return status }
         for (state, count) in (try? catalog.stateCounts()) ?? [] { status.states[state] = count }
         status.pendingUploads = ((try? catalog.itemsPendingUpload()) ?? []).count
@@ -203,6 +206,7 @@ struct StatusCommand: AsyncParsableCommand {
         print("  cache: \(mount.cacheBytes) bytes in \(mount.cacheFiles) file(s) (pinned \(mount.pinnedCacheBytes), unpinned "
               + "\(mount.unpinnedCacheBytes)), \(mount.cacheDirectory)")
         if let retention = mount.retention { print("  policy: " + retention.summary) }
+        if let mask = mount.modeMask { print("  modes: " + mask) }
         if let conditions = mount.writeConditions { print("  If-Match on upload: " + conditions) }
         for trait in mount.serverTraits ?? [] { print("  " + trait) }
         let order = ["placeholder", "downloading", "local", "pinned", "modified", "uploading", "error"]

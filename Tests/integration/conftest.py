@@ -354,7 +354,50 @@ class WsgidavServerWithoutProperties(WsgidavServer):
     keep_properties = False
 
 
-class ApacheServer(Server):
+class ConfiguredServer(Server):
+    """A third-party server run in the foreground from a configuration file of the test's own
+    (`CONF`, formatted with workdir, port, root and log) on a free port, never the system's
+    service, whose request log has one `METHOD<TAB>PATH<TAB>STATUS` line per request."""
+    program = ""          # the server's executable; the test skips when it is not installed
+    conf_name = "server.conf"
+    run_as: str | None = None   # the user its workers run as, who is given the tree
+    paths_encoded = True  # the log's paths are as sent (percent-encoded), not decoded
+    CONF = ""
+
+    def command(self, conf: Path) -> list[str]:
+        raise NotImplementedError
+
+    def prepare(self) -> None:
+        """What the server needs besides its configuration."""
+
+    def start(self):
+        if not Path(self.program).exists():
+            pytest.skip(f"{self.program} is not installed (Tests/support/setup.sh installs it)")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        self.prepare()
+        if self.run_as:
+            _give_to(self.run_as, self.root, self.workdir)
+        conf = self.workdir / self.conf_name
+        conf.write_text(self.CONF.format(workdir=self.workdir, port=self.port, root=self.root, log=self.log_path))
+        self._spawn(self.command(conf))
+        return self._wait_listening(self.kind)
+
+    def logged(self) -> list[Request]:
+        out = []
+        for line in self.log_lines():
+            fields = line.split("\t")
+            if len(fields) == 3:
+                out.append(Request(fields[0], normalize_path(fields[1], decode=self.paths_encoded),
+                                   int(fields[2]) if fields[2].isdigit() else None, None))
+        return out
+
+    def diagnostics(self) -> str:
+        error = self.workdir / "error.log"
+        return super().diagnostics() + f"\nerror.log:\n{error.read_text(errors='replace')[-3000:] if error.exists() else ''}"
+
+
+class ApacheServer(ConfiguredServer):
     """Apache httpd 2.4 with `mod_dav` and `mod_dav_fs` (Debian's `apache2`), the WebDAV server of
     most NAS boxes and self-hosted set-ups, run in the foreground from a configuration of its
     own on a free port (never the system's service). Its children run as www-data, who is given
@@ -382,29 +425,13 @@ Group www-data
 </Directory>
 """
 
-    def start(self):
-        if not Path("/usr/sbin/apache2").exists():
-            pytest.skip("apache2 is not installed (Tests/support/setup.sh installs it)")
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/"
-        _give_to("www-data", self.root, self.workdir)
-        conf = self.workdir / "httpd.conf"
-        conf.write_text(self.CONF.format(workdir=self.workdir, port=self.port, root=self.root, log=self.log_path))
-        self._spawn(["/usr/sbin/apache2", "-f", str(conf), "-DFOREGROUND"])
-        return self._wait_listening("apache2")
+    program = "/usr/sbin/apache2"
+    conf_name = "httpd.conf"
+    run_as = "www-data"
+    paths_encoded = False  # %U is decoded
 
-    def logged(self) -> list[Request]:
-        out = []
-        for line in self.log_lines():
-            fields = line.split("\t")
-            if len(fields) == 3:
-                out.append(Request(fields[0], normalize_path(fields[1], decode=False),
-                                   int(fields[2]) if fields[2].isdigit() else None, None))
-        return out
-
-    def diagnostics(self) -> str:
-        error = self.workdir / "error.log"
-        return super().diagnostics() + f"\nerror.log:\n{error.read_text(errors='replace')[-3000:] if error.exists() else ''}"
+    def command(self, conf: Path) -> list[str]:
+        return [self.program, "-f", str(conf), "-DFOREGROUND"]
 
 
 
@@ -418,7 +445,7 @@ def _give_to(user: str, *paths: Path) -> None:
     subprocess.run(["chown", "-R", f"{user}:{user}", *map(str, paths)], check=True)
 
 
-class NginxServer(Server):
+class NginxServer(ConfiguredServer):
     """nginx 1.22 (Debian's `nginx-light`) with its `dav` module and `dav-ext`
     (`libnginx-mod-http-dav-ext`, for PROPFIND, OPTIONS and LOCK), in the foreground from a
     configuration of its own. It wants a trailing slash on a folder's MOVE target and keeps
@@ -453,28 +480,11 @@ http {{
 }}
 """
 
-    def start(self):
-        if not Path("/usr/sbin/nginx").exists():
-            pytest.skip("nginx is not installed (Tests/support/setup.sh installs nginx-light)")
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/"
-        conf = self.workdir / "nginx.conf"
-        conf.write_text(self.CONF.format(workdir=self.workdir, port=self.port, root=self.root, log=self.log_path))
-        self._spawn(["/usr/sbin/nginx", "-c", str(conf), "-p", str(self.workdir), "-e", str(self.workdir / "error.log")])
-        return self._wait_listening("nginx")
+    program = "/usr/sbin/nginx"
+    conf_name = "nginx.conf"
 
-    def logged(self) -> list[Request]:
-        out = []
-        for line in self.log_lines():
-            fields = line.split("\t")
-            if len(fields) == 3:
-                out.append(Request(fields[0], normalize_path(fields[1], decode=True),
-                                   int(fields[2]) if fields[2].isdigit() else None, None))
-        return out
-
-    def diagnostics(self) -> str:
-        error = self.workdir / "error.log"
-        return super().diagnostics() + f"\nerror.log:\n{error.read_text(errors='replace')[-3000:] if error.exists() else ''}"
+    def command(self, conf: Path) -> list[str]:
+        return [self.program, "-c", str(conf), "-p", str(self.workdir), "-e", str(self.workdir / "error.log")]
 
 
 class NginxServerWithoutLocks(NginxServer):
@@ -486,7 +496,7 @@ class NginxServerWithoutLocks(NginxServer):
             .replace("dav_ext_methods PROPFIND OPTIONS LOCK UNLOCK;", "dav_ext_methods PROPFIND OPTIONS;"))
 
 
-class LighttpdServer(Server):
+class LighttpdServer(ConfiguredServer):
     """lighttpd 1.4.69 with `mod_webdav` (Debian's `lighttpd-mod-webdav`), in the foreground
     (`-D`) from a configuration of its own. Built with SQLite, it keeps dead properties and
     locks; it wants a trailing slash on a folder's MOVE target."""
@@ -507,20 +517,15 @@ webdav.is-readonly = "disable"
 webdav.sqlite-db-name = "{workdir}/webdav.db"
 """
 
-    def start(self):
-        if not Path("/usr/sbin/lighttpd").exists():
-            pytest.skip("lighttpd is not installed (Tests/support/setup.sh installs it)")
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/"
-        (self.workdir / "uploads").mkdir()
-        _give_to("www-data", self.root, self.workdir)
-        conf = self.workdir / "lighttpd.conf"
-        conf.write_text(self.CONF.format(workdir=self.workdir, port=self.port, root=self.root, log=self.log_path))
-        self._spawn(["/usr/sbin/lighttpd", "-D", "-f", str(conf)])
-        return self._wait_listening("lighttpd")
+    program = "/usr/sbin/lighttpd"
+    conf_name = "lighttpd.conf"
+    run_as = "www-data"
 
-    logged = NginxServer.logged
-    diagnostics = NginxServer.diagnostics
+    def prepare(self) -> None:
+        (self.workdir / "uploads").mkdir()
+
+    def command(self, conf: Path) -> list[str]:
+        return [self.program, "-D", "-f", str(conf)]
 
 
 class SabreServer(Server):
@@ -557,7 +562,8 @@ return true;
                                      stdin=subprocess.DEVNULL, start_new_session=True, env=env, cwd=self.workdir)
         return self._wait_listening("php -S (sabre/dav)")
 
-    logged = NginxServer.logged
+    paths_encoded = True
+    logged = ConfiguredServer.logged
 
 
 def _server_factory(cls, tmp_path):

@@ -18,8 +18,9 @@ it started from, so every version made from another holds all of that one's reco
 
 Stores: `docfs serve`, Apache `mod_dav` and moto (the third client's conditional writes are
 honoured there; Apache's tags are weak for a second after a change, and then its `If-Match`
-never matches) and `rclone serve webdav` (which ignores `If-Match` on PUT: no third client
-there, two mounts only).
+never matches) and `rclone serve webdav` and nginx (which ignore `If-Match` on PUT: no third
+client there, two mounts only; nginx lists no ETags, so docfs tells its versions by time and
+size).
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import _ACTIVE_MOUNTS, XDG, cleanup_mount
+from conftest import _ACTIVE_MOUNTS, WEBDAV_FIXTURES, XDG, cleanup_mount
 from helpers import pids_for, wait_until
 from s3_support import s3, s3_env, s3_mount  # noqa: F401 - fixtures
 from test_nothing_lost import s3_server  # noqa: F401 - moto only
@@ -213,11 +214,11 @@ class Store:
             self.third = s3_client(self.bucket)
         else:
             root = make_store(tmp_path / "store", initial)
-            server = request.getfixturevalue({"docfs-serve": "docfs_serve", "rclone": "rclone_serve", "apache": "apache_serve"}[kind])(root)
+            server = request.getfixturevalue(WEBDAV_FIXTURES[kind])(root)
             self.root, self.args = root, [server.url]
-            # rclone takes a PUT whatever its If-Match says: no client there can write only over
+            # rclone and nginx take a PUT whatever its If-Match says: no client there can write only over
             # the version it read.
-            self.third = webdav_client(server.url) if kind != "rclone" else None
+            self.third = webdav_client(server.url) if kind not in ("rclone", "nginx") else None
         self.initial = set(initial.values())
 
     def mount(self, machine: str, number: int) -> tuple[Path, XDG]:
@@ -268,7 +269,7 @@ class DaemonFor:
         return pids_for(str(self.path))
 
 
-@pytest.mark.parametrize("kind", ["docfs-serve", "rclone", "apache", "moto"])
+@pytest.mark.parametrize("kind", ["docfs-serve", "rclone", "apache", "nginx", "moto"])
 def test_two_mounts_and_a_third_client_lose_no_saved_version(kind, tmp_path, request):
     store = Store(kind, tmp_path, request)
     ledger, stop = Ledger(), threading.Event()
