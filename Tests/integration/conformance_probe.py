@@ -1,7 +1,8 @@
 """The operations of the conformance test (test_conformance.py), run in a separate process as
 root or as `nobody` on a base directory: on a docfs mount and on a local directory alike. Each
 operation's outcome is "ok", an errno name, or what stat shows; the test compares the two runs
-key by key. Usage: conformance_probe.py BASE PHASE, PHASE one of root, setup-nobody, nobody."""
+key by key. Usage: conformance_probe.py BASE PHASE, PHASE one of root, setup-nobody, nobody,
+setup-groups, member (a user with the team's group among its supplementary groups), stranger."""
 from __future__ import annotations
 
 import ctypes
@@ -274,8 +275,53 @@ def nobody_phase(base: str) -> dict[str, str]:
     return r
 
 
+GROUP = 65532   # the team's group: a member has it as a supplementary group, a stranger does not
+
+
+def setup_groups(base: str) -> dict[str, str]:
+    """Run as root: a file for the team (0640, group GROUP), a setgid folder of the team, a
+    folder only the team may write (0770), for the member and stranger phases."""
+    r: dict[str, str] = {}
+    r["setup: team file"] = attempt(lambda: (make(f"{base}/team.txt", "file", 0o640), os.chown(f"{base}/team.txt", 0, GROUP)))
+    r["setup: team file stat"] = describe(f"{base}/team.txt")
+    for name, mode in (("project", 0o2775), ("teamonly", 0o770)):
+        r[f"setup: {name}"] = attempt(lambda: (make(f"{base}/{name}", "dir", mode), os.chown(f"{base}/{name}", 0, GROUP),
+                                               os.chmod(f"{base}/{name}", mode)))
+        r[f"setup: {name} stat"] = describe(f"{base}/{name}")
+    return r
+
+
+def member_phase(base: str) -> dict[str, str]:
+    """Run as a user with GROUP among its supplementary groups (not its own group)."""
+    r: dict[str, str] = {}
+    r["read the team file"] = attempt(lambda: open(f"{base}/team.txt", "rb").read())
+    r["write the team file"] = attempt(lambda: os.close(os.open(f"{base}/team.txt", os.O_WRONLY)))
+    r["create in the setgid folder"] = attempt(lambda: make(f"{base}/project/f-{os.getuid()}", "file", 0o664))
+    r["stat what was created in the setgid folder"] = describe(f"{base}/project/f-{os.getuid()}")
+    r["mkdir in the setgid folder"] = attempt(lambda: make(f"{base}/project/d-{os.getuid()}", "dir", 0o775))
+    r["stat the folder made in the setgid folder"] = describe(f"{base}/project/d-{os.getuid()}")
+    r["create in the team-only folder"] = attempt(lambda: make(f"{base}/teamonly/f-{os.getuid()}", "file", 0o644))
+    own = f"{base}/project/f-{os.getuid()}"
+    r["chown own file to the team's group"] = attempt(lambda: os.chown(own, -1, GROUP))
+    r["chown own file to a group not ours"] = attempt(lambda: os.chown(own, -1, 4242))
+    r["chmod g+s own file"] = attempt(lambda: os.chmod(own, 0o2664))
+    r["stat own file after chmod g+s"] = describe(own)
+    return r
+
+
+def stranger_phase(base: str) -> dict[str, str]:
+    """Run as a user without GROUP."""
+    r: dict[str, str] = {}
+    r["read the team file"] = attempt(lambda: open(f"{base}/team.txt", "rb").read())
+    r["create in the setgid folder"] = attempt(lambda: make(f"{base}/project/s-{os.getuid()}", "file", 0o664))
+    r["list the team-only folder"] = attempt(lambda: os.listdir(f"{base}/teamonly"))
+    r["create in the team-only folder"] = attempt(lambda: make(f"{base}/teamonly/s-{os.getuid()}", "file", 0o644))
+    return r
+
+
 if __name__ == "__main__":
     os.umask(0)
     base, phase = sys.argv[1], sys.argv[2]
-    results = {"root": root_phase, "setup-nobody": setup_nobody, "nobody": nobody_phase}[phase](base)
+    results = {"root": root_phase, "setup-nobody": setup_nobody, "nobody": nobody_phase, "setup-groups": setup_groups,
+               "member": member_phase, "stranger": stranger_phase}[phase](base)
     print(json.dumps(results))

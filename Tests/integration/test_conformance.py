@@ -1,6 +1,9 @@
 """docfs's own POSIX conformance test (issue 12): for each store (the local store, WebDAV over
 `docfs serve`, S3 on moto) the operations of conformance_probe.py run on a docfs mount and on a
-local directory, as root and as `nobody` (setpriv), and every outcome must be the local one:
+local directory, as root, as `nobody`, and as a member and a stranger of a team's group (setpriv,
+with and without supplementary groups), on a mount shared with `allow_other` and no `--umask`,
+and every outcome must be the local one (setgid folders, group-readable files, chown to one's
+own groups besides the cases below):
 each file type's create/stat/chmod/chown/rename/unlink, O_CREAT|O_EXCL on each type,
 utimensat with UTIME_NOW/UTIME_OMIT and its permission rules, ctime on chmod/chown/rename,
 open permission checks per access mode, sticky-directory renames and unlinks by non-owners.
@@ -51,10 +54,16 @@ def expected_reason(store: str, key: str) -> str | None:
     return None
 
 
-def run_probe(base: Path, phase: str, as_nobody: bool) -> dict[str, str]:
+#: Users the probe runs as besides root: (uid, gid, supplementary groups).
+USERS = {"nobody": (NOBODY, NOBODY, []), "member": (65533, 65533, [65532]), "stranger": (65531, 65531, [])}
+
+
+def run_probe(base: Path, phase: str, as_nobody: bool = False, user: str | None = None) -> dict[str, str]:
     command = [sys.executable, str(PROBE), str(base), phase]
-    if as_nobody:
-        command = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"] + command
+    if as_nobody or user:
+        uid, gid, groups = USERS[user or "nobody"]
+        group_args = [f"--groups={','.join(map(str, groups))}"] if groups else ["--clear-groups"]
+        command = ["setpriv", f"--reuid={uid}", f"--regid={gid}", *group_args] + command
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, f"probe {phase} on {base} failed: {result.stderr}"
     return json.loads(result.stdout)
@@ -106,17 +115,24 @@ def test_conformance(store_url, mount, shared_dir, request):
     store, args = store_url
     mountpoint = shared_dir / "mnt"
     mountpoint.mkdir()
-    m = mount(*args, "-o", "allow_other", "--umask", "000", mountpoint=mountpoint)
+    # Shared with allow_other and no --umask: the modes set here mean what they say (issue 33).
+    m = mount(*args, "-o", "allow_other", mountpoint=mountpoint)
     local = shared_dir / "local"
     local.mkdir()
     local.chmod(0o755)
+    # The top of a WebDAV store keeps no mode (0700 on a shared mount): opened up as on disk.
+    m.path.chmod(0o755)
     results = {}
     for where, base in (("local", local), ("docfs", m.path)):
         (base / "as-root").mkdir()
         (base / "as-nobody").mkdir()
-        outcome = {f"root: {k}": v for k, v in run_probe(base / "as-root", "root", False).items()}
-        outcome |= {f"root: {k}": v for k, v in run_probe(base / "as-nobody", "setup-nobody", False).items()}
+        (base / "groups").mkdir()
+        outcome = {f"root: {k}": v for k, v in run_probe(base / "as-root", "root").items()}
+        outcome |= {f"root: {k}": v for k, v in run_probe(base / "as-nobody", "setup-nobody").items()}
         outcome |= {f"nobody: {k}": v for k, v in run_probe(base / "as-nobody", "nobody", True).items()}
+        outcome |= {f"root: {k}": v for k, v in run_probe(base / "groups", "setup-groups").items()}
+        for user in ("member", "stranger"):
+            outcome |= {f"{user}: {k}": v for k, v in run_probe(base / "groups", user, user=user).items()}
         results[where] = outcome
     total, matched, expected, unexpected = compare(store, results["local"], results["docfs"])
     figure = (f"conformance on {store}: {matched} of {total} operations match the local directory; "
