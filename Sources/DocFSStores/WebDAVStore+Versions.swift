@@ -60,10 +60,8 @@ extension WebDAVStore {
             if !versionSources.madeFromTimeAndSize.withLock({ $0 }) { return Self.normalizedETag(raw) }
         } else if response.isCollection {
             return nil
-        } else if !versionSources.madeFromTimeAndSize.withLock({ $0 }) {
-            versionSources.madeFromTimeAndSize.withLock { $0 = true }
-            traitsMayHaveChanged()
-            logger.notice("the server lists no ETags: docfs tells versions by modification time and size (a change within the same second that keeps the size goes unseen)")
+        } else {
+            noteListingsWithoutTags()
         }
         guard !response.isCollection, let modified = response.lastModified.flatMap(HTTPDate.parse) else { return nil }
         return .madeFrom(modified: modified, size: max(0, response.contentLength ?? 0))
@@ -92,6 +90,25 @@ extension WebDAVStore {
         if let seconds = version.madeFromSeconds { return ["If-Unmodified-Since": HTTPDate.format(seconds)] }
         if version.isWeak { return [:] }
         return ["If-Match": version.value]
+    }
+
+    /// Notes that this server lists no ETags, so that versions are made from time and size.
+    func noteListingsWithoutTags() {
+        let first = versionSources.madeFromTimeAndSize.withLock { made in
+            defer { made = true }
+            return !made
+        }
+        guard first else { return }
+        traitsMayHaveChanged()
+        logger.notice("the server lists no ETags: docfs tells versions by modification time and size (a change within the same second that keeps the size goes unseen)")
+    }
+
+    /// Takes a version the core asks for (learnt from this server in an earlier mount, kept in
+    /// the catalog) as a sign of how the server names versions: one made from time and size
+    /// means the server lists no ETags, also before this mount's first listing showed it (a
+    /// mount's recovery reads and writes before it lists anything).
+    func learn(from version: ETag?) {
+        if version?.isMadeFromTimeAndSize == true { noteListingsWithoutTags() }
     }
 
     /// Notes that a GET came back without a version; true the first time.

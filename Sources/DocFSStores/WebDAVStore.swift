@@ -165,6 +165,7 @@ public final class WebDAVStore: Store {
 
     @discardableResult
     public func read(_ path: StorePath, range: ByteRange?, ifMatch: ETag?, into sink: any ContentSink) async throws(StoreError) -> RemoteEntry {
+        learn(from: ifMatch)
         if let range, range.isEmpty || range.lowerBound < 0 {
             let entry = try await stat(path)
             if let ifMatch, let etag = entry.etag, !Self.sameVersion(etag, ifMatch) { throw .versionMismatch(path) }
@@ -247,6 +248,7 @@ public final class WebDAVStore: Store {
 
     public func write(_ path: StorePath, fromLocalFile localFile: String, condition: WriteCondition) async throws(StoreError) -> RemoteEntry {
         guard !path.isRoot else { throw .isADirectory(path) }
+        if case .ifMatch(let version) = condition { learn(from: version) }
         let file = try LocalFileChunks(path: localFile)
         if condition == .mustNotExist, await createsByMoving(near: path) {
             try await createByMoving(path) { (temporary) throws(StoreError) in

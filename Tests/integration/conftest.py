@@ -562,6 +562,16 @@ return true;
                                      stdin=subprocess.DEVNULL, start_new_session=True, env=env, cwd=self.workdir)
         return self._wait_listening("php -S (sabre/dav)")
 
+    def stop(self):
+        """Stops `php -S` and the workers it forked (PHP_CLI_SERVER_WORKERS): its process group,
+        which is its own (start_new_session), by its PID."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        super().stop()
+
     paths_encoded = True
     logged = ConfiguredServer.logged
 

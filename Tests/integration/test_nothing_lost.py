@@ -168,7 +168,7 @@ def start_remote(kind: str, request, tmp_path, files: dict[str, bytes]):
     return WebDAVRemote(server, request.getfixturevalue("mount"))
 
 
-@pytest.fixture(params=["docfs-serve", "rclone", "moto"])
+@pytest.fixture(params=["docfs-serve", "rclone", "apache", "nginx", "lighttpd", "sabre", "moto"])
 def remote(request, tmp_path):
     """remote(files) -> a store holding `files` (top-level names), with mount() for it."""
     return lambda files: start_remote(request.param, request, tmp_path, files)
@@ -325,7 +325,7 @@ CHUNK = 256 * 1024
 
 
 @pytest.mark.parametrize("how", ["O_TRUNC", "O_TRUNC-nothing-written", "slow-overwrite-larger", "in-place-middle"])
-@pytest.mark.parametrize("remote", ["docfs-serve", "rclone", "moto"], indirect=True)
+@pytest.mark.parametrize("remote", ["docfs-serve", "rclone", "apache", "nginx", "lighttpd", "sabre", "moto"], indirect=True)
 def test_kill_before_close_keeps_store_version_and_unsaved_bytes(remote, how):
     store = remote({"big.bin": BIG, "small.txt": b"small\n"})
     m = store.mount()
