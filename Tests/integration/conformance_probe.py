@@ -306,6 +306,13 @@ def member_phase(base: str) -> dict[str, str]:
     r["chown own file to a group not ours"] = attempt(lambda: os.chown(own, -1, 4242))
     r["chmod g+s own file"] = attempt(lambda: os.chmod(own, 0o2664))
     r["stat own file after chmod g+s"] = describe(own)
+    suid = f"{base}/project/suid-{os.getuid()}"
+    r["create own setuid file"] = attempt(lambda: (make(suid, "file", 0o644), os.chmod(suid, 0o6775)))
+    r["write own setuid file"] = attempt(lambda: (lambda fd: (os.write(fd, b"x"), os.close(fd)))(os.open(suid, os.O_WRONLY)))
+    r["stat own setuid file after a write"] = describe(suid)
+    r["chmod own file 6775 again"] = attempt(lambda: os.chmod(suid, 0o6775))
+    r["chown own setuid file to the team's group"] = attempt(lambda: os.chown(suid, -1, GROUP))
+    r["stat own setuid file after chown"] = describe(suid)
     return r
 
 
