@@ -70,6 +70,10 @@ public struct CopyLife: Sendable, Equatable {
     /// Content the store does not have: never evict.
     public var isDirty: Bool { !removed && (uncommitted || committed != uploaded) }
 
+    /// No handle holds the copy and it owes the store nothing (no change, no upload under way):
+    /// the first condition of every eviction.
+    public var isUnused: Bool { openCount == 0 && !isDirty && uploading == nil }
+
     /// What `user.docfs.state` shows and the catalog keeps.
     public var state: ItemState {
         if content == .fetching { return .downloading }

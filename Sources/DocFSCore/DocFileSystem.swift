@@ -307,10 +307,7 @@ public final class DocFileSystem: Sendable {
     private func versionToEdit(_ shown: Item) async throws(FSError) -> RemoteEntry {
         let item = try catalog.item(shown.inode) ?? shown
         let listed = RemoteEntry(path: item.path, kind: .file, size: item.size, modified: item.modified.seconds, etag: item.etag)
-        let joined = provider.presentCopies.withLock { $0[item.inode] }.map { copy in
-            let life = copy.life
-            return life.openCount > 0 || life.isDirty || life.uploading != nil
-        } ?? false
+        let joined = provider.presentCopies.withLock { $0[item.inode] }.map { !$0.life.isUnused } ?? false
         guard item.size > provider.wholeFileLimit, item.etag != nil, store.capabilities.hasRangeReads, !item.hasUnsyncedChanges,
               !joined else { return listed }
         let entry: RemoteEntry

@@ -276,7 +276,7 @@ public actor Provider {
             // An eviction: it removes the row of an item not on the store with the copy.
             if let entry = providing[inode] {
                 let life = entry.copy.life
-                guard life.openCount == 0, !life.isDirty, life.uploading == nil, !life.removed, life.content == .present else { continue }
+                guard life.isUnused, !life.removed, life.content == .present else { continue }
                 idle[inode] = nil
                 evict(entry.copy)
             } else {
@@ -305,7 +305,7 @@ public actor Provider {
     public func uploadNotNeeded(_ copy: LocalCopy) {
         guard let entry = providing[copy.inode], entry.copy === copy else { return }
         let life = copy.life
-        if life.openCount == 0, life.uploading == nil, !life.isDirty, life.content == .present, !life.pinned {
+        if life.isUnused, life.content == .present, !life.pinned {
             _ = perform(.evict, on: copy)
         }
     }
@@ -405,7 +405,7 @@ public actor Provider {
     /// (else it goes, and the open fetches the new one).
     private func reusable(_ copy: LocalCopy, for item: Item) -> Bool {
         let life = copy.life
-        guard life.openCount == 0, !life.isDirty, life.uploading == nil, !life.removed, life.content == .present else { return true }
+        guard life.isUnused, !life.removed, life.content == .present else { return true }
         if let base = life.base, base == item.etag { return true }
         logger.debug("a kept copy is not the store's version any more", metadata: ["path": "\(item.path)"])
         idle[item.inode] = nil
@@ -431,7 +431,7 @@ public actor Provider {
     private func expire(_ copy: LocalCopy, releasedAt released: ContinuousClock.Instant) {
         guard idle[copy.inode] == released, providing[copy.inode]?.copy === copy else { return }
         let life = copy.life
-        guard life.openCount == 0, !life.isDirty, life.uploading == nil, !life.pinned else { return }
+        guard life.isUnused, !life.pinned else { return }
         idle[copy.inode] = nil
         evict(copy)
     }
@@ -447,7 +447,7 @@ public actor Provider {
             guard used + incoming > limit else { return }
             guard let copy = providing[inode]?.copy else { idle[inode] = nil; continue }
             let life = copy.life
-            guard life.openCount == 0, !life.isDirty, life.uploading == nil, !life.pinned else { idle[inode] = nil; continue }
+            guard life.isUnused, !life.pinned else { idle[inode] = nil; continue }
             used -= copy.allocatedBlocks * 512
             idle[inode] = nil
             evict(copy)
@@ -461,7 +461,7 @@ public actor Provider {
     private func fetchFailed(_ inode: Inode, copy: LocalCopy) {
         _ = try? copy.update { $0.openCount = max($0.openCount - 1, 0) }
         let life = copy.life
-        if life.openCount == 0, !life.isDirty, life.uploading == nil, providing[inode]?.copy === copy {
+        if life.isUnused, providing[inode]?.copy === copy {
             evict(copy)
         }
     }

@@ -15,7 +15,7 @@
 // first (LOCK), checks the version under it, sends the PUT with the lock's token and unlocks:
 // another docfs mount, and any client that honours locks, waits meanwhile (HTTP 423, retried).
 // Without locks, a new file is PUT to a hidden name and moved in place with `Overwrite: F`
-// (`createByMoving`), which no client's file can be lost to; an upload over a version is checked
+// (`putThenMove`), which no client's file can be lost to; an upload over a version is checked
 // one request before the PUT, and the log and `docfs status` say what that risks.
 
 import AsyncHTTPClient
@@ -195,7 +195,7 @@ extension WebDAVStore {
     static let probePrefix = ".docfs-probe-"
 
     private func probe(near path: StorePath) async -> ConditionSupport {
-        let name = Self.probePrefix + String(format: "%016llx", UInt64.random(in: 0...UInt64.max))
+        let name = Self.scratchName(Self.probePrefix)
         guard let scratch = try? (path.parent ?? .root).appending(name) else { return .unknown }
         func put(_ headers: [String: String]) async -> Int? {
             try? await transport.metadata(.PUT, url: url(scratch), path: scratch, headers: headers,
@@ -280,35 +280,11 @@ extension WebDAVStore {
 }
 
 extension WebDAVStore {
-    /// Whether a new file must be created by `createByMoving`: the server ignores
+    /// Whether a new file must be created by `putThenMove`, whose MOVE with `Overwrite: F`
+    /// every server checks: the server ignores
     /// `If-None-Match: *` and has no locks to make the check and the PUT one step.
     func createsByMoving(near path: StorePath) async -> Bool {
         if case .ignored(locks: false) = await probeConditions(near: path) { return true }
         return false
-    }
-
-    /// Creates `path` where the server cannot refuse to replace one with a PUT: the body goes
-    /// to a hidden temporary name beside it (never listed, recorded until it is gone, as a
-    /// streamed upload's), and a MOVE with `Overwrite: F`, which every server checks, puts it
-    /// in place, or fails (`.alreadyExists`) when another client created the name meanwhile.
-    func createByMoving(_ path: StorePath, _ put: (StorePath) async throws(StoreError) -> Void) async throws(StoreError) {
-        guard let parent = path.parent else { throw .isADirectory(path) }
-        let temporary = try parent.appending(Self.streamedUploadPrefix + String(format: "%016llx", UInt64.random(in: 0...UInt64.max)))
-        let ledger = uploadLedger.withLock { $0 }
-        let record = ledger?.record(TemporaryUpload(temporary: temporary.description), identity: temporary.description, path: path)
-        do throws(StoreError) {
-            try await put(temporary)
-            _ = try await move(temporary, to: path, replace: false, isDirectory: false)
-        } catch {
-            do throws(StoreError) {
-                do throws(StoreError) { try await delete(temporary, isDirectory: false) } catch .notFound {}
-                if let record { ledger?.remove(record) }
-            } catch {
-                logger.info("cannot delete an upload's temporary file; the next mount tries again",
-                            metadata: ["path": "\(temporary)", "error": "\(error)"])
-            }
-            throw error
-        }
-        if let record { ledger?.remove(record) }
     }
 }

@@ -55,7 +55,7 @@ extension WebDAVStore {
     /// Attributes go as dead properties afterwards (`setAttributes`), as after any PUT.
     public func write(_ path: StorePath, growing content: any GrowingContent, condition: WriteCondition,
                       attributes: StoreAttributes) async throws(StoreError) -> RemoteEntry {
-        guard !path.isRoot, let parent = path.parent else { throw .isADirectory(path) }
+        guard !path.isRoot else { throw .isADirectory(path) }
         if let refusal = streamedUploadRefusal.withLock({ $0 }) { throw .notSupported(refusal) }
         let replace: Bool
         switch condition {
@@ -67,10 +67,7 @@ extension WebDAVStore {
         case .ifMatch:
             throw .notSupported("a streamed upload over a version")
         }
-        let temporary = try parent.appending(Self.streamedUploadPrefix + String(format: "%016llx", UInt64.random(in: 0...UInt64.max)))
-        let ledger = uploadLedger.withLock { $0 }
-        let record = ledger?.record(TemporaryUpload(temporary: temporary.description), identity: temporary.description, path: path)
-        do throws(StoreError) {
+        try await putThenMove(path, replace: replace, put: { (temporary) throws(StoreError) in
             let (answer, sent): (HTTPTransport.Answer, Int64)
             do {
                 // No fixed deadline (the length is unknown): the transfer fails once it falls
@@ -91,12 +88,36 @@ extension WebDAVStore {
             guard stored.kind == .file, stored.size == sent else {
                 throw refused("PUT with a chunked body: the server kept \(stored.size) of \(sent) bytes")
             }
-            do {
-                _ = try await move(temporary, to: path, replace: replace)
-            } catch .notSupported(let why), .accessDenied(let why) {
-                throw refused(why)
-            } catch .serverError(let status, let why) where status == 502 {
-                throw refused(why)
+        }, moveFailed: { error in
+            switch error {
+            case .notSupported(let why), .accessDenied(let why): return refused(why)
+            case .serverError(let status, let why) where status == 502: return refused(why)
+            default: return error
+            }
+        })
+        return try await stat(path)
+    }
+
+    /// A name of docfs's own work: `prefix` and 16 random hex digits (`isScratchName`).
+    static func scratchName(_ prefix: String) -> String {
+        prefix + String(format: "%016llx", UInt64.random(in: 0...UInt64.max))
+    }
+
+    /// Sends a body to a fresh hidden temporary name beside `path` (`put`), then puts it in place
+    /// with one MOVE (`Overwrite: F` unless `replace`). The temporary file is recorded until it
+    /// is moved or deleted; when anything fails, whatever the server kept of it is deleted.
+    func putThenMove(_ path: StorePath, replace: Bool, put: (StorePath) async throws(StoreError) -> Void,
+                     moveFailed: (StoreError) -> StoreError = { $0 }) async throws(StoreError) {
+        guard let parent = path.parent else { throw .isADirectory(path) }
+        let temporary = try parent.appending(Self.scratchName(Self.streamedUploadPrefix))
+        let ledger = uploadLedger.withLock { $0 }
+        let record = ledger?.record(TemporaryUpload(temporary: temporary.description), identity: temporary.description, path: path)
+        do throws(StoreError) {
+            try await put(temporary)
+            do throws(StoreError) {
+                _ = try await move(temporary, to: path, replace: replace, isDirectory: false)
+            } catch {
+                throw moveFailed(error)
             }
         } catch {
             // Whatever the server kept of it goes (a body cut short, or one whose MOVE failed),
@@ -106,14 +127,13 @@ extension WebDAVStore {
                     do throws(StoreError) { try await self.delete(temporary, isDirectory: false) } catch .notFound {}
                     if let record { ledger?.remove(record) }
                 } catch {
-                    self.logger.info("cannot delete a streamed upload's temporary file; the next mount tries again",
+                    self.logger.info("cannot delete an upload's temporary file; the next mount tries again",
                                      metadata: ["path": "\(temporary)", "error": "\(error)"])
                 }
             }.value
             throw error
         }
         if let record { ledger?.remove(record) }
-        return try await stat(path)
     }
 
     /// Streamed uploads stop for this mount: the server (or a proxy before it) refused one.

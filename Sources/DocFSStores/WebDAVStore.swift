@@ -166,11 +166,7 @@ public final class WebDAVStore: Store {
     @discardableResult
     public func read(_ path: StorePath, range: ByteRange?, ifMatch: ETag?, into sink: any ContentSink) async throws(StoreError) -> RemoteEntry {
         learn(from: ifMatch)
-        if let range, range.isEmpty || range.lowerBound < 0 {
-            let entry = try await stat(path)
-            if let ifMatch, let etag = entry.etag, !Self.sameVersion(etag, ifMatch) { throw .versionMismatch(path) }
-            return entry
-        }
+        if let range, range.isEmpty || range.lowerBound < 0 { return try await stat(path, asking: ifMatch) }
         if versionSources.getsWithoutVersion.withLock({ $0 }) {
             return try await readCheckedAround(path, range: range, ifMatch: ifMatch, into: sink)
         }
@@ -251,7 +247,7 @@ public final class WebDAVStore: Store {
         if case .ifMatch(let version) = condition { learn(from: version) }
         let file = try LocalFileChunks(path: localFile)
         if condition == .mustNotExist, await createsByMoving(near: path) {
-            try await createByMoving(path) { (temporary) throws(StoreError) in
+            try await putThenMove(path, replace: false) { (temporary) throws(StoreError) in
                 let answer = try await transport.metadata(.PUT, url: url(temporary), path: temporary, headers: [:],
                                                           body: .stream(file, length: .known(file.size)),
                                                           timeout: transport.uploadTimeout(bytes: file.size))

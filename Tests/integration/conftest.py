@@ -598,39 +598,21 @@ def _serving(cls, tmp_path):
         s.stop()
 
 
-@pytest.fixture
-def docfs_serve(tmp_path):
-    yield from _serving(DocfsServer, tmp_path)
+def _serving_fixture(cls, name: str):
+    """A fixture `name`: start(tree) -> a running server of `cls`, every one stopped at teardown."""
+    @pytest.fixture(name=name)
+    def serving(tmp_path):
+        yield from _serving(cls, tmp_path)
+    return serving
 
 
-@pytest.fixture
-def rclone_serve(tmp_path):
-    yield from _serving(RcloneServer, tmp_path)
-
-
-@pytest.fixture
-def apache_serve(tmp_path):
-    yield from _serving(ApacheServer, tmp_path)
-
-
-@pytest.fixture
-def nginx_serve(tmp_path):
-    yield from _serving(NginxServer, tmp_path)
-
-
-@pytest.fixture
-def nginx_without_locks_serve(tmp_path):
-    yield from _serving(NginxServerWithoutLocks, tmp_path)
-
-
-@pytest.fixture
-def lighttpd_serve(tmp_path):
-    yield from _serving(LighttpdServer, tmp_path)
-
-
-@pytest.fixture
-def sabre_serve(tmp_path):
-    yield from _serving(SabreServer, tmp_path)
+docfs_serve = _serving_fixture(DocfsServer, "docfs_serve")
+rclone_serve = _serving_fixture(RcloneServer, "rclone_serve")
+apache_serve = _serving_fixture(ApacheServer, "apache_serve")
+nginx_serve = _serving_fixture(NginxServer, "nginx_serve")
+nginx_without_locks_serve = _serving_fixture(NginxServerWithoutLocks, "nginx_without_locks_serve")
+lighttpd_serve = _serving_fixture(LighttpdServer, "lighttpd_serve")
+sabre_serve = _serving_fixture(SabreServer, "sabre_serve")
 
 
 #: The fixture that starts each WebDAV server, by its kind.
