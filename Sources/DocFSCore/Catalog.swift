@@ -147,6 +147,17 @@ public final class Catalog: Sendable {
                 )
                 """)
         }
+        migrator.registerMigration("v12-upload-trouble") { db in
+            // What kind of failure `uploadError` is (`UploadTrouble`), for those who decide on it.
+            try db.execute(sql: "ALTER TABLE item ADD COLUMN uploadTrouble TEXT")
+            try db.execute(sql: """
+                UPDATE item SET uploadTrouble = CASE
+                    WHEN uploadError LIKE 'refused by the store: %' THEN 'refused'
+                    WHEN uploadError LIKE 'store unreachable%' OR uploadError LIKE 'store timed out%' THEN 'unreachable'
+                    ELSE 'failed' END
+                WHERE uploadError IS NOT NULL
+                """)
+        }
         return migrator
     }
 
@@ -365,9 +376,11 @@ public final class Catalog: Sendable {
         }
     }
 
-    public func recordUploadError(of inode: Inode, _ message: String?) throws(FSError) {
+    /// Records why the last upload of `inode` failed (nil message: it no longer does).
+    public func recordUploadError(of inode: Inode, _ message: String?, trouble: UploadTrouble = .failed) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
-            try db.cachedExecute(sql: "UPDATE item SET uploadError = ? WHERE inode = ?", arguments: [message, Int64(bitPattern: inode)])
+            try db.cachedExecute(sql: "UPDATE item SET uploadError = ?, uploadTrouble = ? WHERE inode = ?",
+                                 arguments: [message, message == nil ? nil : trouble.rawValue, Int64(bitPattern: inode)])
         }
     }
 
@@ -467,7 +480,7 @@ public final class Catalog: Sendable {
             try Catalog.persist(db, inode, life)
             // What was uploaded is a whole file (a copy emptied by a truncate while its fetch
             // was under way included): the copy is not partial.
-            try db.cachedExecute(sql: "UPDATE item SET etag = ?, kindKnownFor = ?, onStore = 1, uploadError = NULL, versionAt = ?, partial = 0 WHERE inode = ?",
+            try db.cachedExecute(sql: "UPDATE item SET etag = ?, kindKnownFor = ?, onStore = 1, uploadError = NULL, uploadTrouble = NULL, versionAt = ?, partial = 0 WHERE inode = ?",
                            arguments: [etag?.value, etag?.value, Date().timeIntervalSince1970, Int64(bitPattern: inode)])
         }
     }
@@ -477,7 +490,7 @@ public final class Catalog: Sendable {
     public func recordConflictKept(_ inode: Inode, _ life: CopyLife, conflictCopy: String, storeVersion: RemoteEntry?) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
             try Catalog.persist(db, inode, life)
-            try db.cachedExecute(sql: "UPDATE item SET uploadError = NULL, conflictCopy = ? WHERE inode = ?",
+            try db.cachedExecute(sql: "UPDATE item SET uploadError = NULL, uploadTrouble = NULL, conflictCopy = ? WHERE inode = ?",
                            arguments: [conflictCopy, Int64(bitPattern: inode)])
             if let entry = storeVersion {
                 try db.cachedExecute(sql: "UPDATE item SET size = ?, modifiedNs = ?, etag = ?, onStore = 1, versionAt = ? WHERE inode = ?",
@@ -726,7 +739,7 @@ public final class Catalog: Sendable {
     static let itemColumns = """
         inode, id, parent, name, path, kind, size, modifiedNs, etag, symlinkTarget, mode, state, listedAt, onStore, \
         owner, "group", accessedNs, changedNs, uploadError, conflictCopy, baseEtag, uncommitted, rdev, \
-        kindKnownFor IS NOT NULL AND kindKnownFor = etag
+        kindKnownFor IS NOT NULL AND kindKnownFor = etag, uploadTrouble
         """
 
     /// An item from a row of `SELECT \(itemColumns)`.
@@ -760,7 +773,8 @@ public final class Catalog: Sendable {
             baseEtag: (row[20] as String?).map(ETag.init),
             hasUncommittedWrites: row[21],
             rdev: UInt64(bitPattern: row[22]),
-            kindConfirmed: (row[23] as Bool?) ?? false
+            kindConfirmed: (row[23] as Bool?) ?? false,
+            uploadTrouble: (row[24] as String?).flatMap(UploadTrouble.init(rawValue:))
         )
     }
 }

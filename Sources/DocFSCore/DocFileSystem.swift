@@ -12,7 +12,7 @@ public final class DocFileSystem: Sendable {
     private let catalog: Catalog
     private let provider: Provider
     private let enumerator: DirectoryEnumerator
-    private let uploader: Uploader
+    let uploader: Uploader
     /// New files uploaded while they are written (nil: the store cannot, or it is off).
     private let uploadStreams: UploadStreams?
     /// Downloads pinned files a listing shows new or changed on the store.
@@ -935,18 +935,35 @@ public final class DocFileSystem: Sendable {
             }
             return Array(table.open.values)
         }
-        for file in handlesLeft {
-            // The holes of a changed sparse copy, for at most the grace: else its writes stay
-            // uncommitted, and the next mount keeps them as an unsaved copy (`UnfilledCopies`).
-            if file.copy.needsFillBeforeCommit {
-                await withTaskGroup(of: Void.self) { group in
-                    group.addTask { try? await self.completeForCommit(file) }
-                    group.addTask { try? await Task.sleep(for: uploadGrace) }
-                    await group.next()
-                    group.cancelAll()
+        // The holes of changed sparse copies, side by side, for at most the grace in all: else
+        // their writes stay uncommitted, and the next mount keeps them as unsaved copies
+        // (`UnfilledCopies`).
+        let unfilled = handlesLeft.filter { $0.copy.needsFillBeforeCommit }
+        if !unfilled.isEmpty {
+            await withTaskGroup(of: Bool.self) { group in
+                for file in unfilled {
+                    group.addTask {
+                        do { try await self.completeForCommit(file) } catch {
+                            self.logger.info("a changed copy's holes were not filled before the unmount",
+                                             metadata: ["path": "\(file.opened.path)", "error": "\(error)"])
+                        }
+                        return true
+                    }
                 }
+                group.addTask { try? await Task.sleep(for: uploadGrace); return false }
+                var filled = 0
+                while let done = await group.next(), done {
+                    filled += 1
+                    if filled == unfilled.count { break }
+                }
+                group.cancelAll()
             }
-            _ = try? file.copy.commit()
+        }
+        for file in handlesLeft {
+            do { _ = try file.copy.commit() } catch {
+                logger.warning("cannot commit a copy still open at unmount; the next mount keeps it",
+                               metadata: ["path": "\(file.opened.path)", "error": "\(error)"])
+            }
         }
         for file in handlesLeft {
             await uploader.releaseCopy(of: file.inode)
@@ -1039,6 +1056,9 @@ public final class DocFileSystem: Sendable {
     public static let pinnedAttribute = "user.docfs.pinned"
     /// Set (any value) to make the item, or every file below a folder, a placeholder now.
     public static let evictAttribute = "user.docfs.evict"
+    /// On the mount's root: the downloads under way, one `downloading<TAB>path` line each
+    /// (streamed ones too, which the catalog shows as local), for `docfs status`.
+    public static let transfersAttribute = "user.docfs.transfers"
 
     public func extendedAttributeNames(of inode: Inode) throws(FSError) -> [String] {
         let item = try item(inode)
@@ -1069,6 +1089,12 @@ public final class DocFileSystem: Sendable {
         case Self.etagAttribute: value = item.etag?.value
         case Self.errorAttribute: value = item.uploadError
         case Self.conflictAttribute: value = item.conflictCopy
+        case Self.transfersAttribute where inode == Item.rootInode:
+            var paths: [String] = []
+            for inode in provider.downloadsUnderWay() {
+                if let path = try catalog.item(inode)?.path.description { paths.append(path) }
+            }
+            value = paths.map { "\(ItemState.downloading.rawValue)\t\($0)\n" }.joined()
         default: value = nil
         }
         guard let value else { throw .noAttribute }
@@ -1081,6 +1107,9 @@ public final class DocFileSystem: Sendable {
     private func shownState(of item: Item) throws(FSError) -> String {
         let pinned = try catalog.isPinned(item.inode)
         guard item.isDirectory else {
+            // A streamed copy is `local` in the catalog from its first bytes on; while ranges
+            // still come down, it shows as the download it is.
+            if item.state == .local, provider.downloadProgress(of: item.inode) != nil { return ItemState.downloading.rawValue }
             return item.state == .local && pinned ? "pinned" : item.state.rawValue
         }
         let counts = try catalog.childStateCounts(of: item.inode).map { "\($0.state)=\($0.count)" }

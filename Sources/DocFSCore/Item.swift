@@ -83,6 +83,8 @@ public struct Item: Sendable, Equatable {
     /// Whether the item lost its name while a handle still had it open: `stat` then shows a
     /// link count of 0, as POSIX keeps such a file alive without a name.
     public var unlinked = false
+    /// What kind of failure `uploadError` is (nil with no error, or one recorded before docfs kept it).
+    public var uploadTrouble: UploadTrouble?
 
     public var isDirectory: Bool { kind == .directory }
 

@@ -9,7 +9,11 @@ public struct MountLayout: Sendable, Equatable {
     public var key: String
     public var stateDirectory: String
     public var cacheDirectory: String
-    public var catalogPath: String { stateDirectory + "/catalog.sqlite" }
+    public var catalogPath: String { Self.catalogPath(stateDirectory: stateDirectory) }
+
+    /// The catalog of the mount whose state is in `stateDirectory` (for `docfs status` and
+    /// `unmount`, which know a running mount by its record).
+    public static func catalogPath(stateDirectory: String) -> String { stateDirectory + "/catalog.sqlite" }
 
     /// - Parameters:
     ///   - stateDirectoryOverride: `--state-dir`, in place of `$XDG_STATE_HOME/docfs` (a store

@@ -379,6 +379,12 @@ public actor Provider {
         presentCopies.withLock { $0[inode] }?.downloadProgress
     }
 
+    /// The files whose content is coming down now: whole at open, or streamed by ranges (a
+    /// streamed copy is `local` in the catalog from its first bytes on).
+    public nonisolated func downloadsUnderWay() -> [Inode] {
+        presentCopies.withLock { copies in copies.compactMap { $0.value.downloadProgress != nil ? $0.key : nil } }.sorted()
+    }
+
     // MARK: Private
 
     private func perform(_ action: CopyLife.Action, on copy: LocalCopy) -> ReleaseOutcome {

@@ -129,6 +129,7 @@ public actor Uploader {
 
     /// Uploads `inode` now, with every write made so far, and waits until the store has it (fsync).
     public func sync(_ inode: Inode) async throws(FSError) {
+        guard !stopped else { throw Self.stoppedBeforeUpload }
         retryTasks.removeValue(forKey: inode)?.cancel()
         failures[inode] = nil
         notBefore[inode] = nil
@@ -147,7 +148,16 @@ public actor Uploader {
             }
         }
         if let reason = refused[inode] { throw .io(reason) }
+        // Woken by the unmount (`stop`), which dropped the queue: the store may not have it.
+        if stopped, try catalog.item(inode)?.hasUnsyncedChanges ?? false { throw Self.stoppedBeforeUpload }
     }
+
+    /// Whether `inode` waits in the queue for a free upload slot.
+    func isQueued(_ inode: Inode) -> Bool { queued.contains(inode) }
+
+    /// What an fsync gets when the mount goes away before its upload ended: the change is in
+    /// the journal, and the next mount sends it.
+    static let stoppedBeforeUpload = FSError.io("unmounted before the upload ended; the next mount sends it")
 
     /// Waits until nothing is queued or uploading (or until every pending item is waiting
     /// for a retry, when `untilStalled` is true), or until the uploader stops.
@@ -226,6 +236,9 @@ public actor Uploader {
         retryTasks.removeAll()
         queue.removeAll()
         queued.removeAll()
+        // An fsync waiting on an upload that will not run now is answered.
+        for waiters in itemWaiters.values { for waiter in waiters { waiter.resume() } }
+        itemWaiters.removeAll()
         wakeIdleWaitersIfIdle()
         guard !inFlight.isEmpty else { return }
         let deadline = ContinuousClock.now + patience
@@ -263,6 +276,7 @@ public actor Uploader {
                 guard let item = try catalog.item(inode) else {
                     queue.remove(at: index)
                     queued.remove(inode)
+                    wakeItemWaiters(inode)
                     continue
                 }
                 path = item.path
@@ -535,18 +549,29 @@ public actor Uploader {
             logger.error("the store refused the upload; the change is kept, not sent again",
                          metadata: ["path": "\(item.path)", "error": "\(error)"])
             await provider.uploadFailed(copy)
-            try? catalog.recordUploadError(of: item.inode, reason)
+            recordUploadError(of: item, reason, .refused)
             // A newer commit is other content than the one refused: it gets a try of its own.
             if let commit, queueCommitMadeMeanwhile(item.inode, copy, after: commit) { return .refused }
             refused[item.inode] = reason
             return .refused
         }
         let retryAfter = (error as? StoreError)?.retryAfter
+        let trouble = UploadTrouble(retried: error)
         let error = (error as? FSError) ?? ((error as? StoreError).map(FSError.init) ?? .io("\(error)"))
         logger.warning("upload failed, will retry", metadata: ["path": "\(item.path)", "error": "\(error)"])
         await provider.uploadFailed(copy)
-        try? catalog.recordUploadError(of: item.inode, "\(error)")
+        recordUploadError(of: item, "\(error)", trouble)
         return .retryLater(retryAfter: retryAfter)
+    }
+
+    /// Keeps why `item`'s upload failed where `docfs status`, `user.docfs.error` and `docfs
+    /// unmount` read it; a catalog that cannot take it is logged (the upload is retried anyway).
+    private func recordUploadError(of item: Item, _ message: String, _ trouble: UploadTrouble) {
+        do {
+            try catalog.recordUploadError(of: item.inode, message, trouble: trouble)
+        } catch {
+            logger.error("cannot record an upload's failure", metadata: ["path": "\(item.path)", "error": "\(error)"])
+        }
     }
 
     /// Whether the same upload can never succeed: the store said no to it (400, 403, 405, 409,

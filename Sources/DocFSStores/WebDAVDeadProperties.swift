@@ -134,17 +134,20 @@ extension WebDAVStore {
         }
     }
 
-    /// A PUT, then the attributes as dead properties, for the version the PUT made.
+    /// A PUT, then the attributes as dead properties for the version the PUT made, under the
+    /// PUT's lock where it took one.
     public func write(_ path: StorePath, fromLocalFile localFile: String, condition: WriteCondition,
                       attributes: StoreAttributes) async throws(StoreError) -> RemoteEntry {
         let attributes = attributes.withoutOwner
-        let written = try await write(path, fromLocalFile: localFile, condition: condition)
-        guard !attributes.isEmpty, await !deadProperties.isRefused else { return written }
-        let kept = try await deadProperties.ifKept { () throws(StoreError) in
-            try await self.proppatch(path, attributes, version: written.etag, collection: false)
+        guard !attributes.isEmpty, await !deadProperties.isRefused else { return try await write(path, fromLocalFile: localFile, condition: condition) }
+        let (written, kept) = try await upload(path, fromLocalFile: localFile, condition: condition) { (version, headers) throws(StoreError) in
+            try await self.deadProperties.ifKept { () throws(StoreError) in
+                try await self.proppatch(path, body: PosixProperties.proppatchBody(attributes, version: version), collection: false,
+                                         headers: headers)
+            }
         }
         traitsMayHaveChanged()
-        guard kept else { return written }
+        guard kept == true else { return written }
         // What the server reports now: its version, should a PROPPATCH have changed it, and the
         // time and mode as they will be read back.
         return written.versionAfterAttributes(try await stat(path))
@@ -156,9 +159,9 @@ extension WebDAVStore {
     }
 
     /// One PROPPATCH of `body`. True when the server kept every property; false when it refused them.
-    func proppatch(_ path: StorePath, body: String, collection: Bool) async throws(StoreError) -> Bool {
+    func proppatch(_ path: StorePath, body: String, collection: Bool, headers: [String: String] = [:]) async throws(StoreError) -> Bool {
         let answer = try await transport.metadata(.PROPPATCH, url: url(path, collection: collection), path: path,
-                                                  headers: ["Content-Type": "application/xml; charset=utf-8"],
+                                                  headers: headers.merging(["Content-Type": "application/xml; charset=utf-8"]) { $1 },
                                                   body: .bytes(ByteBuffer(string: body)), timeout: Self.metadataTimeout)
         switch answer.status {
         case 207:

@@ -24,6 +24,13 @@ struct WebDAVResponse: Sendable, Equatable {
     /// whether it was kept).
     var propstatStatuses: [Int] = []
 
+    /// A name locked before anything was written to it (a LOCK of an unmapped URL), on a
+    /// server that keeps such names as RFC 2518's lock-null resources (Apache): listed, but with
+    /// no length, time or version, and no content. Not a file yet; the lock's PUT makes it one.
+    var isLockNull: Bool {
+        !isCollection && status == nil && contentLength == nil && lastModified == nil && etag == nil
+    }
+
     init(href: String, isCollection: Bool = false, contentLength: Int64? = nil, lastModified: String? = nil,
                 etag: String? = nil, status: Int? = nil) {
         self.href = href

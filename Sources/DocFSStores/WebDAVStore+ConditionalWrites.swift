@@ -1,22 +1,23 @@
 // WebDAVStore+ConditionalWrites: how an upload that must not replace another client's version
 // is made safe on the server at hand.
 //
-// Most servers honour `If-Match` and `If-None-Match` on PUT, and check them atomically with the
-// write. Some answer 201 whatever the condition says (`rclone serve webdav`, whose WebDAV
-// library has no preconditions on PUT): a version check made first and the PUT then leave a
-// window in which another client's upload is silently replaced. Two docfs mounts of such a
-// server, saving the same files, lost about one version in a hundred that way.
+// A server with WebDAV locks (`DAV: 2` in OPTIONS) gets every conditional upload under an
+// exclusive lock of its path: LOCK, the version checked under it, the PUT (and the PROPPATCH of
+// its mode and time) with the lock's token, UNLOCK. Another docfs mount, and any client that
+// honours locks, waits meanwhile (HTTP 423, retried). `If-Match` alone is not enough there:
+// Apache, WsgiDAV and sabre/dav check a condition when a request starts and write when its body
+// has arrived, so two uploads over one version, or two creations of one name, both pass. Two
+// docfs mounts of Apache, both keeping a conflict copy under the same name in the same second,
+// lost one of them that way.
 //
-// Found out once per store, at its first conditional upload: an empty scratch file is PUT beside
-// that file, then PUT again with an `If-Match` no version has, and with `If-None-Match: *`, then
-// deleted. 412 to both: the server honours conditions. A 2xx to either: it ignores them (nginx
-// ignores both; some check If-Match only, and a creation would replace); then, where the server has WebDAV
-// locks (`DAV: 2` in OPTIONS), every conditional upload takes an exclusive lock of its path
-// first (LOCK), checks the version under it, sends the PUT with the lock's token and unlocks:
-// another docfs mount, and any client that honours locks, waits meanwhile (HTTP 423, retried).
-// Without locks, a new file is PUT to a hidden name and moved in place with `Overwrite: F`
-// (`putThenMove`), which no client's file can be lost to; an upload over a version is checked
-// one request before the PUT, and the log and `docfs status` say what that risks.
+// Without locks, the server's conditions are what there is. Found out once per store, at its
+// first conditional upload: an empty scratch file is PUT beside that file, then PUT again with
+// an `If-Match` no version has, and with `If-None-Match: *`, then deleted. 412 to both: the
+// server honours conditions (`docfs serve` applies them with the write). A 2xx to either: it
+// ignores them (`rclone serve webdav`'s library has no preconditions on PUT; nginx ignores
+// both); then a new file is PUT to a hidden name and moved in place with `Overwrite: F`
+// (`putThenMove`), which no client's file can be lost to, and an upload over a version is
+// checked one request before the PUT: the log and `docfs status` say what that risks.
 
 import AsyncHTTPClient
 import DocFSStore
@@ -42,7 +43,8 @@ final class ConditionProbe: Sendable {
     let running = Mutex<Task<ConditionSupport, Never>?>(nil)
     let found = Mutex<ConditionSupport?>(nil)
     let handlers = Mutex<[@Sendable (ConditionSupport) -> Void]>([])
-    /// Whether the server has WebDAV locks, once asked.
+    /// Whether the server has WebDAV locks, once asked (false from the first LOCK it refused
+    /// as a method, whatever OPTIONS said).
     let locks = Mutex<Bool?>(nil)
     /// The warning about weak tags without locks was logged.
     let weakNoted = Mutex(false)
@@ -80,23 +82,23 @@ extension WebDAVStore {
         if let found { handler(found) }
     }
 
-    /// Runs `put` (given the headers its request must carry) under `condition`, in the way this
-    /// server makes safe: the condition sent along, after a check of the version; or, where the
-    /// server cannot check it (it ignores conditions, or its tag is weak), the check and the PUT
-    /// under an exclusive lock where it has locks, else the check just before the PUT.
+    /// Runs `put` (given the headers its request must carry, and any request that belongs to the
+    /// same write must carry) under `condition`, in the way this server makes safe: under an
+    /// exclusive lock where it has locks; else the condition sent along, after a check of the
+    /// version; or, where the server cannot check it (it ignores conditions, or the tag is
+    /// weak), the check just before the PUT.
     func underCondition<T: Sendable>(_ path: StorePath, _ condition: WriteCondition, bytes: Int64,
                                      _ put: ([String: String]) async throws(StoreError) -> T) async throws(StoreError) -> T {
         if condition == .always { return try await put([:]) }
-        if case .ignored(locks: true) = await probeConditions(near: path) {
-            return try await underLock(path, condition, bytes: bytes, put)
-        }
+        // Asked even where locks make it moot: `docfs status` says what the server does.
+        _ = await probeConditions(near: path)
+        if await hasLocks(near: path), let result = try await underLock(path, condition, bytes: bytes, put) { return result }
         let current = try await check(path, condition)
         guard case .ifMatch = condition, let tag = current?.etag else { return try await put(["If-None-Match": "*"]) }
         guard tag.isWeak else { return try await put(["If-Match": tag.value]) }
         // A weak tag (Apache's, for a second after a change, or one docfs made from time and
         // size) never matches If-Match: RFC 9110 compares it strongly. Sending it would make
         // every quick second save a false conflict.
-        if await hasLocks(near: path) { return try await underLock(path, condition, bytes: bytes, put) }
         if let seconds = tag.madeFromSeconds {
             // A version made from the server's own time: `If-Unmodified-Since` on it is checked
             // with the write by the servers that check conditions (to the second).
@@ -128,10 +130,13 @@ extension WebDAVStore {
     }
 
     /// `put` with the check of `condition` made under an exclusive lock of `path`, the lock's
-    /// token sent along.
+    /// token sent along; nil when the server refuses LOCK as a method (then it has no locks).
     private func underLock<T: Sendable>(_ path: StorePath, _ condition: WriteCondition, bytes: Int64,
-                                        _ put: ([String: String]) async throws(StoreError) -> T) async throws(StoreError) -> T {
-        let lock = try await lockExclusively(path, seconds: 30 + Int(min(bytes >> 20, 3600)))
+                                        _ put: ([String: String]) async throws(StoreError) -> T) async throws(StoreError) -> T? {
+        // Long enough for the PUT at 512 KiB/s, and no longer: a lock the server loses track of
+        // (Apache's lock database, under concurrent LOCKs, brings a released one back) blocks
+        // every writer of the file until it times out.
+        guard let lock = try await lockExclusively(path, seconds: 10 + Int(min(bytes >> 19, 7200))) else { return nil }
         do throws(StoreError) {
             switch condition {
             case .always:
@@ -143,7 +148,15 @@ extension WebDAVStore {
             case .mustNotExist:
                 if !lock.created { _ = try await check(path, condition) }
             }
-            let result = try await put(["If": "(<\(lock.token)>)"])
+            let result: T
+            do {
+                result = try await put(["If": "(<\(lock.token)>)"])
+            } catch .versionMismatch, .alreadyExists {
+                // 412 to a PUT whose condition held under the lock: the server lost the lock (two
+                // LOCKs at once in one folder of Apache can), not a conflict. Busy: tried again.
+                if !(lock.created && condition == .mustNotExist) { _ = try await check(path, condition) }
+                throw StoreError.busy(status: 412, retryAfter: nil, message: "PUT \(path): the server lost docfs's lock")
+            }
             await unlock(path, lock)
             return result
         } catch {
@@ -234,9 +247,10 @@ extension WebDAVStore {
         <D:lockinfo xmlns:D="DAV:"><D:lockscope><D:exclusive/></D:lockscope><D:locktype><D:write/></D:locktype><D:owner>docfs</D:owner></D:lockinfo>
         """
 
-    /// An exclusive write lock of `path` for at most `seconds`. A path another client holds
-    /// locked (423) is asked again for a few seconds, then the call fails as busy (retried).
-    func lockExclusively(_ path: StorePath, seconds: Int) async throws(StoreError) -> HeldLock {
+    /// An exclusive write lock of `path` for at most `seconds`; nil when the server refuses
+    /// LOCK as a method (405, 501), which it is then taken not to have. A path another client
+    /// holds locked (423) is asked again for a few seconds, then the call fails as busy (retried).
+    func lockExclusively(_ path: StorePath, seconds: Int) async throws(StoreError) -> HeldLock? {
         var wait = Duration.milliseconds(20)
         let deadline = ContinuousClock.now + .seconds(10)
         while true {
@@ -254,6 +268,10 @@ extension WebDAVStore {
             case 423 where ContinuousClock.now < deadline:
                 try? await Task.sleep(for: wait)
                 wait = min(wait * 2, .milliseconds(500))
+            case 405, 501:
+                logger.notice("the server refuses LOCK (HTTP \(answer.status)) although it names locks: uploads rely on its conditions")
+                conditionProbe.locks.withLock { $0 = false }
+                return nil
             default:
                 throw answer.error(method: "LOCK", path: path)
             }

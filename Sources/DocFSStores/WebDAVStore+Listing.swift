@@ -184,6 +184,8 @@ extension WebDAVStore {
         }
         // A streamed upload under way (or one a crash left): not a file of the store's.
         if Self.isStreamedUploadName(name) || Self.isScratchName(name, prefix: Self.probePrefix) { return .ignored }
+        // A name another client holds locked before writing it: nothing is there yet.
+        if response.isLockNull { return .ignored }
         return .entry(entry(StorePath(validated: directory.components + [name]), response))
     }
 

@@ -24,7 +24,7 @@ extension WebDAVStore {
             lines.append("downloads: checked by a PROPFIND before and after each (the server's GET names no version)")
         }
         if let locks = conditionProbe.locks.withLock({ $0 }) {
-            lines.append("locks: " + (locks ? "the server has WebDAV locks" : "none"))
+            lines.append("locks: " + (locks ? "the server has WebDAV locks: each upload over a version, and each new file, is written under one" : "none"))
         }
         if let kept = deadProperties.decided.withLock({ $0 }) {
             lines.append("mode and times: " + (kept ? "kept on the server as properties" : "kept by this mount only (the server refuses properties)"))

@@ -140,6 +140,7 @@ public final class WebDAVStore: Store {
             if status == 404 { throw .notFound(path) }
             throw .protocolError("PROPFIND of \(path) answered status \(status)")
         }
+        if match.isLockNull { throw .notFound(path) }
         return entry(path, match)
     }
 
@@ -243,6 +244,16 @@ public final class WebDAVStore: Store {
     // MARK: - write
 
     public func write(_ path: StorePath, fromLocalFile localFile: String, condition: WriteCondition) async throws(StoreError) -> RemoteEntry {
+        try await upload(path, fromLocalFile: localFile, condition: condition, then: nil as (@Sendable (ETag?, [String: String]) async throws(StoreError) -> Bool)?).entry
+    }
+
+    /// The PUT of `localFile` under `condition`; then `attributes`, given the version the PUT
+    /// made and the headers of the same write (a lock's token: another client's lock taken
+    /// between the two must not fail an upload whose content landed). Returns the entry as the
+    /// PUT left it and what `attributes` returned.
+    func upload<A: Sendable>(_ path: StorePath, fromLocalFile localFile: String, condition: WriteCondition,
+                             then attributes: (@Sendable (ETag?, [String: String]) async throws(StoreError) -> A)?)
+        async throws(StoreError) -> (entry: RemoteEntry, attributes: A?) {
         guard !path.isRoot else { throw .isADirectory(path) }
         if case .ifMatch(let version) = condition { learn(from: version) }
         let file = try LocalFileChunks(path: localFile)
@@ -253,20 +264,24 @@ public final class WebDAVStore: Store {
                                                           timeout: transport.uploadTimeout(bytes: file.size))
                 try await checkPUT(answer, temporary, .always)
             }
-            return try await stat(path)
+            let entry = try await stat(path)
+            return (entry, try await attributes?(entry.etag, [:]))
         }
-        let answer = try await underCondition(path, condition, bytes: file.size) { (headers) throws(StoreError) in
+        let (answer, done) = try await underCondition(path, condition, bytes: file.size) { (headers) throws(StoreError) in
             let body = HTTPClientRequest.Body.stream(file, length: .known(file.size))
             let answer = try await transport.metadata(.PUT, url: url(path), path: path, headers: headers, body: body,
                                                       timeout: transport.uploadTimeout(bytes: file.size))
             try await checkPUT(answer, path, condition)
-            return answer
+            guard let attributes else { return (answer, nil as A?) }
+            var version = version(answeredIn: answer.headers, size: file.size)
+            if version == nil { version = try await stat(path).etag }
+            return (answer, try await attributes(version, headers.filter { $0.key == "If" }))
         }
         if let etag = version(answeredIn: answer.headers, size: file.size) {
             let modified = answer.headers.first(name: "Last-Modified").flatMap(HTTPDate.parse) ?? Date().timeIntervalSince1970
-            return RemoteEntry(path: path, kind: .file, size: file.size, modified: modified, etag: etag)
+            return (RemoteEntry(path: path, kind: .file, size: file.size, modified: modified, etag: etag), done)
         }
-        return try await stat(path)
+        return (try await stat(path), done)
     }
 
     /// What a PUT's status means.

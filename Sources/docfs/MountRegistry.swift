@@ -1,4 +1,5 @@
 import Crypto
+import DocFSCore
 import Foundation
 
 /// What a running mount leaves for `docfs unmount`: which daemon serves it and where its
@@ -23,6 +24,8 @@ struct MountRecord: Codable, Equatable {
     /// The mask on the modes entries show (`LocalAccess.maskDescription`), for `docfs status`;
     /// nil when modes show as they are.
     var modeMask: String?
+
+    var catalogPath: String { MountLayout.catalogPath(stateDirectory: stateDirectory) }
 }
 
 enum MountRegistry {

@@ -27,10 +27,17 @@ enum Steering {
     }
 
     static func get(_ name: String, of path: String) -> String? {
-        var buffer = [UInt8](repeating: 0, count: 256)
-        let count = buffer.withUnsafeMutableBytes { lgetxattr(path, name, $0.baseAddress, $0.count) }
-        guard count >= 0 else { return nil }
-        return String(decoding: buffer[..<count], as: UTF8.self)
+        // Its size first: a list (`user.docfs.transfers`) may be any length. A value that grew
+        // in between is asked for again.
+        for _ in 0..<3 {
+            let size = lgetxattr(path, name, nil, 0)
+            guard size >= 0 else { return nil }
+            var buffer = [UInt8](repeating: 0, count: size + 256)
+            let count = buffer.withUnsafeMutableBytes { lgetxattr(path, name, $0.baseAddress, $0.count) }
+            if count >= 0 { return String(decoding: buffer[..<count], as: UTF8.self) }
+            guard errno == ERANGE else { return nil }
+        }
+        return nil
     }
 
     static func isDirectory(_ path: String) -> Bool {

@@ -169,7 +169,7 @@ struct StatusCommand: AsyncParsableCommand {
 
     static func status(of record: MountRecord) -> MountStatus {
         let running = kill(record.pid, 0) == 0 || errno == EPERM
-        let catalog = try? Catalog(path: record.stateDirectory + "/catalog.sqlite")
+        let catalog = try? Catalog(path: record.catalogPath)
         let pinned = (try? catalog?.pinnedCopyIDs()) ?? []
         var (bytes, pinnedBytes, files) = (Int64(0), Int64(0), 0)
         for name in (try? FileManager.default.contentsOfDirectory(atPath: record.cacheDirectory)) ?? [] {
@@ -190,7 +190,16 @@ struct StatusCommand: AsyncParsableCommand {
         for (state, count) in (try? catalog.stateCounts()) ?? [] { status.states[state] = count }
         status.pendingUploads = ((try? catalog.itemsPendingUpload()) ?? []).count
         status.errors = ((try? catalog.uploadErrors()) ?? []).map { UploadError(path: $0.path, error: $0.error) }
-        status.transfers = ((try? catalog.transferringPaths()) ?? []).map { path, state in
+        var transferring = (try? catalog.transferringPaths()) ?? []
+        // Streamed downloads, which the catalog shows as local: the daemon lists them.
+        if running, let listed = Steering.get(DocFileSystem.transfersAttribute, of: record.mountpoint) {
+            for line in listed.split(separator: "\n") {
+                let fields = line.split(separator: "\t", maxSplits: 1).map(String.init)
+                if fields.count == 2, !transferring.contains(where: { $0.path == fields[1] }) { transferring.append((fields[1], fields[0])) }
+            }
+            transferring.sort { $0.path < $1.path }
+        }
+        status.transfers = transferring.map { path, state in
             var transfer = Transfer(path: path, state: state)
             if running, let progress = Steering.get("user.docfs.progress", of: record.mountpoint + path) {
                 let parts = progress.split(separator: "/").compactMap { Int64($0) }

@@ -95,21 +95,21 @@ struct UnmountCommand: AsyncParsableCommand {
     /// Waits until the journal has no unsynced change; refuses when uploads fail because the
     /// store is unreachable (after a few seconds of trying), so nothing is dropped silently.
     private func waitForUploads(_ record: MountRecord) async throws {
-        guard let catalog = try? Catalog(path: record.stateDirectory + "/catalog.sqlite") else { return }
+        guard let catalog = try? Catalog(path: record.catalogPath) else { return }
         let started = Date()
         var announced = Set<String>()
         while true {
             let all = (try? catalog.items(in: [.modified, .uploading])) ?? []
             // An upload the store refused for good is not retried: nothing to wait for. It is
             // kept in the recovery folder once the daemon has gone (see `cleanUp`).
-            let pending = all.filter { !($0.uploadError ?? "").hasPrefix(Uploader.refusedPrefix) }
+            let pending = all.filter { $0.uploadTrouble != .refused }
             if pending.isEmpty { return }
             let names = pending.map { $0.path.description }
             for name in names where !announced.contains(name) {
                 printError("docfs: waiting for the upload of \(name)")
                 announced.insert(name)
             }
-            let unreachable = pending.filter { ($0.uploadError ?? "").hasPrefix("store unreachable") || ($0.uploadError ?? "").hasPrefix("store timed out") }
+            let unreachable = pending.filter { $0.uploadTrouble == .unreachable }
             if !unreachable.isEmpty && Date().timeIntervalSince(started) > 5 {
                 fail("""
                     the store cannot be reached (\(unreachable[0].uploadError ?? "")); \(pending.count) file(s) not uploaded yet. \
@@ -164,7 +164,7 @@ struct UnmountCommand: AsyncParsableCommand {
     /// Keeps the unsynced files in a recovery folder now, while the daemon may still be
     /// stuck (`cleanUp` finds them kept already).
     private func keepUnsynced(_ record: MountRecord) {
-        guard let catalog = try? Catalog(path: record.stateDirectory + "/catalog.sqlite") else { return }
+        guard let catalog = try? Catalog(path: record.catalogPath) else { return }
         let pending = (try? catalog.items(in: [.modified, .uploading])) ?? []
         guard !pending.isEmpty else { return }
         _ = try? RecoveryFolder.keep(pending, cacheDirectory: record.cacheDirectory, stateDirectory: record.stateDirectory)
@@ -186,7 +186,7 @@ struct UnmountCommand: AsyncParsableCommand {
     private func cleanUp(_ record: MountRecord, environment: [String: String]) {
         var pending: [Item] = []
         var pinned: [String] = []
-        if let catalog = try? Catalog(path: record.stateDirectory + "/catalog.sqlite") {
+        if let catalog = try? Catalog(path: record.catalogPath) {
             pending = (try? catalog.items(in: [.modified, .uploading])) ?? []
             pinned = (try? catalog.pinnedLocalItems().map(\.id)) ?? []
         }

@@ -23,6 +23,21 @@ struct CatalogTests {
         #expect(try catalog.item(Item.rootInode)?.listedAt == 1)
     }
 
+    /// `docfs unmount` decides on what kind of failure an upload met, kept beside its message:
+    /// never on the message's words.
+    @Test func anUploadsFailureKeepsItsKind() throws {
+        let catalog = try Catalog(path: path)
+        try catalog.applyListing(of: Item.rootInode, entries: [entry("a.txt"), entry("b.txt")], listedAt: 1)
+        let (a, b) = try (catalog.children(of: Item.rootInode)[0], catalog.children(of: Item.rootInode)[1])
+        try catalog.recordUploadError(of: a.inode, "no route to the server", trouble: .unreachable)
+        try catalog.recordUploadError(of: b.inode, "413 too large", trouble: .refused)
+        #expect(try catalog.item(a.inode)?.uploadTrouble == .unreachable)
+        #expect(try catalog.item(b.inode)?.uploadTrouble == .refused)
+        try catalog.recordUploadError(of: a.inode, nil)
+        #expect(try catalog.item(a.inode)?.uploadTrouble == nil)
+        #expect(try Catalog(path: path).item(b.inode)?.uploadTrouble == .refused)
+    }
+
     @Test func aBatchReadFindsExactlyTheInodesAskedForWhateverTheirNumber() throws {
         let catalog = try Catalog(path: path)
         try catalog.applyListing(of: Item.rootInode, entries: (0..<40).map { entry(String(format: "f%02d", $0)) }, listedAt: 1)

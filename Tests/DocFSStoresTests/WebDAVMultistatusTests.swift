@@ -78,6 +78,28 @@ struct WebDAVMultistatusTests {
         }
     }
 
+    /// Apache's answer for a name locked before it was written (RFC 2518's lock-null
+    /// resource): listed with an empty resource type, and 404 for length, time and version.
+    static let lockNull = """
+        <D:multistatus xmlns:D="DAV:"><D:response><D:href>/</D:href><D:propstat><D:prop><D:resourcetype><D:collection/>
+        </D:resourcetype><D:getlastmodified>Sun, 06 Nov 1994 08:49:37 GMT</D:getlastmodified></D:prop>
+        <D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response>
+        <D:response><D:href>/new.txt</D:href><D:propstat><D:prop><D:resourcetype/></D:prop><D:status>HTTP/1.1 200 OK</D:status>
+        </D:propstat><D:propstat><D:prop><D:getcontentlength/><D:getlastmodified/><D:getetag/></D:prop>
+        <D:status>HTTP/1.1 404 Not Found</D:status></D:propstat></D:response></D:multistatus>
+        """
+
+    @Test func aNameLockedBeforeItWasWrittenIsNotAFile() async throws {
+        try await withWebDAVStore("http://h/") { store in
+            let responses = try WebDAVMultistatus.parse(Data(Self.lockNull.utf8))
+            #expect(responses[1].isLockNull)
+            #expect(!responses[0].isLockNull)
+            let listing = try store.listing(of: .root, from: responses)
+            #expect(listing.children.isEmpty)
+            #expect(listing.skipped == 0)
+        }
+    }
+
     @Test func listingOfAFileIsNotADirectory() async throws {
         try await withWebDAVStore("http://h/") { store in
             let xml = """

@@ -530,8 +530,10 @@ webdav.sqlite-db-name = "{workdir}/webdav.db"
 
 class SabreServer(Server):
     """sabre/dav (Debian's `php-sabre-dav`, the engine inside Nextcloud and ownCloud) behind
-    PHP's built-in web server (`php -S`), with its file-system tree, its file lock backend and
-    a router script of our own that logs each request once answered."""
+    PHP's built-in web server (`php -S`, four workers), with its file-system tree, its PDO lock
+    backend on SQLite (as a deployment keeps locks in its database; the file backend reads and
+    rewrites one file unlocked, so concurrent workers bring back released locks for 30 minutes)
+    and a router script of our own that logs each request once answered."""
     kind = "sabre"
     ROUTER = r"""<?php
 require_once '/usr/share/php/Sabre/autoload.php';
@@ -539,7 +541,11 @@ $root = getenv('DOCFS_SABRE_ROOT');
 $work = getenv('DOCFS_SABRE_WORK');
 $server = new Sabre\DAV\Server(new Sabre\DAV\FS\Directory($root));
 $server->setBaseUri('/');
-$server->addPlugin(new Sabre\DAV\Locks\Plugin(new Sabre\DAV\Locks\Backend\File($work . '/locks')));
+$pdo = new PDO('sqlite:' . $work . '/locks.sqlite');
+$pdo->setAttribute(PDO::ATTR_ERRMODE, PDO::ERRMODE_EXCEPTION);
+$pdo->exec('PRAGMA busy_timeout = 10000');
+$pdo->exec('CREATE TABLE IF NOT EXISTS locks (id integer primary key asc, owner text, timeout integer, created integer, token text, scope integer, depth integer, uri text)');
+$server->addPlugin(new Sabre\DAV\Locks\Plugin(new Sabre\DAV\Locks\Backend\PDO($pdo)));
 $server->exec();
 $path = parse_url($_SERVER['REQUEST_URI'], PHP_URL_PATH);
 file_put_contents($work . '/requests.log',

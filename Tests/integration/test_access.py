@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run
+from conftest import _ACTIVE_MOUNTS, run
+from helpers import docfs_bin, is_mounted, pids_for, wait_until
 from write_support import make_store, wait_server_bytes
 
 pytestmark = pytest.mark.fuse
@@ -208,3 +209,88 @@ def test_modes_set_on_purpose_mean_what_they_say_with_allow_other(mount, store, 
     assert os.stat(m / "project" / "sub").st_gid == group
     assert os.stat(m / "project" / "sub").st_mode & stat.S_ISGID
     assert m.unmount().returncode == 0
+
+
+#: The ordinary user who runs the daemon below (fusermount3 wants a name for the user: an
+#: account every Debian system has), and a teammate in its group (a uid with no account).
+OWNER = pwd.getpwnam("games")
+TEAMMATE_UID = 61002
+
+
+@pytest.fixture
+def ordinary_users_may_mount():
+    """As on a Debian desktop: `/dev/fuse` open to all (0666, where this machine has 0600) and
+    `user_allow_other` in /etc/fuse.conf (fusermount3 lets an ordinary user mount with
+    allow_other only then); both as they were afterwards."""
+    conf = Path("/etc/fuse.conf")
+    before = conf.read_bytes() if conf.exists() else None
+    device_mode = stat.S_IMODE(os.stat("/dev/fuse").st_mode)
+    lines = (before or b"").decode().splitlines()
+    if not any(line.strip() == "user_allow_other" for line in lines):
+        conf.write_text("\n".join(lines + ["user_allow_other"]) + "\n")
+    os.chmod("/dev/fuse", device_mode | 0o666)
+    yield
+    os.chmod("/dev/fuse", device_mode)
+    if before is None:
+        conf.unlink(missing_ok=True)
+    else:
+        conf.write_bytes(before)
+
+
+@needs_root
+def test_a_daemon_of_an_ordinary_user_shares_what_modes_allow(tmp_path, public_dir, ordinary_users_may_mount):
+    """Issue 33: docfs run by an ordinary user (not root) with `--allow-other`: another user
+    reads what the modes allow and nothing more, a member of the file's group what the group
+    may, and what the daemon's user makes through the mount is its own."""
+    store = make_store(public_dir / "store", {"public.txt": b"for all\n", "team.txt": b"for the team\n",
+                                              "private.txt": b"for the owner\n", "closed/inside.txt": b"inside\n"})
+    for name, mode in (("public.txt", 0o644), ("team.txt", 0o640), ("private.txt", 0o600), ("closed", 0o700)):
+        os.chmod(store / name, mode)
+    home = public_dir / "home"
+    mountpoint = public_dir / "mnt"
+    for path in (home, mountpoint):
+        path.mkdir()
+    subprocess.run(["chown", "-R", f"{OWNER.pw_uid}:{OWNER.pw_gid}", str(store), str(home), str(mountpoint)], check=True)
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "XDG_STATE_HOME": str(home / "state"),
+           "XDG_CACHE_HOME": str(home / "cache"), "XDG_RUNTIME_DIR": str(home / "run")}
+    as_owner = ["setpriv", f"--reuid={OWNER.pw_uid}", f"--regid={OWNER.pw_gid}", "--clear-groups", "env", "-i",
+                *[f"{k}={v}" for k, v in env.items()]]
+    _ACTIVE_MOUNTS.add(str(mountpoint))
+    try:
+        mounted = run([*as_owner, docfs_bin(), "mount", str(store), str(mountpoint), "--allow-other",
+                       "--log-file", str(home / "docfs.log")], timeout=60)
+        assert mounted.returncode == 0, mounted
+        daemons = pids_for(str(mountpoint))
+        assert daemons and all(os.stat(f"/proc/{pid}").st_uid == OWNER.pw_uid for pid in daemons), daemons
+
+        def reads(uid: int, groups: list[int], name: str) -> bool:
+            return as_user(uid, uid, groups, "cat", str(mountpoint / name)).returncode == 0
+
+        # A stranger: the world-readable file only.
+        assert reads(NOBODY, [], "public.txt")
+        assert not reads(NOBODY, [], "team.txt")
+        assert not reads(NOBODY, [], "private.txt")
+        assert not reads(NOBODY, [], "closed/inside.txt")
+        # A member of the files' group: the group-readable file too, not the owner's own.
+        assert reads(TEAMMATE_UID, [OWNER.pw_gid], "team.txt")
+        assert not reads(TEAMMATE_UID, [OWNER.pw_gid], "private.txt")
+        # Root is another user too, and default_permissions lets it in as on any file system.
+        assert (mountpoint / "private.txt").read_bytes() == b"for the owner\n"
+        # Nobody else may write; the owner's new file is the owner's, on the store as well.
+        refused = as_user(NOBODY, NOBODY, [], "sh", "-c", f"echo x >> '{mountpoint / 'public.txt'}'")
+        assert refused.returncode != 0 and "Permission denied" in refused.stderr, refused
+        made = run([*as_owner, "sh", "-c", f"echo mine > '{mountpoint / 'mine.txt'}'"], timeout=30)
+        assert made.returncode == 0, made
+        assert os.stat(mountpoint / "mine.txt").st_uid == OWNER.pw_uid
+        wait_until(lambda: (store / "mine.txt").is_file() and (store / "mine.txt").read_bytes() == b"mine\n", 30,
+                   "mine.txt on the store")
+        assert os.stat(store / "mine.txt").st_uid == OWNER.pw_uid
+
+        unmounted = run([*as_owner, docfs_bin(), "unmount", str(mountpoint)], timeout=120)
+        assert unmounted.returncode == 0, unmounted
+    finally:
+        if is_mounted(mountpoint):
+            run(["fusermount3", "-uz", str(mountpoint)], timeout=30)
+        for pid in pids_for(str(mountpoint)):
+            os.kill(pid, 9)
+        _ACTIVE_MOUNTS.discard(str(mountpoint))

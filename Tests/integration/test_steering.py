@@ -109,6 +109,43 @@ def test_progress_grows_while_a_throttled_download_runs(tmp_path, docfs_serve, m
         proxy.stop()
 
 
+def test_a_streamed_download_shows_as_downloading_and_in_status(tmp_path, docfs_serve, mount, xdg):
+    """Issue 32: a file above the whole-file limit comes down in ranges as it is read, and its
+    copy is `local` in the catalog from its first bytes on. While it streams, `user.docfs.state`
+    says `downloading` and `docfs status` lists the transfer, as for a download made at open."""
+    size = 3_000_000
+    root = tmp_path / "store"
+    root.mkdir()
+    (root / "big.bin").write_bytes(pseudo_random_bytes(size, seed=12))
+    server = docfs_serve(root)
+    proxy = FaultProxy(server.port, log_path=tmp_path / "proxy.log").start()
+    try:
+        proxy.throttle(400_000, method="GET", path=r"big\.bin")
+        m = mount(proxy.url)
+        big = m / "big.bin"
+        reader = subprocess.Popen([sys.executable, "-c", f"open({str(big)!r}, 'rb').read()"])
+        states, listed = set(), None
+        deadline = time.monotonic() + 60
+        while reader.poll() is None and time.monotonic() < deadline:
+            if xattr(big, "user.docfs.progress") is not None:
+                state = xattr_state(big)
+                if xattr(big, "user.docfs.progress") is not None:  # still streaming after the look
+                    states.add(state)
+                if listed is None:
+                    result = xdg.docfs("status", "--json", m.path)
+                    assert result.returncode == 0, result.stderr
+                    listed = json.loads(result.stdout)["mounts"][0]["transfers"]
+            time.sleep(0.1)
+        assert reader.wait(timeout=60) == 0
+        assert states == {"downloading"}, f"user.docfs.state while streaming: {states}"
+        assert listed and listed[0]["path"] == "/big.bin" and listed[0]["state"] == "downloading", listed
+        assert 0 <= listed[0]["done"] <= size and listed[0]["total"] == size, listed
+        wait_until(lambda: xattr_state(big) in ("placeholder", "local"), 30, "the download to end")
+    finally:
+        proxy.clear()
+        proxy.stop()
+
+
 def test_folder_state_counts_children(tmp_path, docfs_serve, mount):
     root = tmp_path / "store"
     (root / "d" / "sub").mkdir(parents=True)

@@ -331,3 +331,51 @@ def test_two_mounts_and_a_third_client_lose_no_saved_version(kind, tmp_path, req
         stop.set()
         for note in store.cleanup():
             print(f"teardown: {note}")
+
+
+def _write_and_close_at_once(paths: list[Path], name: str, contents: list[bytes]) -> list[str]:
+    """Writes `contents[i]` to `paths[i]/name` (each made with O_EXCL) and closes all together."""
+    barrier, errors = threading.Barrier(len(paths)), []
+
+    def write(path: Path, content: bytes):
+        try:
+            fd = os.open(path / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                os.write(fd, content)
+                barrier.wait(30)
+            finally:
+                os.close(fd)
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(f"{path}: {error!r}")
+
+    threads = [threading.Thread(target=write, args=(p, c)) for p, c in zip(paths, contents)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    return errors
+
+
+@pytest.mark.parametrize("kind", ["docfs-serve", "apache", "wsgidav", "sabre", "nginx", "moto"])
+def test_two_mounts_creating_one_name_at_once_keep_both(kind, tmp_path, request):
+    """Two mounts each make `new-N.txt` (neither sees the other's yet) and close at once, for
+    many N: the two uploads run together. One takes the name, the other is kept as a conflict
+    copy. Apache checks `If-None-Match: *` before it writes, not with it, so two creations at
+    the same moment both passed it and the later one replaced the earlier."""
+    store = Store(kind, tmp_path, request)
+    try:
+        (path_a, xdg_a), (path_b, xdg_b) = store.mount("a", 0), store.mount("b", 0)
+        rounds = 100
+        for n in range(rounds):
+            contents = [f"A{n:06d};".encode() * 512, f"B{n:06d};".encode() * 512]
+            assert not _write_and_close_at_once([path_a, path_b], f"new-{n}.txt", contents)
+        for path, xdg in ((path_a, xdg_a), (path_b, xdg_b)):
+            wait_until(lambda: settled(path, xdg), 120, f"the uploads of {path} to settle")
+        kept = {content[:8] for name, content in store.files().items() if name.startswith("new-")}
+        lost = [f"{w}{n:06d};" for n in range(rounds) for w in "AB" if f"{w}{n:06d};".encode() not in kept]
+        assert not lost, f"{len(lost)} of {2 * rounds} new files are on the store nowhere: {lost[:10]}"
+        for path, xdg in ((path_a, xdg_a), (path_b, xdg_b)):
+            assert xdg.docfs("unmount", path, timeout=120).returncode == 0
+    finally:
+        for note in store.cleanup():
+            print(f"teardown: {note}")

@@ -10,7 +10,7 @@
 set -euo pipefail
 
 packages=(fuse3 libfuse3-dev pkg-config rclone s3fs attr libglib2.0-bin strace apache2
-          nginx-light libnginx-mod-http-dav-ext lighttpd lighttpd-mod-webdav php-cli php-sabre-dav)
+          nginx-light libnginx-mod-http-dav-ext lighttpd lighttpd-mod-webdav php-cli php-sqlite3 php-sabre-dav)
 
 missing=()
 for p in "${packages[@]}"; do
