@@ -154,14 +154,14 @@ extension Catalog {
             }
             try db.cachedExecute(sql: """
                 INSERT INTO item (id, parent, name, path, kind, size, modifiedNs, etag, symlinkTarget, mode, state, kindKnownFor, rdev,
-                                  owner, "group")
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                  owner, "group", links)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """, arguments: [ItemIdentifier.make(), Int64(bitPattern: directory), entry.name,
                                  join(dirPath, entry.name), kind.rawValue, entry.size, Timestamp(seconds: entry.modified).nanoseconds,
                                  entry.etag?.value, target(of: entry), entry.mode.map { Int64($0) },
                                  kind == .directory ? ItemState.directory.rawValue : ItemState.placeholder.rawValue,
                                  kindUnknown.contains(key) ? nil : entry.etag?.value, rdev(of: entry),
-                                 storeOwner(of: entry), storeGroup(of: entry)])
+                                 storeOwner(of: entry), storeGroup(of: entry), entry.links])
         }
     }
 
@@ -202,12 +202,13 @@ extension Catalog {
             return
         }
         let etag = entry.etag?.value
-        if (row["etag"] as String?) == etag, (row["size"] as Int64) == entry.size, (row["onStore"] as Int64) == 1 { return }
+        if (row["etag"] as String?) == etag, (row["size"] as Int64) == entry.size, (row["onStore"] as Int64) == 1,
+           (row["links"] as Int64) == Int64(entry.links) { return }
         try db.cachedExecute(sql: """
             UPDATE item SET size = ?, modifiedNs = CASE WHEN etag IS NOT NULL AND etag = ? THEN modifiedNs ELSE ? END,
-                etag = ?, onStore = 1
+                etag = ?, onStore = 1, links = ?
             WHERE inode = ?
-            """, arguments: [entry.size, etag, Timestamp(seconds: entry.modified).nanoseconds, etag, row["inode"] as Int64])
+            """, arguments: [entry.size, etag, Timestamp(seconds: entry.modified).nanoseconds, etag, entry.links, row["inode"] as Int64])
     }
 
     /// Brings a row of the same kind up to what the store says of it.
@@ -225,11 +226,11 @@ extension Catalog {
         try db.cachedExecute(sql: """
             UPDATE item SET size = ?, modifiedNs = CASE WHEN NOT ? AND etag IS NOT NULL AND etag = ? THEN modifiedNs ELSE ? END,
                 etag = ?, symlinkTarget = ?, mode = COALESCE(?, mode), onStore = 1, kindKnownFor = ?, rdev = ?,
-                owner = COALESCE(?, owner), "group" = COALESCE(?, "group")
+                owner = COALESCE(?, owner), "group" = COALESCE(?, "group"), links = ?
             WHERE inode = ?
             """, arguments: [entry.size, entry.carriesOwnTime, entry.etag?.value, time, entry.etag?.value,
                              target(of: entry), entry.mode.map { Int64($0) }, entry.etag?.value, rdev(of: entry),
-                             storeOwner(of: entry), storeGroup(of: entry), row["inode"] as Int64])
+                             storeOwner(of: entry), storeGroup(of: entry), entry.links, row["inode"] as Int64])
     }
 
     /// The store's version moves; the copy's base does not. A clean copy shows its own size
@@ -243,10 +244,11 @@ extension Catalog {
             UPDATE item SET etag = ?, onStore = CASE WHEN baseEtag IS NULL AND onStore = 0 THEN 0 ELSE 1 END,
                 kindKnownFor = CASE WHEN ? THEN ? ELSE kindKnownFor END,
                 size = CASE WHEN ? THEN size ELSE ? END,
-                modifiedNs = CASE WHEN ? OR (etag IS NOT NULL AND etag = ?) THEN modifiedNs ELSE ? END
+                modifiedNs = CASE WHEN ? OR (etag IS NOT NULL AND etag = ?) THEN modifiedNs ELSE ? END,
+                links = ?
             WHERE inode = ?
             """, arguments: [entry.etag?.value, confirmingKind, entry.etag?.value, dirty, entry.size, dirty, entry.etag?.value,
-                             Timestamp(seconds: entry.modified).nanoseconds, row["inode"] as Int64])
+                             Timestamp(seconds: entry.modified).nanoseconds, entry.links, row["inode"] as Int64])
     }
 
     private static func finish(listing progress: ListingProgress, of directory: Inode, listedAt: Double, moving: MovingItems,

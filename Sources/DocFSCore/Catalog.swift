@@ -158,6 +158,10 @@ public final class Catalog: Sendable {
                 WHERE uploadError IS NOT NULL
                 """)
         }
+        migrator.registerMigration("v13-hard-links") { db in
+            // How many names the store gives a file (hard links on the local store), as listed.
+            try db.execute(sql: "ALTER TABLE item ADD COLUMN links INTEGER NOT NULL DEFAULT 1")
+        }
         return migrator
     }
 
@@ -270,6 +274,21 @@ public final class Catalog: Sendable {
     }
 
     // MARK: Writing
+
+    /// The files whose store version is `etag` (the names of one file, on a store with hard links).
+    public func files(withVersion etag: ETag) throws(FSError) -> [Item] {
+        try read { db in
+            try Row.fetchAll(db, sql: "SELECT \(Catalog.itemColumns) FROM item WHERE etag = ? AND kind = ? LIMIT 1000",
+                             arguments: [etag.value, Item.Kind.file.rawValue]).map(Catalog.item(from:))
+        }
+    }
+
+    /// How many names the store gives `inode`'s file now (after a hard link was made or removed).
+    public func recordLinks(of inode: Inode, _ links: Int) throws(FSError) {
+        try write(invalidating: .item(inode)) { db in
+            try db.cachedExecute(sql: "UPDATE item SET links = ? WHERE inode = ?", arguments: [links, Int64(bitPattern: inode)])
+        }
+    }
 
     /// Records what the store said about an item's content (after a fetch: the ETag may be new).
     public func updateMetadata(of inode: Inode, from entry: RemoteEntry) throws(FSError) {
@@ -725,7 +744,8 @@ public final class Catalog: Sendable {
         let etag = entry.etag?.value
         guard (row["size"] as Int64) == entry.size, (row["etag"] as String?) == etag,
               (row["kindKnownFor"] as String?) == etag, (row["onStore"] as Int64) == 1,
-              (row["symlinkTarget"] as String?) == target(of: entry), (row["rdev"] as Int64) == rdev(of: entry) else { return false }
+              (row["symlinkTarget"] as String?) == target(of: entry), (row["rdev"] as Int64) == rdev(of: entry),
+              (row["links"] as Int64) == Int64(entry.links) else { return false }
         if let mode = entry.mode, (row["mode"] as Int64?) != Int64(mode) { return false }
         if let owner = storeOwner(of: entry), (row["owner"] as Int64?) != owner { return false }
         if let group = storeGroup(of: entry), (row["group"] as Int64?) != group { return false }
@@ -739,7 +759,7 @@ public final class Catalog: Sendable {
     static let itemColumns = """
         inode, id, parent, name, path, kind, size, modifiedNs, etag, symlinkTarget, mode, state, listedAt, onStore, \
         owner, "group", accessedNs, changedNs, uploadError, conflictCopy, baseEtag, uncommitted, rdev, \
-        kindKnownFor IS NOT NULL AND kindKnownFor = etag, uploadTrouble
+        kindKnownFor IS NOT NULL AND kindKnownFor = etag, uploadTrouble, links
         """
 
     /// An item from a row of `SELECT \(itemColumns)`.
@@ -774,7 +794,8 @@ public final class Catalog: Sendable {
             hasUncommittedWrites: row[21],
             rdev: UInt64(bitPattern: row[22]),
             kindConfirmed: (row[23] as Bool?) ?? false,
-            uploadTrouble: (row[24] as String?).flatMap(UploadTrouble.init(rawValue:))
+            uploadTrouble: (row[24] as String?).flatMap(UploadTrouble.init(rawValue:)),
+            links: Int(row[25] as Int64)
         )
     }
 }

@@ -9,8 +9,8 @@ import Synchronization
 /// (changes going back) together. Everything that may touch the network is `async`; what only
 /// touches the catalog or a local copy is synchronous and cheap.
 public final class DocFileSystem: Sendable {
-    private let catalog: Catalog
-    private let provider: Provider
+    let catalog: Catalog
+    let provider: Provider
     private let enumerator: DirectoryEnumerator
     let uploader: Uploader
     /// New files uploaded while they are written (nil: the store cannot, or it is off).
@@ -20,7 +20,7 @@ public final class DocFileSystem: Sendable {
     /// The settling of changes a killed daemon left under way, while it runs.
     private let settlingChangesCutShort = Mutex<Task<Void, Never>?>(nil)
     public let readOnly: Bool
-    private let store: any Store
+    let store: any Store
     private let cacheDirectory: String
     /// Tells a machine crash from a daemon's at the next start (none: no state directory, as in
     /// tests that never restart).
@@ -746,6 +746,7 @@ public final class DocFileSystem: Sendable {
             let now = Timestamp.now
             try catalog.removeItem(target.inode, folderChanged: now)
             markUnlinked(target.inode, at: now)
+            if target.links > 1 { try forgetOneLink(of: target) }
         }
     }
 
@@ -1030,7 +1031,7 @@ public final class DocFileSystem: Sendable {
 
     /// Where a new entry `name` in `parent` goes on the store; refuses a read-only mount, a
     /// name too long and a name already taken.
-    private func pathForNewEntry(named name: String, in parent: Inode) async throws(FSError) -> StorePath {
+    func pathForNewEntry(named name: String, in parent: Inode) async throws(FSError) -> StorePath {
         if readOnly { throw .readOnly }
         guard name.utf8.count <= 255 else { throw .nameTooLong }
         let directory = try item(parent)

@@ -85,6 +85,8 @@ public struct Item: Sendable, Equatable {
     public var unlinked = false
     /// What kind of failure `uploadError` is (nil with no error, or one recorded before docfs kept it).
     public var uploadTrouble: UploadTrouble?
+    /// How many names the store gives this file (hard links on the local store; 1 elsewhere).
+    public var links = 1
 
     public var isDirectory: Bool { kind == .directory }
 

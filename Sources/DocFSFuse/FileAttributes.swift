@@ -23,7 +23,7 @@ struct FileAttributes {
             st.st_nlink = 1
         case .file:
             st.st_mode = S_IFREG | access.permissions(stored: item.mode, directory: false)
-            st.st_nlink = item.unlinked ? 0 : 1
+            st.st_nlink = item.unlinked ? 0 : nlink_t(max(1, item.links))
         case .symlink:
             st.st_mode = S_IFLNK | 0o777
             st.st_nlink = 1

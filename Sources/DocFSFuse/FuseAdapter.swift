@@ -355,6 +355,18 @@ final class FuseAdapter: Sendable {
         }
     }
 
+    /// link(2): EPERM where the store has no hard links.
+    func link(_ request: consuming FuseRequest, inode: Inode, newParent: Inode, newName: String) async {
+        do {
+            let item = try await fs.makeHardLink(to: inode, in: newParent, name: newName)
+            // The kernel keeps the source's attributes (its link count) until told.
+            invalidateAttributes(of: inode)
+            request.replyEntry(entry(for: item))
+        } catch {
+            request.fail(error)
+        }
+    }
+
     func remove(_ request: consuming FuseRequest, parent: Inode, name: String, directory: Bool) async {
         do {
             try await shielded { [fs] () throws(FSError) in try await fs.remove(from: parent, name: name, directory: directory) }

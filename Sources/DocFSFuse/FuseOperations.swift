@@ -151,9 +151,10 @@ enum FuseOperations {
                 await adapter.rename(request, parent: parent, name: name, newParent: newParent, newName: newName, flags: flags)
             }
         }
-        ops.link = { req, _, _, _ in
-            // Hard links cannot be represented on a document store.
-            fuse_reply_err(req, EPERM)
+        ops.link = { req, inode, newParent, newName in
+            guard let newName = decodedName(newName) else { return fuseRequest(req).reply(errno: EILSEQ) }
+            let adapter = fuseAdapter(req)
+            adapter.respond(req!) { request in await adapter.link(request, inode: inode, newParent: newParent, newName: newName) }
         }
         ops.symlink = { req, target, parent, name in
             guard let target = decodedName(target) else { return fuseRequest(req).reply(errno: EILSEQ) }

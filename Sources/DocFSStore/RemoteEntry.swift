@@ -25,9 +25,12 @@ public struct RemoteEntry: Sendable, Equatable {
     /// GET), not the store's record of when this version was stored (S3's `LastModified`, all
     /// an S3 listing shows). Such a time replaces the one the catalog holds for the same version.
     public var carriesOwnTime: Bool
+    /// How many names the store gives this file (hard links, where the store has them: the
+    /// local directory store); 1 elsewhere.
+    public var links: Int
 
     public init(path: StorePath, kind: Kind, size: Int64, modified: Double, etag: ETag? = nil, mode: UInt32? = nil,
-                owner: UInt32? = nil, group: UInt32? = nil, carriesOwnTime: Bool = false) {
+                owner: UInt32? = nil, group: UInt32? = nil, carriesOwnTime: Bool = false, links: Int = 1) {
         self.path = path
         self.kind = kind
         self.size = size
@@ -37,6 +40,7 @@ public struct RemoteEntry: Sendable, Equatable {
         self.owner = owner
         self.group = group
         self.carriesOwnTime = carriesOwnTime
+        self.links = links
     }
 
     public var name: String { path.name }

@@ -35,6 +35,12 @@ extension Store {
         throw .notSupported("symbolic links")
     }
 
+    /// Hard links: only a store on a file system has them (WebDAV and S3 have no second name
+    /// for one content, as s3fs and rclone say too).
+    public func makeHardLink(_ path: StorePath, to source: StorePath) async throws(StoreError) -> RemoteEntry {
+        throw .notSupported("hard links")
+    }
+
     /// Creates a FIFO, socket or device node at `path` (see `SpecialFile`).
     public func makeSpecial(_ path: StorePath, _ special: SpecialFile, mode: UInt32) async throws(StoreError) -> RemoteEntry {
         throw .notSupported("special files")

@@ -60,6 +60,10 @@ public protocol Store: Sendable {
     /// Creates a symbolic link (default: `.notSupported`, see Store+Optional.swift).
     func makeSymlink(_ path: StorePath, target: String) async throws(StoreError) -> RemoteEntry
 
+    /// Gives the file at `source` a second name, `path` (a hard link; default: `.notSupported`,
+    /// see Store+Optional.swift). Returns the entry at `path`, whose `links` counts both.
+    func makeHardLink(_ path: StorePath, to source: StorePath) async throws(StoreError) -> RemoteEntry
+
     /// Creates a FIFO, socket or device node with permission bits `mode` (default:
     /// `.notSupported`, see Store+Optional.swift; the core then keeps it in its catalog only).
     func makeSpecial(_ path: StorePath, _ special: SpecialFile, mode: UInt32) async throws(StoreError) -> RemoteEntry

@@ -193,6 +193,11 @@ public struct LocalDirectoryStore: Store {
                     if !exists || LocalDirectoryStore.etag(existing) != etag { throw .versionMismatch(path) }
                 }
 
+                if exists, existing.st_nlink > 1 {
+                    // A file with other names (hard links) keeps them only if written in place,
+                    // as on any file system: not atomic, as there.
+                    return try LocalDirectoryStore.writeInPlace(path, parent: parent, name: name, from: source, localFile: localFile)
+                }
                 let temporary = LocalDirectoryStore.temporaryPrefix + String(UInt64.random(in: 0...UInt64.max), radix: 36)
                 let mode: mode_t = exists ? (existing.st_mode & 0o7777) : 0o666
                 let target = openat(parent, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)
@@ -233,6 +238,42 @@ public struct LocalDirectoryStore: Store {
                     throw LocalDirectoryStore.error(errno, path: path, doing: "stat")
                 }
                 return LocalDirectoryStore.entry(path, info, directoryFD: parent, name: name)
+            }
+        }
+    }
+
+    /// Replaces the content of `name` in `parent` with `source`'s, in the same inode.
+    static func writeInPlace(_ path: StorePath, parent: Int32, name: String, from source: Int32, localFile: String) throws(StoreError) -> RemoteEntry {
+        let target = openat(parent, name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard target >= 0 else { throw LocalDirectoryStore.error(errno, path: path, doing: "open") }
+        defer { close(target) }
+        guard ftruncate(target, 0) == 0 else { throw LocalDirectoryStore.error(errno, path: path, doing: "truncate") }
+        try LocalDirectoryStore.copy(from: source, to: target, path: path, localFile: localFile)
+        guard fsync(target) == 0 else { throw LocalDirectoryStore.error(errno, path: path, doing: "fsync") }
+        var info = Glibc.stat()
+        guard fstat(target, &info) == 0 else { throw LocalDirectoryStore.error(errno, path: path, doing: "stat") }
+        return LocalDirectoryStore.entry(path, info, directoryFD: parent, name: name)
+    }
+
+    // MARK: - hard links
+
+    public func makeHardLink(_ path: StorePath, to source: StorePath) async throws(StoreError) -> RemoteEntry {
+        let root = self.root
+        return try await Blocking.run { () throws(StoreError) -> RemoteEntry in
+            try Walk.withParent(root: root, source) { (sourceParent, sourceName) throws(StoreError) -> RemoteEntry in
+                guard let sourceName else { throw .isADirectory(source) }
+                return try Walk.withParent(root: root, path) { (parent, name) throws(StoreError) -> RemoteEntry in
+                    guard let name else { throw .alreadyExists(path) }
+                    guard linkat(sourceParent, sourceName, parent, name, 0) == 0 else {
+                        throw LocalDirectoryStore.error(errno, path: path, doing: "link")
+                    }
+                    fsync(parent)
+                    var info = Glibc.stat()
+                    guard fstatat(parent, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
+                        throw LocalDirectoryStore.error(errno, path: path, doing: "stat")
+                    }
+                    return LocalDirectoryStore.entry(path, info, directoryFD: parent, name: name)
+                }
             }
         }
     }
@@ -407,7 +448,7 @@ public struct LocalDirectoryStore: Store {
                                owner: UInt32(info.st_uid), group: UInt32(info.st_gid))
         default:
             return RemoteEntry(path: path, kind: .file, size: Int64(info.st_size), modified: modified, etag: etag(info), mode: mode,
-                               owner: UInt32(info.st_uid), group: UInt32(info.st_gid))
+                               owner: UInt32(info.st_uid), group: UInt32(info.st_gid), links: Int(info.st_nlink))
         }
     }
 

@@ -11,6 +11,30 @@ import Testing
 
 @Suite("LocalDirectoryStore")
 struct LocalDirectoryStoreTests {
+    /// A second name for a file, counted on both; a write over a version keeps every name
+    /// (in place), where a write by a temporary file and a rename would leave the other name
+    /// with the old bytes.
+    @Test func hardLinksAreCountedAndKeptByWrites() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        try dir.write("a.txt", "one")
+        try dir.write("d/keep.txt", "x")
+        let store = try LocalDirectoryStore(root: dir.path, logger: testLogger)
+        let linked = try await store.makeHardLink(path("d/b.txt"), to: path("a.txt"))
+        #expect(linked.links == 2)
+        #expect(try await store.stat(path("a.txt")).links == 2)
+        let before = try await store.stat(path("a.txt"))
+        let written = try await store.write(path("d/b.txt"), fromLocalFile: try dir.uploadSource(Array("two".utf8)),
+                                            condition: .ifMatch(try #require(before.etag)))
+        #expect(written.links == 2)
+        #expect(dir.read("a.txt") == Array("two".utf8))
+        await expectStoreError(.alreadyExists(path("d/keep.txt"))) { () throws(StoreError) in
+            try await store.makeHardLink(path("d/keep.txt"), to: path("a.txt"))
+        }
+        try await store.delete(path("d/b.txt"), isDirectory: false)
+        #expect(try await store.stat(path("a.txt")).links == 1)
+    }
+
     @Test func symlinksAreListedAndNeverTraversed() async throws {
         let outside = try TemporaryDirectory()
         defer { outside.remove() }
