@@ -543,7 +543,10 @@ public final class DocFileSystem: Sendable {
             do {
                 do { try await completeForCommit(file) } catch {
                     // Handed over all the same: the uploader fetches the rest and commits.
-                    try? file.copy.update { $0.commitAwaitsFill() }
+                    do { try file.copy.update { $0.commitAwaitsFill() } } catch let recording {
+                        logger.error("cannot note that a copy's commit awaits its fill",
+                                     metadata: ["inode": "\(file.inode)", "error": "\(recording)"])
+                    }
                     throw error
                 }
                 try await Blocking.run { () throws(FSError) in _ = try file.copy.commit() }

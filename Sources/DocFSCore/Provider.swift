@@ -313,8 +313,12 @@ public actor Provider {
     /// The item was unlinked. An open copy lives on for its handles (POSIX), nothing is uploaded.
     public func itemRemoved(_ inode: Inode, item: Item) {
         if let entry = providing[inode] {
-            let action = (try? entry.copy.update { $0.removedLocally() }) ?? .none
-            _ = perform(action, on: entry.copy)
+            do {
+                _ = perform(try entry.copy.update { $0.removedLocally() }, on: entry.copy)
+            } catch {
+                // The copy lives on for its handles as it was; the journal did not take the removal.
+                logger.error("cannot record the removal of an open copy", metadata: ["inode": "\(inode)", "error": "\(error)"])
+            }
         } else {
             unlink(copyPath(for: item))
         }

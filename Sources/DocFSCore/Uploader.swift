@@ -589,8 +589,13 @@ public actor Uploader {
         if let settled = await ownVersionOnStore(item, copy, commit: commit, snapshot: snapshot) { return settled }
         do {
             let (conflictName, kept) = try await uploadConflictCopy(of: item, in: parentPath, from: snapshot)
-            _ = try? catalog.createItem(in: parent, name: conflictName, kind: .file, size: kept.size, modified: Timestamp(seconds: kept.modified),
-                                        etag: kept.etag, mode: item.mode, state: .placeholder, onStore: true)
+            do {
+                _ = try catalog.createItem(in: parent, name: conflictName, kind: .file, size: kept.size, modified: Timestamp(seconds: kept.modified),
+                                           etag: kept.etag, mode: item.mode, state: .placeholder, onStore: true)
+            } catch {
+                // On the store all the same: the next listing shows it.
+                logger.info("the conflict copy waits for the next listing to show", metadata: ["name": "\(conflictName)", "error": "\(error)"])
+            }
             let theirs = try await storeVersion(of: item.path)
             try await provider.conflictKept(copy, commit: commit, conflictCopy: conflictName, storeVersion: theirs)
             logger.warning("conflict: the store changed while this file was edited; both versions kept",

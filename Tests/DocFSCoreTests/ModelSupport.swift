@@ -50,14 +50,15 @@ extension CoreFixture {
     }
 
     /// Local copies in the cache that are not pinned ones (which stay by design).
-    func unpinnedCachedFiles() -> [String] {
-        let pinned = (try? catalog.pinnedCopyIDs()) ?? []
+    func unpinnedCachedFiles() throws -> [String] {
+        let pinned = try catalog.pinnedCopyIDs()
         return cachedFiles().filter { !pinned.contains($0) }
     }
 
-    /// Files the catalog still holds unsynced changes for.
-    func pendingUploads() -> [Item] {
-        (try? fs.unsyncedItems()) ?? []
+    /// Files the catalog still holds unsynced changes for (a catalog that cannot tell fails
+    /// the test: it is not "nothing pending").
+    func pendingUploads() throws -> [Item] {
+        try fs.unsyncedItems()
     }
 }
 

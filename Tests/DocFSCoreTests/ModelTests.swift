@@ -1187,14 +1187,19 @@ final class ModelRun {
             // download, whose copy exists before its row says it is pinned and local.
             guard await call({ await fixture.settle(); await fixture.fs.waitForListings(); await fixture.fs.waitForPinnedRefresh() }) != nil
             else { return }
-            if fixture.pendingUploads().isEmpty && fixture.unpinnedCachedFiles().isEmpty { break }
+            if (try? fixture.pendingUploads().isEmpty) == true && (try? fixture.unpinnedCachedFiles().isEmpty) == true { break }
             try? await Task.sleep(for: .milliseconds(50))
         }
-        let pending = fixture.pendingUploads()
+        let pending: [Item], cached: [String]
+        do {
+            (pending, cached) = (try fixture.pendingUploads(), try fixture.unpinnedCachedFiles())
+        } catch {
+            problems.append("the catalog cannot tell what is pending: \(error)")
+            return
+        }
         if !pending.isEmpty {
             problems.append("uploads never settled: " + pending.map { "\($0.path) (\($0.state.rawValue), inode \($0.inode)\($0.uploadError.map { ", " + $0 } ?? ""))" }.joined(separator: ", "))
         }
-        let cached = fixture.unpinnedCachedFiles()
         if !cached.isEmpty {
             problems.append("the cache holds \(cached.count) unpinned file(s) after every handle closed and uploads settled")
         }
