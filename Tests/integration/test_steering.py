@@ -283,6 +283,9 @@ def test_pinned_survives_release_and_remount_and_evict_frees_it(tmp_path, docfs_
     assert len(xdg.cache_files()) == 4, f"pinned copies did not survive unmount: {xdg.cache_files()}"
 
     m = mount(server.url, mountpoint=mp)
+    # `du` sees the kept copies before anything opens them (issue 32: st_blocks was 0).
+    for rel in pinned:
+        assert os.stat(m / rel).st_blocks * 512 >= 100_000, f"{rel}: st_blocks {os.stat(m / rel).st_blocks} after remount"
     for rel, data in pinned.items():
         assert xattr_state(m / rel) == "pinned", rel
         assert read_all(m / rel) == data
