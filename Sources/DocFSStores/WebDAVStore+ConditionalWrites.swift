@@ -248,7 +248,7 @@ extension WebDAVStore {
         """
 
     /// An exclusive write lock of `path` for at most `seconds`; nil when the server refuses
-    /// LOCK as a method (405, 501), which it is then taken not to have. A path another client
+    /// LOCK (403, 405, 501), which it is then taken not to have. A path another client
     /// holds locked (423) is asked again for a few seconds, then the call fails as busy (retried).
     func lockExclusively(_ path: StorePath, seconds: Int) async throws(StoreError) -> HeldLock? {
         var wait = Duration.milliseconds(20)
@@ -268,7 +268,9 @@ extension WebDAVStore {
             case 423 where ContinuousClock.now < deadline:
                 try? await Task.sleep(for: wait)
                 wait = min(wait * 2, .milliseconds(500))
-            case 405, 501:
+            case 403, 405, 501:
+                // 403: LOCK forbidden where PUT may not be (a server limiting methods); a path not
+                // writable at all meets its 403 again at the PUT.
                 logger.notice("the server refuses LOCK (HTTP \(answer.status)) although it names locks: uploads rely on its conditions")
                 conditionProbe.locks.withLock { $0 = false }
                 return nil

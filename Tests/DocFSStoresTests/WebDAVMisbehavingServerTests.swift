@@ -199,6 +199,39 @@ struct WebDAVMisbehavingServerTests {
         }
     }
 
+    /// A server that names locks in OPTIONS but refuses LOCK: uploads go with their condition,
+    /// as on a server without locks, instead of failing.
+    @Test func aServerThatRefusesLockGetsConditionalUploads() async throws {
+        let listing = """
+            <?xml version="1.0"?><D:multistatus xmlns:D="DAV:"><D:response><D:href>/base/f</D:href><D:propstat><D:prop>
+            <D:resourcetype/><D:getcontentlength>3</D:getcontentlength><D:getetag>"v1"</D:getetag>
+            <D:getlastmodified>Sun, 06 Nov 1994 08:49:37 GMT</D:getlastmodified></D:prop>
+            <D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response></D:multistatus>
+            """
+        try await withCannedServer({ request in
+            switch request.method {
+            case "OPTIONS": return CannedResponse("200 OK", headers: [("DAV", "1, 2")])
+            case "LOCK": return CannedResponse("405 Method Not Allowed")
+            case "PROPFIND": return CannedResponse("207 Multi-Status", headers: [("Content-Type", "application/xml")], body: Array(listing.utf8))
+            case "PUT" where request.headers["if-match"] == "\"v1\"": return CannedResponse("204 No Content", headers: [("ETag", "\"v2\"")])
+            case "PUT" where request.headers["if-match"] != nil || request.headers["if-none-match"] != nil:
+                return CannedResponse("412 Precondition Failed")
+            case "PUT": return CannedResponse("201 Created")
+            default: return CannedResponse("204 No Content")
+            }
+        }) { server, store in
+            let dir = try TemporaryDirectory()
+            defer { dir.remove() }
+            let written = try await store.write(path("f"), fromLocalFile: try dir.uploadSource(Array("new".utf8)), condition: .ifMatch(ETag("\"v1\"")))
+            #expect(written.etag == ETag("\"v2\""))
+            let puts = server.requests.filter { $0.method == "PUT" && $0.target.hasSuffix("/f") }
+            #expect(puts.count == 1)
+            #expect(puts.first?.headers["if-match"] == "\"v1\"")
+            #expect(server.requests.filter { $0.method == "LOCK" }.count == 1)
+            #expect(store.conditionProbe.locks.withLock { $0 } == false)
+        }
+    }
+
     @Test func preconditionFailedIsAVersionMismatch() async throws {
         try await withCannedServer({ _ in CannedResponse("412 Precondition Failed") }) { _, store in
             await #expect(throws: StoreError.versionMismatch(path("f"))) {
