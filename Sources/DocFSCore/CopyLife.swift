@@ -27,7 +27,8 @@ public struct CopyLife: Sendable, Equatable {
     public enum Content: Sendable, Equatable {
         /// A download is filling the copy; reads wait for it.
         case fetching
-        /// Every byte is local.
+        /// Readable: every byte is local, or, for a streamed copy, its reads fetch the ranges it
+        /// lacks (`LocalCopy`'s held ranges say which are there).
         case present
     }
 

@@ -1,7 +1,8 @@
 import DocFSStore
 
 /// Why a filesystem operation failed, in the core's terms. The FUSE adapter maps each case
-/// to one errno in one table (`FSError+Errno.swift` there); the core never deals in errno.
+/// to one errno in one table (`FSError+Errno.swift` there); the core names errno only for
+/// the local disk's own failures (`local(errno:)`), which pass through as they are.
 public enum FSError: Error, Sendable, Equatable, CustomStringConvertible {
     case notFound
     case notADirectory

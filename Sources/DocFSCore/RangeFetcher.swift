@@ -84,6 +84,8 @@ public final class RangeFetcher: Sendable {
         /// Each reader's stream of reads (by handle), so that two processes reading one file in
         /// different places each keep their own read-ahead.
         var streams: [UInt64: ReadStream] = [:]
+        /// Reads prepared so far: the clock `ReadStream.lastRead` is told by.
+        var reads: UInt64 = 0
         /// Where a new stream starts out: the head fetched at open is already there.
         var headEnd: Int64
         /// Bytes delivered so far, and the count when a reader last gave up waiting (a stall).
@@ -110,6 +112,8 @@ public final class RangeFetcher: Sendable {
         var consumed: Int64 = 0
         var frontier: Int64
         var window: Int64 = 0
+        /// When it was last read, on the fetcher's own count of reads.
+        var lastRead: UInt64 = 0
     }
 
     /// Streams kept at most; beyond, the one read least recently is forgotten.
@@ -167,9 +171,12 @@ public final class RangeFetcher: Sendable {
             } else {
                 stream.frontier = max(stream.frontier, ownEnd)
             }
-            if state.streams.count >= Self.maximumStreams, let any = state.streams.keys.first {
-                state.streams[any] = nil
+            if state.streams.count >= Self.maximumStreams,
+               let oldest = state.streams.min(by: { $0.value.lastRead < $1.value.lastRead })?.key {
+                state.streams[oldest] = nil
             }
+            state.reads += 1
+            stream.lastRead = state.reads
             state.streams[id] = stream
             guard !copy.held.contains(range) else {
                 launch(&state)
