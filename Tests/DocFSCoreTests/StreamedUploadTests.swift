@@ -41,12 +41,7 @@ struct StreamedUploadTests {
 
     /// Waits (a few seconds at most) until the store is taking `name` as it is written.
     static func streamBegins(_ fixture: CoreFixture, _ name: String) async throws {
-        try await eventually { fixture.store.streamedWritesBegun(name) == 1 }
-    }
-
-    /// Waits (a few seconds at most) until `condition` holds.
-    static func eventually(_ condition: () -> Bool) async throws {
-        for _ in 0..<500 where !condition() { try await Task.sleep(for: .milliseconds(10)) }
+        try await eventually("the store to take \(name) as it is written") { fixture.store.streamedWritesBegun(name) == 1 }
     }
 
     @Test func theStoreGetsTheBytesBeforeTheCloseAndNothingIsUploadedAgain() async throws {
@@ -180,7 +175,7 @@ struct StreamedUploadTests {
         await fixture.fs.release(handle: handle)
         try await Task.sleep(for: .milliseconds(100))
         fixture.store.failWrites(with: nil)
-        try await Self.eventually { fixture.store.content("report.pdf") != nil }
+        try await eventually("report.pdf on the store") { fixture.store.content("report.pdf") != nil }
         await fixture.settle()
 
         #expect(fixture.store.content("report.pdf") == content)
