@@ -260,10 +260,10 @@ public final class DocFileSystem: Sendable {
     }
 
     /// 512-byte blocks the item's local copy uses: 0 for a placeholder, so `du` tells what is local.
-    public func localBlocks(of inode: Inode) -> Int64 {
-        if let blocks = provider.presentCopies.withLock({ $0[inode]?.allocatedBlocks }) { return blocks }
+    public func localBlocks(of item: Item) -> Int64 {
+        if let blocks = provider.presentCopies.withLock({ $0[item.inode]?.allocatedBlocks }) { return blocks }
         // A copy kept from before this mount (a pinned file) is local before anything opens it.
-        guard let item = try? catalog.item(inode), item.kind == .file, item.state == .local else { return 0 }
+        guard item.kind == .file, item.state == .local else { return 0 }
         var info = stat()
         return lstat(provider.copyPath(for: item), &info) == 0 ? Int64(info.st_blocks) : 0
     }

@@ -70,7 +70,7 @@ final class FuseAdapter: Sendable {
     // MARK: Entries and attributes
 
     func attributes(of item: Item) -> stat {
-        attributes.stat(for: item, localBlocks: item.kind == .file ? fs.localBlocks(of: item.inode) : 0)
+        attributes.stat(for: item, localBlocks: item.kind == .file ? fs.localBlocks(of: item) : 0)
     }
 
     /// An entry for the kernel. The kernel's lookup references are not counted: an inode is a

@@ -267,21 +267,21 @@ public final class WebDAVStore: Store {
             let entry = try await stat(path)
             return (entry, try await attributes?(entry.etag, [:]))
         }
-        let (answer, done) = try await underCondition(path, condition, bytes: file.size) { (headers) throws(StoreError) in
+        return try await underCondition(path, condition, bytes: file.size) { (headers) throws(StoreError) in
             let body = HTTPClientRequest.Body.stream(file, length: .known(file.size))
             let answer = try await transport.metadata(.PUT, url: url(path), path: path, headers: headers, body: body,
                                                       timeout: transport.uploadTimeout(bytes: file.size))
             try await checkPUT(answer, path, condition)
-            guard let attributes else { return (answer, nil as A?) }
-            var version = version(answeredIn: answer.headers, size: file.size)
-            if version == nil { version = try await stat(path).etag }
-            return (answer, try await attributes(version, headers.filter { $0.key == "If" }))
+            let entry = try await entry(afterPUT: answer, path, size: file.size)
+            return (entry, try await attributes?(entry.etag, headers.filter { $0.key == "If" }))
         }
-        if let etag = version(answeredIn: answer.headers, size: file.size) {
-            let modified = answer.headers.first(name: "Last-Modified").flatMap(HTTPDate.parse) ?? Date().timeIntervalSince1970
-            return (RemoteEntry(path: path, kind: .file, size: file.size, modified: modified, etag: etag), done)
-        }
-        return (try await stat(path), done)
+    }
+
+    /// The entry a PUT made: from its answer's version where it names one, else asked for.
+    private func entry(afterPUT answer: HTTPTransport.Answer, _ path: StorePath, size: Int64) async throws(StoreError) -> RemoteEntry {
+        guard let etag = version(answeredIn: answer.headers, size: size) else { return try await stat(path) }
+        let modified = answer.headers.first(name: "Last-Modified").flatMap(HTTPDate.parse) ?? Date().timeIntervalSince1970
+        return RemoteEntry(path: path, kind: .file, size: size, modified: modified, etag: etag)
     }
 
     /// What a PUT's status means.

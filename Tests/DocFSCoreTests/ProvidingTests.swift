@@ -29,13 +29,13 @@ struct ProvidingTests {
         #expect(fixture.store.readCount("big.bin") == 1)
         #expect(try fixture.fs.item(item.inode).state == .local)
         #expect(fixture.cachedFiles() == [item.id])
-        #expect(fixture.fs.localBlocks(of: item.inode) > 0)
+        #expect(fixture.fs.localBlocks(of: item) > 0)
         #expect(try fixture.readAll(handle: handle, size: try fixture.fs.item(item.inode).size) == content)
 
         await fixture.fs.release(handle: handle)
         #expect(fixture.cachedFiles().isEmpty)
         #expect(try fixture.fs.item(item.inode).state == .placeholder)
-        #expect(fixture.fs.localBlocks(of: item.inode) == 0)
+        #expect(fixture.fs.localBlocks(of: item) == 0)
     }
 
     @Test func concurrentOpensShareOneFetchAndOneCopy() async throws {
