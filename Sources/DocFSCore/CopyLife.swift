@@ -32,40 +32,51 @@ public struct CopyLife: Sendable, Equatable {
         case present
     }
 
-    public var content: Content
+    public private(set) var content: Content
     /// Handles open on the copy.
-    public var openCount = 0
+    public private(set) var openCount = 0
     /// The store version the copy started from; nil for a new file. (Whether the store has the
     /// item at all is the catalog's `onStore`, which listings keep: an upload of an item the
     /// store does not have must create it, never replace something.)
-    public var base: ETag?
+    public private(set) var base: ETag?
     /// The copy started from no store version at all (a new file): until the store confirms
     /// an upload, anything it uploads may only create the item, never replace what another
     /// client put there meanwhile (`If-None-Match: *`; a conflict copy if taken). Not the same
     /// as a nil `base` alone, which is also what a store without ETags gives.
-    public var startedFromNothing = false
+    public private(set) var startedFromNothing = false
     /// Writes since the last commit may be in the copy.
-    public var uncommitted = false
+    public private(set) var uncommitted = false
     /// A close handed those writes over, but the bytes of the sparse copy they did not cover
     /// could not be fetched then (the store was down, or has another version now): the
     /// uploader fetches them, commits and uploads (`Uploader`). In memory only: after a
     /// restart they are unsaved writes like any (`CrashRecovery`).
-    public var awaitingFill = false
+    public private(set) var awaitingFill = false
     /// The latest commit: bumped by every close/fsync that handed over changes.
-    public var committed: UInt64 = 0
+    public private(set) var committed: UInt64 = 0
     /// The latest commit the store confirmed (or that was kept as a conflict copy).
-    public var uploaded: UInt64 = 0
+    public private(set) var uploaded: UInt64 = 0
     /// The commit being uploaded now.
-    public var uploading: UInt64?
+    public private(set) var uploading: UInt64?
     /// The item was unlinked while open: nothing to upload, evict on the last release.
-    public var removed = false
+    public private(set) var removed = false
     /// The user asked to keep the copy (`docfs pin`, `user.docfs.pinned`): a release keeps it.
-    public var pinned = false
+    public private(set) var pinned = false
 
-    public init(content: Content, base: ETag?, startedFromNothing: Bool = false) {
+    public init(content: Content, base: ETag?, startedFromNothing: Bool = false, pinned: Bool = false) {
         self.content = content
         self.base = base
         self.startedFromNothing = startedFromNothing
+        self.pinned = pinned
+    }
+
+    /// The life the catalog recorded (`Recorded`), taken up again by a new mount: the copy on
+    /// disk is present; nothing holds it open yet.
+    public init(recorded base: ETag?, startedFromNothing: Bool, committed: UInt64, uploaded: UInt64, uncommitted: Bool,
+                pinned: Bool = false) {
+        self.init(content: .present, base: base, startedFromNothing: startedFromNothing, pinned: pinned)
+        self.committed = committed
+        self.uploaded = uploaded
+        self.uncommitted = uncommitted
     }
 
     /// Content the store does not have: never evict.
@@ -113,6 +124,9 @@ public struct CopyLife: Sendable, Equatable {
     // MARK: Events
 
     public mutating func opened() { openCount += 1 }
+
+    /// An opener gave up before it had the copy (its fetch failed, or it stopped waiting).
+    public mutating func openAbandoned() { openCount = max(openCount - 1, 0) }
 
     /// The download finished: the copy is the store's version `etag`.
     public mutating func fetched(etag: ETag?) {
@@ -176,6 +190,12 @@ public struct CopyLife: Sendable, Equatable {
         uploading = nil
         uploaded = max(uploaded, sent)
         return settle()
+    }
+
+    /// The store gave the item a new version without new content (attributes set): a copy based
+    /// on the old one is based on the new one, or its next upload would meet itself as a conflict.
+    public mutating func rebased(from old: ETag, to new: ETag) {
+        if base == old { base = new }
     }
 
     /// The upload failed; it will be tried again.

@@ -89,8 +89,10 @@ struct CrashRecovery {
                 let created = try catalog.createItem(in: parent, name: name, kind: .file, size: size, modified: modified,
                                                      mode: item.mode, owner: item.owner, group: item.group,
                                                      state: .modified, onStore: false)
+                // A new file whose one commit is the unsaved writes: uploaded as a creation.
                 var life = CopyLife(content: .present, base: nil, startedFromNothing: true)
-                life.committed = 1
+                life.changed()
+                life.committedChanges()
                 try catalog.recordCopy(created.inode, life)
                 guard rename(copyPath, cacheDirectory + "/" + created.id) == 0 else {
                     throw .local(errno: errno, "cannot keep the unsaved copy of \(item.path): \(String(cString: strerror(errno)))")

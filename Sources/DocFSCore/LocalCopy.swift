@@ -7,7 +7,7 @@ import Synchronization
 ///
 /// A local copy is filled by byte ranges and knows which ranges it holds (`held`), so a read
 /// can be served only from bytes that really arrived; a partial download is never presented
-/// as the file. The store writes into it through `ContentSink`; readers use `read(into:at:)`.
+/// as the file. The store writes into it through `ContentSink`; readers borrow its descriptor (`lend`).
 /// Reads and writes use `pread`/`pwrite` on one descriptor, which is safe from any thread.
 ///
 /// Every change of the copy's life happens under its lock and is written to the catalog
@@ -18,13 +18,15 @@ import Synchronization
 public final class LocalCopy: ContentSink, Sendable {
     public let path: String
     public let inode: Inode
-    private let catalog: Catalog
-    private let state: Mutex<State>
+    let catalog: Catalog
+    /// Everything about the copy that changes, under one lock. Touched only by `LocalCopy`'s
+    /// own files (`LocalCopy+Fetching`, `LocalCopy+StreamedUpload`).
+    let state: Mutex<State>
     /// Taken around every write of bytes into the file, the user's and the fetched ones alike
     /// (before `state`), so that a fetched chunk never lands over a write made meanwhile.
-    private let landing = Mutex(())
+    let landing = Mutex(())
 
-    private struct State {
+    struct State {
         /// One user of `used` (the descriptor it was given) is done; returns the descriptors to
         /// close now. A retired one goes as soon as its own users are done, whatever the current
         /// one is used for: reads that never pause would otherwise keep an old snapshot's file alive.
@@ -290,84 +292,13 @@ public final class LocalCopy: ContentSink, Sendable {
 
     /// Records `life` in the catalog and makes it the copy's, under the lock; a new commit
     /// records the copy's size and time with it.
-    private func record(_ life: CopyLife, in state: inout State) throws(FSError) {
+    func record(_ life: CopyLife, in state: inout State) throws(FSError) {
         if life.committed != state.life.committed {
             try catalog.recordCommit(inode, life, size: state.length, modified: modificationTime(state))
         } else {
             try catalog.recordCopy(inode, life)
         }
         state.life = life
-    }
-
-    /// Copies the committed content to `snapshotPath` for an upload, and records that the
-    /// upload of that commit started. Returns the commit it holds, or nil when there is nothing
-    /// to upload or writes since the last commit are in the copy (their close commits and
-    /// uploads them). With `committingPending` (fsync), those writes are committed first.
-    public func startUpload(snapshotTo snapshotPath: String, committingPending: Bool) throws(FSError) -> UInt64? {
-        if committingPending && life.uncommitted { try sync() }
-        return try state.withLock { (state) throws(FSError) -> UInt64? in
-            // A copy let go (evicted, or the mount shut down while this upload waited) has no
-            // descriptor any more: its number may be another file's now (a catalog's database
-            // once was, and its first bytes went to the store as the file).
-            guard !state.discarded else { throw .stale }
-            guard state.writesInFlight == 0 else { return nil }
-            var life = state.life
-            if life.uncommitted && committingPending { life.committedChanges() }
-            guard life.uploadStarted(), let commit = life.uploading else { return nil }
-            try snapshot(to: snapshotPath, &state)
-            try record(life, in: &state)
-            return commit
-        }
-    }
-
-    /// Takes the snapshot an upload reads. A complete copy gets a second name (a hard link:
-    /// no byte copied, however large), and the first change after it gives the copy a file of
-    /// its own (`unshare`), so the upload still reads the bytes it started with. A copy still
-    /// being filled is copied.
-    private func snapshot(to snapshotPath: String, _ state: inout State) throws(FSError) {
-        unlink(snapshotPath)
-        var info = stat()
-        if state.fetcher == nil, state.held.contains(0..<state.length), fstat(state.descriptor, &info) == 0,
-           Int64(info.st_size) == state.length, link(path, snapshotPath) == 0 {
-            state.sharedWithSnapshot = true
-            return
-        }
-        try Snapshot.copy(from: state.descriptor, length: state.length, to: snapshotPath)
-    }
-
-    /// The upload whose snapshot shared the copy's file is over (its snapshot is gone).
-    public func snapshotReleased() {
-        state.withLock { $0.sharedWithSnapshot = false }
-    }
-
-    /// Before the copy's file changes while an upload's snapshot shares it: the copy moves to
-    /// a copy of the file, which takes the copy's name; the snapshot keeps the old file as it
-    /// was. Calls that still use the old descriptor finish on it (it is closed after the last of them).
-    private func unshare(_ state: inout State) throws(FSError) {
-        guard state.sharedWithSnapshot || state.sharedWithStream else { return }
-        let moving = path + ".unshared"
-        try Snapshot.copy(from: state.descriptor, length: state.length, to: moving)
-        let fd = open(moving, O_RDWR | O_CLOEXEC)
-        guard fd >= 0 else {
-            let code = errno
-            unlink(moving)
-            throw .local(errno: code, "cannot reopen local copy \(moving): \(String(cString: strerror(code)))")
-        }
-        guard rename(moving, path) == 0 else {
-            let code = errno
-            Glibc.close(fd)
-            unlink(moving)
-            throw .local(errno: code, "cannot move local copy \(path): \(String(cString: strerror(code)))")
-        }
-        if state.users > 0 {
-            state.retired[state.descriptor] = state.users
-        } else {
-            Glibc.close(state.descriptor)  // nobody uses it: the snapshot's name keeps its file
-        }
-        state.users = 0
-        state.descriptor = fd
-        state.sharedWithSnapshot = false
-        state.sharedWithStream = false
     }
 
     /// Begins a local change; returns the descriptor to make it through (`endChange` ends it).
@@ -491,23 +422,6 @@ public final class LocalCopy: ContentSink, Sendable {
     }
 
     // MARK: Reading
-
-    /// Reads up to `buffer.count` bytes at `offset`. Only bytes the copy holds are read;
-    /// asking for bytes that have not arrived is a programming error reported as EIO.
-    public func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws(FSError) -> Int {
-        let loan = try lend(at: offset, count: buffer.count)
-        var total = 0
-        while total < loan.count {
-            let n = pread(loan.descriptor, buffer.baseAddress! + total, loan.count - total, off_t(offset) + off_t(total))
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw .local(errno: errno, "reading the local copy: \(String(cString: strerror(errno)))")
-            }
-            if n == 0 { break }
-            total += n
-        }
-        return total
-    }
 
     /// Lends the descriptor for a read of `count` bytes at `offset` (stopping at the end of
     /// the file), all of which must be held: the caller reads them straight from the file.
@@ -637,207 +551,6 @@ public final class LocalCopy: ContentSink, Sendable {
         return first
     }
 
-    // MARK: Streamed upload
-
-    /// Whether the copy could start a stream now (see `beginStream`): a cheap look, on every write.
-    func mayStream(_ policy: StreamedUpload.Policy) -> Bool {
-        state.withLock { $0.mayStream(policy) }
-    }
-
-    /// Starts sending the copy to `path` as it is written (see `StreamedUpload`): when it is a
-    /// new file nothing of which was uploaded yet (`dd` commits it empty when it closes the
-    /// descriptor it dup'ed to its output, before the first write), of at least `policy.minimumLength` bytes, all written here
-    /// and none fetched, and it never streamed before. Nil otherwise.
-    func beginStream(to path: StorePath, policy: StreamedUpload.Policy,
-                     send: @escaping @Sendable (StreamedUpload) async throws(StoreError) -> RemoteEntry) -> StreamedUpload? {
-        state.withLock { state -> StreamedUpload? in
-            guard state.mayStream(policy), state.streamed == nil, !state.discarded, state.fetcher == nil,
-                  !state.sharedWithSnapshot, !state.sharedWithStream, state.writesInFlight == 0,
-                  state.life.uploading == nil, !state.life.removed
-            else { return nil }
-            // Not written in order from its start: it never streams, and later writes need not
-            // ask again (each ask reads the catalog, on the path of a write).
-            guard state.held.contains(0..<state.length) else {
-                state.streamTried = true
-                return nil
-            }
-            let descriptor = fcntl(state.descriptor, F_DUPFD_CLOEXEC, 0)
-            guard descriptor >= 0 else { return nil }
-            state.streamTried = true
-            let stream = StreamedUpload(inode: inode, path: path, descriptor: descriptor, written: state.length, policy: policy, send: send)
-            state.streamed = stream
-            return stream
-        }
-    }
-
-    /// The last writer let go, or an fsync asks for the store to have it all: a stream that
-    /// sent exactly the committed content completes that commit, and the journal says it is
-    /// uploading. Any other stream is cancelled (writes since the commit, or out of order).
-    /// Not at every commit: a flush also comes when a dup of the writer's descriptor closes
-    /// (a forked child exiting), and that must not end an upload the writer goes on with.
-    /// Returns whether a commit is now being uploaded by the stream.
-    @discardableResult
-    func completeStream() throws(FSError) -> Bool {
-        try state.withLock { (state) throws(FSError) -> Bool in
-            guard let stream = state.streamed, stream.sealedCommit == nil else { return false }
-            var life = state.life
-            guard !life.uncommitted, life.uploading == nil, life.committed > life.uploaded,
-                  stream.seal(length: state.length, commit: life.committed) else {
-                stream.abandon()
-                return false
-            }
-            life.uploading = life.committed
-            do throws(FSError) {
-                try catalog.recordCopy(inode, life)
-            } catch {
-                // Not in the journal as uploading: the stream must not be confirmed either.
-                stream.revoke()
-                throw error
-            }
-            state.life = life
-            // The next change gets a file of its own: the stream never sends a byte written after it.
-            state.sharedWithStream = true
-            return true
-        }
-    }
-
-    /// Whether a stream of the copy is under way and not completed (a cheap look).
-    var isStreaming: Bool {
-        state.withLock { $0.streamed.map { $0.sealedCommit == nil } ?? false }
-    }
-
-    /// Takes the copy's stream away, if it is `stream` (or any, when nil): the one who takes
-    /// it applies what it left on the store.
-    func takeStream(_ stream: StreamedUpload? = nil) -> StreamedUpload? {
-        state.withLock { state -> StreamedUpload? in
-            guard let current = state.streamed, stream == nil || stream === current else { return nil }
-            state.streamed = nil
-            return current
-        }
-    }
-
-    // MARK: Streaming
-
-    /// Makes `fetcher` fill the copy on demand: it is sparse, `length` bytes long.
-    func attach(_ fetcher: RangeFetcher) {
-        state.withLock { $0.fetcher = fetcher }
-    }
-
-    /// Whether `count` bytes at `offset` can be read now. Starts fetching what a sparse copy
-    /// lacks (and what the sequential reader `stream` will want next); never waits.
-    public func prepareRead(at offset: Int64, count: Int, stream: UInt64 = 0) -> Bool {
-        guard let fetcher = state.withLock({ $0.fetcher }) else { return true }
-        return fetcher.prepare(offset..<(offset + Int64(count)), stream: stream)
-    }
-
-    /// The reader `stream` is gone: its read-ahead state goes too.
-    public func endReadStream(_ stream: UInt64) {
-        state.withLock { $0.fetcher }?.endStream(stream)
-    }
-
-    /// Waits until `count` bytes at `offset` are local (or cannot come: the error says why).
-    public func waitForBytes(at offset: Int64, count: Int) async throws(FSError) {
-        guard let fetcher = state.withLock({ $0.fetcher }) else { return }
-        try await fetcher.wait(for: offset..<(offset + Int64(count)))
-    }
-
-    /// A reader gave up waiting for bytes: see `RangeFetcher.noteStall`.
-    public func noteStall() {
-        state.withLock { $0.fetcher }?.noteStall()
-    }
-
-    /// Whether the store stalled on this copy's ranges lately: see `RangeFetcher.stalled`.
-    public func stalled(within window: Duration) -> Bool {
-        state.withLock { $0.fetcher }?.stalled(within: window) ?? false
-    }
-
-    /// Fetches every byte a sparse copy lacks (none the user wrote): before its changes are
-    /// committed, since only a complete copy is committed and uploaded, and before a truncate.
-    /// Returns once no fetched byte can land any more.
-    public func fetchRemaining() async throws(FSError) {
-        if let fetcher = state.withLock({ $0.fetcher }) {
-            try await fetcher.fetchAll()
-            let complete = state.withLock { state -> Bool in
-                guard state.fetcher === fetcher, state.held.contains(0..<state.length) else { return false }
-                state.fetcher = nil
-                // Retired for good: a reader that still holds it can start no request.
-                state.draining = retirement(of: fetcher)
-                return true
-            }
-            if complete { try catalog.recordComplete(inode) }
-        }
-        await state.withLock { $0.draining }?.value
-    }
-
-    /// The store version the copy's ranges come from changed without its content (attributes
-    /// pushed by docfs itself).
-    func rebase(from old: ETag, to new: ETag) {
-        state.withLock { $0.fetcher }?.rebase(from: old, to: new)
-    }
-
-    /// The item was renamed on the store: the bytes still to fetch are read from `path`.
-    func retarget(to path: StorePath) {
-        state.withLock { $0.fetcher }?.retarget(to: path)
-    }
-
-    /// Stops filling the copy (it is about to be truncated): no fetched byte lands after this.
-    public func stopFetching() async {
-        state.withLock { state in
-            guard let fetcher = state.fetcher else { return }
-            state.fetcher = nil
-            state.draining = retirement(of: fetcher)
-        }
-        await state.withLock { $0.draining }?.value
-    }
-
-    /// The version the copy's holes belong to is gone from the store: they stay zeros from now
-    /// on, read as such and uploaded as such (only ever as a new file: `CopyLife.versionLost`).
-    /// Returns how many bytes were lost that way.
-    @discardableResult
-    public func giveUpFetching() async throws(FSError) -> Int64 {
-        await stopFetching()
-        let missing = state.withLock { state -> Int64 in
-            let missing = state.held.missing(in: 0..<state.length).reduce(Int64(0)) { $0 + ($1.upperBound - $1.lowerBound) }
-            state.held.insert(0..<state.length)  // a sparse file's holes read as zeros
-            return missing
-        }
-        try catalog.recordComplete(inode)
-        return missing
-    }
-
-    /// Ends `fetcher`, just detached: its requests on the wire end before the user's bytes stop
-    /// being guarded from them (`local`), and the copy needs no `HeldLog` once it is not sparse.
-    private func retirement(of fetcher: RangeFetcher) -> Task<Void, Never> {
-        Task { [self] in
-            await fetcher.stop(.stale)
-            let log = state.withLock { state -> HeldLog? in
-                state.draining = nil
-                state.local = ByteRangeSet()
-                defer { state.heldLog = nil }
-                return state.heldLog
-            }
-            // Under `landing`: no fetched chunk is appending to it.
-            landing.withLock { _ in log?.remove() }
-        }
-    }
-
-    /// Whether bytes are still to be fetched on demand.
-    public var isSparse: Bool { state.withLock { $0.fetcher != nil } }
-
-    /// Whether fetched bytes may still land: sparse, or its fetcher's last requests ending.
-    /// A truncate waits until neither (`fetchRemaining`).
-    public var isBeingFilled: Bool { state.withLock { $0.fetcher != nil || $0.draining != nil } }
-
-    /// Whether the copy has changes to commit whose holes must be fetched first.
-    public var needsFillBeforeCommit: Bool { state.withLock { $0.fetcher != nil && $0.life.uncommitted } }
-
-    /// Bytes held and the file's length while a download fills the copy (the whole file at
-    /// open, or ranges a reader asked for); nil when nothing is being fetched.
-    public var downloadProgress: (done: Int64, total: Int64)? {
-        let (fetching, fetcher, done, length) = state.withLock { ($0.life.content == .fetching, $0.fetcher, $0.held.count, $0.length) }
-        guard fetching || fetcher?.isFetching == true else { return nil }
-        return (done, length)
-    }
 }
 
 /// A local copy's descriptor, lent for one read: the copy cannot close it until the loan ends

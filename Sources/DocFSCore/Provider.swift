@@ -17,20 +17,20 @@ import Synchronization
 /// happens in a detached task it awaits, never on a caller's thread.
 public actor Provider {
     private let store: any Store
-    private let catalog: Catalog
+    let catalog: Catalog
     private let cacheDirectory: String
     private let retry: RetryPolicy
     private let streaming: StreamingPolicy
     /// How long an opener waits for its content (`--io-timeout`) before it gets `ETIMEDOUT`.
     private let ioTimeout: Duration?
-    private let logger: Logger
-    private var providing: [Inode: Providing] = [:]
-    private var isShutDown = false
+    let logger: Logger
+    var providing: [Inode: Providing] = [:]
+    var isShutDown = false
     /// How long released clean copies stay (`--evict-delay`, `--cache-max`).
-    private let retention: RetentionPolicy
+    let retention: RetentionPolicy
     /// Clean copies nobody uses that the retention policy keeps, with when each was released
     /// (the least recently released go first when `cacheMax` needs room).
-    private var idle: [Inode: ContinuousClock.Instant] = [:]
+    var idle: [Inode: ContinuousClock.Instant] = [:]
 
     /// Files up to this size are fetched whole at open; larger ones are streamed.
     public nonisolated var wholeFileLimit: Int64 { streaming.wholeFileLimit }
@@ -38,7 +38,7 @@ public actor Provider {
     /// Copies by inode, readable without hopping onto the actor (for `st_blocks`, `stat` sizes).
     public nonisolated let presentCopies = Mutex<[Inode: LocalCopy]>([:])
 
-    private struct Providing {
+    struct Providing {
         var copy: LocalCopy
         var fetch: Task<Void, any Error>
         /// The last failure the fetch met and is retrying after: what an opener that stops
@@ -234,7 +234,7 @@ public actor Provider {
         guard let copy = providing[inode]?.copy, let old, let new, copy.life.base == old else { return }
         logger.debug("a copy's base follows the store's new version", metadata: ["inode": "\(inode)", "from": "\(old.value)", "to": "\(new.value)"])
         copy.rebase(from: old, to: new)
-        do { try copy.update { if $0.base == old { $0.base = new } } } catch {
+        do { try copy.update { $0.rebased(from: old, to: new) } } catch {
             logger.warning("cannot record a copy's new base", metadata: ["inode": "\(inode)", "error": "\(error)"])
         }
     }
@@ -343,41 +343,6 @@ public actor Provider {
         presentCopies.withLock { $0.removeAll() }
     }
 
-    // MARK: Pinning and eviction asked for now
-
-    /// The copies' lives follow the catalog's pins (after `Catalog.setPinned` on `inodes`, or
-    /// on everything held when nil): a pinned copy is kept; an unpinned one nobody uses goes
-    /// as on its last release.
-    public func pinsChanged(_ inodes: Set<Inode>? = nil) {
-        for (inode, entry) in providing where inodes?.contains(inode) ?? true {
-            guard let pinned = try? catalog.isPinned(inode), pinned != entry.copy.life.pinned else { continue }
-            do {
-                let action = try entry.copy.update { $0.pinChanged(pinned) }
-                _ = perform(action, on: entry.copy)
-            } catch {
-                logger.warning("cannot record a pin", metadata: ["inode": "\(inode)", "error": "\(error)"])
-            }
-        }
-    }
-
-    /// Makes `item` a placeholder now (`docfs evict`), unpinned. Refuses (`.busy`, saying
-    /// why) a copy that is open, being fetched, or holds changes the store does not have.
-    public func evictNow(_ item: Item) throws(FSError) {
-        if let entry = providing[item.inode] {
-            if let refusal = entry.copy.life.evictionRefusal { throw .busy("\(item.path): \(refusal)") }
-            try entry.copy.update { $0.pinned = false }
-            idle[item.inode] = nil
-            evict(entry.copy)
-            return
-        }
-        if item.hasUnsyncedChanges { throw .busy("\(item.path): it has changes the store does not have yet") }
-        // A pinned copy kept from an earlier mount, never opened since.
-        if item.state == .local {
-            unlink(copyPath(for: item))
-            try catalog.recordEvicted(item.inode)
-        }
-    }
-
     /// Bytes done and total of the download filling `inode`'s copy, if one runs.
     public nonisolated func downloadProgress(of inode: Inode) -> (done: Int64, total: Int64)? {
         presentCopies.withLock { $0[inode] }?.downloadProgress
@@ -386,12 +351,12 @@ public actor Provider {
     /// The files whose content is coming down now: whole at open, or streamed by ranges (a
     /// streamed copy is `local` in the catalog from its first bytes on).
     public nonisolated func downloadsUnderWay() -> [Inode] {
-        presentCopies.withLock { copies in copies.compactMap { $0.value.downloadProgress != nil ? $0.key : nil } }.sorted()
+        presentCopies.withLock { $0 }.compactMap { $0.value.downloadProgress != nil ? $0.key : nil }.sorted()
     }
 
     // MARK: Private
 
-    private func perform(_ action: CopyLife.Action, on copy: LocalCopy) -> ReleaseOutcome {
+    func perform(_ action: CopyLife.Action, on copy: LocalCopy) -> ReleaseOutcome {
         switch action {
         case .evict:
             if retention.keepsReleasedCopies, !copy.life.removed, providing[copy.inode]?.copy === copy {
@@ -423,53 +388,12 @@ public actor Provider {
         return false
     }
 
-    /// A released clean copy stays for the retention policy: until `evictDelay` has passed
-    /// without a new open, or until `cacheMax` needs its space.
-    private func keepIdle(_ copy: LocalCopy) {
-        let released = ContinuousClock.now
-        idle[copy.inode] = released
-        if let delay = retention.evictDelay, delay > .zero {
-            Task { [weak self] in
-                try? await Task.sleep(for: delay)
-                await self?.expire(copy, releasedAt: released)
-            }
-        }
-        makeRoom(for: 0)
-    }
-
-    /// The delay of a kept copy ran out: it goes unless it was opened (or released) since.
-    private func expire(_ copy: LocalCopy, releasedAt released: ContinuousClock.Instant) {
-        guard idle[copy.inode] == released, providing[copy.inode]?.copy === copy else { return }
-        let life = copy.life
-        guard life.isUnused, !life.pinned else { return }
-        idle[copy.inode] = nil
-        evict(copy)
-    }
-
-    /// Evicts kept copies, least recently released first, until unpinned copies and `incoming`
-    /// more bytes fit in `cacheMax`.
-    private func makeRoom(for incoming: Int64) {
-        guard let limit = retention.cacheMax else { return }
-        var used = providing.values.reduce(Int64(0)) { sum, entry in
-            entry.copy.life.pinned ? sum : sum + entry.copy.allocatedBlocks * 512
-        }
-        for (inode, _) in idle.sorted(by: { $0.value < $1.value }) {
-            guard used + incoming > limit else { return }
-            guard let copy = providing[inode]?.copy else { idle[inode] = nil; continue }
-            let life = copy.life
-            guard life.isUnused, !life.pinned else { idle[inode] = nil; continue }
-            used -= copy.allocatedBlocks * 512
-            idle[inode] = nil
-            evict(copy)
-        }
-    }
-
     /// An opener gave up (its fetch failed or it stopped waiting): its count goes back, and a
     /// copy no one else holds goes, unless it holds changes the store does not have (an opener
     /// that joined a copy whose writes wait for their fill, as a pin's download does): those
     /// stay for their upload.
     private func fetchFailed(_ inode: Inode, copy: LocalCopy) {
-        _ = try? copy.update { $0.openCount = max($0.openCount - 1, 0) }
+        _ = try? copy.update { $0.openAbandoned() }
         let life = copy.life
         if life.isUnused, providing[inode]?.copy === copy {
             evict(copy)
@@ -490,8 +414,7 @@ public actor Provider {
         let pinned = try catalog.isPinned(item.inode)
         // A pinned copy kept from before (a remount), still the store's version: no download.
         if pinned, item.state == .local, intent != .empty, let base = item.baseEtag, base == item.etag,
-           FileManager.default.fileExists(atPath: path), var life = try catalog.recordedLife(of: item.inode) {
-            life.pinned = true
+           FileManager.default.fileExists(atPath: path), let life = try catalog.recordedLife(of: item.inode, pinned: true) {
             let copy = try LocalCopy(adopting: path, inode: item.inode, catalog: catalog, life: life)
             return register(Providing(copy: copy, fetch: Task {}))
         }
@@ -502,8 +425,7 @@ public actor Provider {
         // it opened); an upload of it meets any newer one as a conflict.
         var base = item.onStore ? item.etag : nil
         if case .writer(let opened) = intent, item.onStore { base = opened.etag }
-        var life = CopyLife(content: fetchNeeded ? .fetching : .present, base: base, startedFromNothing: !item.onStore)
-        life.pinned = pinned
+        let life = CopyLife(content: fetchNeeded ? .fetching : .present, base: base, startedFromNothing: !item.onStore, pinned: pinned)
         let copy = try LocalCopy(path: path, inode: item.inode, catalog: catalog, life: life)
         do { try catalog.beginCopy(item.inode, life) } catch {
             copy.discard()
@@ -636,44 +558,6 @@ public actor Provider {
         return entry
     }
 
-    private func evict(_ copy: LocalCopy) {
-        let inode = copy.inode
-        if providing[inode]?.copy === copy {
-            providing[inode]?.fetch.cancel()
-            providing[inode] = nil
-        }
-        copy.discard()
-        presentCopies.withLock { copies in
-            if copies[inode] === copy { copies[inode] = nil }
-        }
-        guard !copy.life.removed else { return }
-        do {
-            try catalog.recordEvicted(inode)
-        } catch {
-            logger.warning("cannot record eviction; trying again", metadata: ["inode": "\(inode)", "error": "\(error)"])
-            recordEvictionLater(inode, after: .seconds(1))
-        }
-    }
-
-    /// An eviction the catalog could not record (its disk is full) leaves the item shown as
-    /// `local` with no copy on disk: it is recorded again a little later, and later still,
-    /// until it is, unless the item has a copy again by then (whose life the catalog records).
-    /// A restart would reset it anyway.
-    private func recordEvictionLater(_ inode: Inode, after delay: Duration) {
-        Task { [weak self] in
-            try? await Task.sleep(for: delay)
-            await self?.recordEvictionAgain(inode, delay: delay)
-        }
-    }
-
-    private func recordEvictionAgain(_ inode: Inode, delay: Duration) {
-        guard !isShutDown, providing[inode] == nil else { return }
-        do {
-            try catalog.recordEvicted(inode)
-        } catch {
-            recordEvictionLater(inode, after: min(delay * 2, .seconds(30)))
-        }
-    }
 }
 
 extension Provider.OpenIntent {

@@ -24,12 +24,12 @@ import Logging
 /// Every upload sends a snapshot of one commit of the copy (`LocalCopy.startUpload`), never
 /// the live file that writes may still change.
 public actor Uploader {
-    private let store: any Store
-    private let catalog: Catalog
-    private let provider: Provider
-    private let logger: Logger
+    let store: any Store
+    let catalog: Catalog
+    let provider: Provider
+    let logger: Logger
     /// New files sent while they are written, settled here (nil: the store cannot, or it is off).
-    private let streams: UploadStreams?
+    let streams: UploadStreams?
     private let maximumConcurrentUploads = 4
     /// The waits between tries of an upload that failed transiently (only its `delay` is used:
     /// a background upload has no caller whose patience ends, so no deadline).
@@ -39,7 +39,7 @@ public actor Uploader {
     private var queue: [Inode] = []
     private var queued: Set<Inode> = []
     /// Uploads under way: the path each one writes, and its task (cancelled when the uploader stops).
-    private var inFlight: [Inode: (path: StorePath, task: Task<Void, Never>)] = [:]
+    var inFlight: [Inode: (path: StorePath, task: Task<Void, Never>)] = [:]
     /// Items an fsync waits for right now, with how many fsyncs wait: an attempt started
     /// meanwhile commits the copy's pending writes before its snapshot, so the fsync is not
     /// answered with nothing sent. Only while the fsync waits: once it has returned (also with
@@ -48,22 +48,22 @@ public actor Uploader {
     /// keep (an `O_TRUNC` not refilled yet).
     private var forced: [Inode: Int] = [:]
     /// What uploads sent whose answer never came (see `SentVersions`).
-    private var sent = SentVersions()
+    var sent = SentVersions()
     /// Transient failures in a row of each item's upload (what its next wait grows from).
     private var failures: [Inode: Int] = [:]
     /// Until when the store asked us not to send an item's upload again (`Retry-After`): a new
     /// change meanwhile waits for the retry already due, which sends the latest commit.
     private var notBefore: [Inode: ContinuousClock.Instant] = [:]
     /// Namespace operations under way, with the paths they touch (see `exclusively`).
-    private var exclusiveHolders: [Int: [StorePath]] = [:]
-    private var nextHolder = 0
-    private var exclusiveWaiters: [CheckedContinuation<Void, Never>] = []
+    var exclusiveHolders: [Int: [StorePath]] = [:]
+    var nextHolder = 0
+    var exclusiveWaiters: [CheckedContinuation<Void, Never>] = []
     private var idleWaiters: [CheckedContinuation<Void, Never>] = []
     private var itemWaiters: [Inode: [CheckedContinuation<Void, Never>]] = [:]
     private var retryTasks: [Inode: Task<Void, Never>] = [:]
     /// Rounds in a row in which an item's folder was made again and its PUT still found none
     /// (see `keepWhereFoldersWent`).
-    private var folderRemakes: [Inode: Int] = [:]
+    var folderRemakes: [Inode: Int] = [:]
     /// After this many such rounds the upload counts as refused: the store will not take it there.
     public static let maximumFolderRemakes = 3
     /// Items whose last upload the store refused for good, with why (see `refusedPrefix`).
@@ -75,7 +75,7 @@ public actor Uploader {
     public static let refusedPrefix = "refused by the store: "
 
     /// The time conflict copies and conflict folders are named after.
-    private let clock: @Sendable () -> Date
+    let clock: @Sendable () -> Date
 
     /// `clock` names conflict copies (tests stop it, so names do not depend on the second a run crosses).
     public init(store: any Store, catalog: Catalog, provider: Provider, maximumBackoff: Duration = .seconds(15),
@@ -167,46 +167,6 @@ public actor Uploader {
         }
     }
 
-    /// Runs a namespace operation that touches `paths` (and everything below them) with no
-    /// upload of those paths in flight and none starting meanwhile. Uploads elsewhere go on:
-    /// one large upload never stalls the rest of the namespace.
-    public func exclusively<T: Sendable>(touching paths: [StorePath], _ body: @Sendable () async throws(FSError) -> T) async throws(FSError) -> T {
-        let holder = nextHolder
-        nextHolder += 1
-        exclusiveHolders[holder] = paths
-        defer {
-            streams?.release(holder)
-            exclusiveHolders[holder] = nil
-            startWork()
-        }
-        // A stream to one of the paths ends here (a commit it completed is recorded first: a
-        // rename then moves the file on the store, an unlink deletes it there).
-        for stream in streams?.hold(holder, paths) ?? [] {
-            if let copy = provider.presentCopies.withLock({ $0[stream.inode] }), copy.takeStream(stream) != nil {
-                await settle(stream, of: copy)
-            }
-        }
-        while inFlight.values.contains(where: { Uploader.overlaps($0.path, paths) }) {
-            await withCheckedContinuation { exclusiveWaiters.append($0) }
-        }
-        return try await body()
-    }
-
-    /// Keeps uploads of `paths` (and of everything below them) from starting until `release`:
-    /// while the store cannot say where a change cut short by a kill left them
-    /// (`InterruptedChanges`).
-    public func hold(_ paths: [StorePath]) -> Int {
-        let holder = nextHolder
-        nextHolder += 1
-        exclusiveHolders[holder] = paths
-        return holder
-    }
-
-    public func release(_ holder: Int) {
-        exclusiveHolders[holder] = nil
-        startWork()
-    }
-
     /// Forgets a pending upload (the item was removed).
     public func cancel(_ inode: Inode) {
         retryTasks.removeValue(forKey: inode)?.cancel()
@@ -266,7 +226,7 @@ public actor Uploader {
         }
     }
 
-    private func startWork() {
+    func startWork() {
         var index = 0
         while inFlight.count < maximumConcurrentUploads && index < queue.count {
             let inode = queue[index]
@@ -342,7 +302,7 @@ public actor Uploader {
     }
 
     /// `retryLater` carries the wait the store asked for (`Retry-After`), if it did.
-    private enum Outcome { case done, retryLater(retryAfter: Duration?), refused }
+    enum Outcome { case done, retryLater(retryAfter: Duration?), refused }
 
     private func attempt(_ inode: Inode) async -> Outcome {
         var item: Item
@@ -438,7 +398,7 @@ public actor Uploader {
     /// now, unless the commit it sends completed it): that commit is confirmed as an upload's
     /// would be, with the item's mode and times as an upload sends them; a stream cancelled or
     /// failed left nothing on the store, and the upload of the commit does it all.
-    private func settle(_ stream: StreamedUpload, of copy: LocalCopy) async {
+    func settle(_ stream: StreamedUpload, of copy: LocalCopy) async {
         stream.abandon()
         let outcome = await stream.outcome()
         streams?.settled(stream)
@@ -535,7 +495,7 @@ public actor Uploader {
     /// refused), a newer commit goes next. Returns whether one was queued. (A successful upload
     /// learns the same from `Provider.uploaded`.)
     @discardableResult
-    private func queueCommitMadeMeanwhile(_ inode: Inode, _ copy: LocalCopy, after commit: UInt64) -> Bool {
+    func queueCommitMadeMeanwhile(_ inode: Inode, _ copy: LocalCopy, after commit: UInt64) -> Bool {
         let life = copy.life
         guard life.isDirty, life.committed > commit, life.openCount == 0 else { return false }
         enqueue(inode)
@@ -543,7 +503,7 @@ public actor Uploader {
     }
 
     /// `commit`: the commit the failed attempt sent, when it got that far.
-    private func failed(_ item: Item, _ copy: LocalCopy, _ error: any Error, commit: UInt64? = nil) async -> Outcome {
+    func failed(_ item: Item, _ copy: LocalCopy, _ error: any Error, commit: UInt64? = nil) async -> Outcome {
         if let error = error as? StoreError, Self.isPermanent(error) {
             let reason = Self.refusedPrefix + error.description
             logger.error("the store refused the upload; the change is kept, not sent again",
@@ -579,220 +539,6 @@ public actor Uploader {
     /// answer (timeouts, 5xx, a connection that broke) or the local disk failing.
     static func isPermanent(_ error: StoreError) -> Bool {
         error.isPermanent
-    }
-
-    /// The store changed since the edit began: upload ours as a conflict copy, show theirs.
-    private func keepBoth(_ item: Item, _ copy: LocalCopy, commit: UInt64, snapshot: String) async -> Outcome {
-        guard let parentPath = item.path.parent, let parent = item.parent else {
-            return await failed(item, copy, FSError.invalidArgument)
-        }
-        if let settled = await ownVersionOnStore(item, copy, commit: commit, snapshot: snapshot) { return settled }
-        do {
-            let (conflictName, kept) = try await uploadConflictCopy(of: item, in: parentPath, from: snapshot)
-            do {
-                _ = try catalog.createItem(in: parent, name: conflictName, kind: .file, size: kept.size, modified: Timestamp(seconds: kept.modified),
-                                           etag: kept.etag, mode: item.mode, state: .placeholder, onStore: true)
-            } catch {
-                // On the store all the same: the next listing shows it.
-                logger.info("the conflict copy waits for the next listing to show", metadata: ["name": "\(conflictName)", "error": "\(error)"])
-            }
-            let theirs = try await storeVersion(of: item.path)
-            try await provider.conflictKept(copy, commit: commit, conflictCopy: conflictName, storeVersion: theirs)
-            logger.warning("conflict: the store changed while this file was edited; both versions kept",
-                           metadata: ["path": "\(item.path)", "conflict copy": "\(conflictName)"])
-            queueCommitMadeMeanwhile(item.inode, copy, after: commit)
-            return .done
-        } catch {
-            return await failed(item, copy, error, commit: commit)
-        }
-    }
-
-    /// An upload failed in a way that leaves open whether the store took it (its answer was
-    /// lost): the snapshot's hash is kept, so that finding that version on the store later is
-    /// not taken for someone else's change.
-    private func rememberSent(_ snapshot: String, of inode: Inode, ifItMayHaveArrived error: StoreError) async {
-        guard SentVersions.mayHaveReachedTheStore(error) else { return }
-        do {
-            let digest = try await Blocking.run { () throws(FSError) in try SentVersions.digest(ofFile: snapshot) }
-            sent.remember(digest, for: inode)
-        } catch {
-            logger.info("cannot hash an upload whose answer was lost", metadata: ["inode": "\(inode)", "error": "\(error)"])
-        }
-    }
-
-    /// The store holds a version of `item` that this upload did not start from. Before keeping
-    /// both, one GET of it tells whether it is ours after all:
-    /// - the very bytes being sent (an earlier try of this commit went through and its answer was
-    ///   lost): nothing to send, the upload is confirmed as that version;
-    /// - the bytes of an earlier try whose answer was lost (`SentVersions`): our own older
-    ///   content, which this commit replaces (conditionally on that version, so a change made
-    ///   meanwhile is still kept as a conflict).
-    /// Nil: someone else's, or it could not be told (then both are kept, as before).
-    private func ownVersionOnStore(_ item: Item, _ copy: LocalCopy, commit: UInt64, snapshot: String) async -> Outcome? {
-        let inode = item.inode
-        guard let comparison = try? SnapshotComparison(snapshot: snapshot),
-              let current = try? await store.stat(item.path), current.kind == .file else { return nil }
-        // Only a version of the snapshot's size can be it, unless an earlier try's bytes may be there.
-        guard current.size == comparison.length || sent.sentAny(inode) else { return nil }
-        guard let read = try? await store.read(item.path, range: nil, ifMatch: nil, into: comparison) else { return nil }
-        let (identical, digest) = comparison.result(size: read.size)
-        // Confirmed only as a version the store names: with no ETag the next upload would be
-        // unconditional.
-        if identical, read.etag != nil {
-            sent.forget(inode)
-            logger.info("the store already holds this version (an answer was lost on the way): no conflict",
-                        metadata: ["path": "\(item.path)", "etag": "\(read.etag?.value ?? "-")"])
-            do {
-                if try await !provider.uploaded(copy, commit: commit, as: read) { enqueue(inode) }
-            } catch {
-                return await failed(item, copy, error)
-            }
-            return .done
-        }
-        guard let digest, sent.sent(digest, for: inode), let version = read.etag else { return nil }
-        logger.info("the store holds what an earlier upload of this file sent (its answer was lost): replaced",
-                    metadata: ["path": "\(item.path)", "etag": "\(version.value)"])
-        do {
-            guard let entry = try await writeUnlessFolderGone(item, from: snapshot, condition: .ifMatch(version)) else { return nil }
-            sent.forget(inode)
-            if try await !provider.uploaded(copy, commit: commit, as: entry) { enqueue(inode) }
-            return .done
-        } catch let error as StoreError {
-            if case .versionMismatch = error { return nil }   // changed again meanwhile: someone else's
-            await rememberSent(snapshot, of: inode, ifItMayHaveArrived: error)
-            return await failed(item, copy, error)
-        } catch {
-            return await failed(item, copy, error)
-        }
-    }
-
-    /// The store lost a folder above `item` (deleted elsewhere, or replaced by a file) while
-    /// the item had changes here. A deleted folder is made again and the item uploaded into it
-    /// (a remote delete never costs a local change). Where a file now stands in a folder's place,
-    /// the item goes under `FOLDER (conflict DATE)/…` next to it, with the rest of its path.
-    /// A store that still answers "no such folder" after the folders were made again (a path it
-    /// will not create, a proxy that answers 404 to every PUT) is not tried forever: after
-    /// `maximumFolderRemakes` rounds the upload counts as refused, and the change is kept.
-    private func keepWhereFoldersWent(_ item: Item, _ copy: LocalCopy, commit: UInt64, snapshot: String) async -> Outcome {
-        do {
-            var target = StorePath.root
-            let folders = item.path.components.dropLast()
-            for (index, name) in folders.enumerated() {
-                var folder = try target.appending(name)
-                if try await !ensureFolder(folder) {
-                    folder = try await conflictFolder(for: name, in: target)
-                    logger.warning("a folder became a file on the store; changes below it kept in a conflict folder",
-                                   metadata: ["path": "\(item.path)", "kept under": "\(folder)", "depth": "\(index)"])
-                }
-                target = folder
-            }
-            let destination = try target.appending(item.name)
-            guard destination != item.path else {
-                // Folders made again: upload under the item's own path, creating it.
-                let entry = try await store.write(destination, fromLocalFile: snapshot, condition: .mustNotExist,
-                                                  attributes: StoreAttributes(mode: item.mode, modified: item.modified, owner: item.owner, group: item.group))
-                if try await !provider.uploaded(copy, commit: commit, as: entry) { enqueue(item.inode) }
-                return .done
-            }
-            let (keptAs, kept) = try await keep(item, at: destination, in: target, from: snapshot)
-            try await provider.conflictKept(copy, commit: commit, conflictCopy: "\(keptAs)", storeVersion: nil)
-            logger.warning("kept where its folder went", metadata: ["path": "\(item.path)", "kept as": "\(keptAs)", "bytes": "\(kept.size)"])
-            queueCommitMadeMeanwhile(item.inode, copy, after: commit)
-            return .done
-        } catch let error as StoreError {
-            switch error {
-            case .versionMismatch, .alreadyExists:
-                return await keepBoth(item, copy, commit: commit, snapshot: snapshot)
-            case .notFound, .notADirectory:
-                let remakes = (folderRemakes[item.inode] ?? 0) + 1
-                folderRemakes[item.inode] = remakes
-                guard remakes >= Self.maximumFolderRemakes else { return await failed(item, copy, error) }
-                return await failed(item, copy, StoreError.refused(
-                    status: 404, message: "PUT \(item.path): the store found no folder for it \(remakes) times, "
-                        + "each time after it was made again (\(error))"))
-            default:
-                folderRemakes[item.inode] = nil  // "in a row": another failure breaks the run
-                return await failed(item, copy, error)
-            }
-        } catch {
-            folderRemakes[item.inode] = nil
-            return await failed(item, copy, error)
-        }
-    }
-
-    /// Puts a snapshot at `destination` in a conflict folder, or next to it under a conflict
-    /// name when an earlier commit of the item was kept there (`keepBoth` would try the item's
-    /// own folder, which is a file on the store).
-    private func keep(_ item: Item, at destination: StorePath, in folder: StorePath, from snapshot: String) async throws(StoreError) -> (StorePath, RemoteEntry) {
-        do {
-            return (destination, try await store.write(destination, fromLocalFile: snapshot, condition: .mustNotExist))
-        } catch .alreadyExists {
-            let kept = try await uploadConflictCopy(of: item, in: folder, from: snapshot)
-            return (try folder.appending(kept.0), kept.1)
-        }
-    }
-
-    /// The upload itself; nil when the store has no folder to put it in.
-    private func writeUnlessFolderGone(_ item: Item, from snapshot: String, condition: WriteCondition) async throws(StoreError) -> RemoteEntry? {
-        do {
-            return try await store.write(item.path, fromLocalFile: snapshot, condition: condition,
-                                         attributes: StoreAttributes(mode: item.mode, modified: item.modified, owner: item.owner, group: item.group))
-        } catch .notFound, .notADirectory {
-            return nil
-        }
-    }
-
-    /// `FOLDER (conflict DATE)` in `parent`, made unless a folder of that name is there already
-    /// (kept there by another item of the same folder). A *file* may hold the name: the conflict
-    /// copy of a file named like the folder, kept in the same second (the name was a file here
-    /// and a folder on the store, then a folder here and a file on the store). Then "… 2", "… 3":
-    /// never a name below which no PUT can succeed.
-    private func conflictFolder(for name: String, in parent: StorePath) async throws(StoreError) -> StorePath {
-        let now = clock()
-        for attempt in 1...100 {
-            let folder = try parent.appending(ConflictName.make(for: name, at: now, attempt: attempt))
-            if try await ensureFolder(folder) { return folder }
-        }
-        throw .alreadyExists(try parent.appending(name))
-    }
-
-    /// Makes `folder` on the store unless it is there. Returns false when a file stands there.
-    private func ensureFolder(_ folder: StorePath) async throws(StoreError) -> Bool {
-        do {
-            _ = try await store.makeDirectory(folder)
-            return true
-        } catch .alreadyExists {
-            return try await store.stat(folder).isDirectory
-        }
-    }
-
-    /// The version of the file the store has at `path` now; nil when it has none there. A
-    /// folder under the name is no version of the file: taken for one, its missing ETag made
-    /// the file's next upload unconditional, and that replaced whatever file another client
-    /// put there later (model seed 800018). With nil the item is not on the store, and its
-    /// next upload only creates.
-    private func storeVersion(of path: StorePath) async throws(StoreError) -> RemoteEntry? {
-        do {
-            let entry = try await store.stat(path)
-            return entry.isDirectory ? nil : entry
-        } catch .notFound {
-            return nil
-        }
-    }
-
-    /// Uploads `localFile` next to `item` under the first free conflict name: two conflicts in
-    /// the same second get "… 2", "… 3", so a kept copy is never replaced.
-    private func uploadConflictCopy(of item: Item, in directory: StorePath, from localFile: String) async throws(StoreError) -> (String, RemoteEntry) {
-        let now = clock()
-        for attempt in 1...100 {
-            let name = ConflictName.make(for: item.name, at: now, attempt: attempt)
-            do throws(StoreError) {
-                return (name, try await store.write(try directory.appending(name), fromLocalFile: localFile, condition: .mustNotExist))
-            } catch .alreadyExists {
-                continue
-            }
-        }
-        throw .alreadyExists(item.path)
     }
 
     /// Tries `inode` again after the next wait of `retryDelays` (at least `retryAfter`).
@@ -831,27 +577,5 @@ public actor Uploader {
     private func wakeIdleWaiters() {
         for waiter in idleWaiters { waiter.resume() }
         idleWaiters.removeAll()
-    }
-}
-
-/// `report (conflict 2026-11-22 061530).pdf`: the name a local version is kept under when the
-/// store changed meanwhile; `report (unsaved 2026-11-22 061530).pdf` for writes no close handed
-/// over before the daemon died. Dot files and names without an extension get the suffix at the end.
-public enum ConflictName {
-    public enum Kind: String, Sendable {
-        case conflict
-        case unsaved
-    }
-
-    public static func make(for name: String, at date: Date, attempt: Int = 1, kind: Kind = .conflict) -> String {
-        var calendar = Calendar(identifier: .gregorian)
-        calendar.timeZone = TimeZone.current
-        let c = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: date)
-        var stamp = String(format: "%04d-%02d-%02d %02d%02d%02d", c.year!, c.month!, c.day!, c.hour!, c.minute!, c.second!)
-        if attempt > 1 { stamp += " \(attempt)" }
-        if let dot = name.lastIndex(of: "."), dot != name.startIndex {
-            return "\(name[..<dot]) (\(kind.rawValue) \(stamp))\(name[dot...])"
-        }
-        return "\(name) (\(kind.rawValue) \(stamp))"
     }
 }

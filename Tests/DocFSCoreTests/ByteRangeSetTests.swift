@@ -1,4 +1,4 @@
-import DocFSCore
+@testable import DocFSCore
 import Testing
 
 @Suite("A local copy knows which byte ranges it holds")

@@ -1,4 +1,4 @@
-import DocFSCore
+@testable import DocFSCore
 import DocFSStore
 import DocFSTesting
 import Foundation
@@ -64,18 +64,58 @@ struct CoreFixture {
         return item
     }
 
-    /// Reads a whole open file through the handle, as the kernel would.
+    /// Reads a whole open file through the handle, as the kernel would; its bytes must be
+    /// local (a read that would wait for a fetch fails).
     func readAll(handle: UInt64, size: Int64) throws -> [UInt8] {
         var result: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 65536)
         var offset: Int64 = 0
         while offset < size {
-            let count = try buffer.withUnsafeMutableBytes { try fs.read(handle: handle, offset: offset, into: $0) }
-            if count == 0 { break }
-            result += buffer[0..<count]
-            offset += Int64(count)
+            guard let loan = try fs.lendForRead(handle: handle, offset: offset, count: 65536) else {
+                throw FSError.io("bytes at \(offset) are not local")
+            }
+            let bytes = try loan.bytes(at: offset)
+            if bytes.isEmpty { break }
+            result += bytes
+            offset += Int64(bytes.count)
         }
         return result
+    }
+}
+
+extension DocFileSystem {
+    /// Reads `count` bytes at `offset` the way the FUSE layer does: lent from the copy when
+    /// they are local, else once they were fetched.
+    func read(handle: UInt64, offset: Int64, count: Int) async throws(FSError) -> [UInt8] {
+        if let loan = try lendForRead(handle: handle, offset: offset, count: count) { return try loan.bytes(at: offset) }
+        try await waitForContent(handle: handle, offset: offset, count: count)
+        return try lendLocalBytes(handle: handle, offset: offset, count: count).bytes(at: offset)
+    }
+}
+
+extension DocFileSystem {
+    /// A read as the kernel sends it, not waited for: true when its bytes were local; else
+    /// their fetch (and a sequential reader's read-ahead) has started.
+    @discardableResult
+    func startRead(handle: UInt64, offset: Int64, count: Int) throws(FSError) -> Bool {
+        try lendForRead(handle: handle, offset: offset, count: count) != nil
+    }
+}
+
+extension DescriptorLoan {
+    /// The lent bytes, read from the descriptor as the kernel's splice would.
+    func bytes(at offset: Int64) throws(FSError) -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: count)
+        var total = 0
+        while total < count {
+            let n = bytes.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress! + total, count - total, off_t(offset) + off_t(total)) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw .local(errno: errno, "reading a lent descriptor")
+            }
+            if n == 0 { break }
+            total += n
+        }
+        return Array(bytes[0..<total])
     }
 }
 

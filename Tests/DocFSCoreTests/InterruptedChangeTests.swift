@@ -1,4 +1,4 @@
-import DocFSCore
+@testable import DocFSCore
 import DocFSStore
 import DocFSTesting
 import Foundation

@@ -2,7 +2,7 @@
 // within a deadline; permanent failures are tried once.
 
 import DocFSTesting
-import DocFSCore
+@testable import DocFSCore
 import DocFSStore
 import Synchronization
 import Testing

@@ -1,4 +1,4 @@
-import DocFSCore
+@testable import DocFSCore
 import DocFSStore
 import DocFSTesting
 import Foundation
@@ -91,7 +91,7 @@ struct StreamingTests {
 
     @Test func truncatingStopsTheFetchAndLeavesAnEmptyFile() async throws {
         let (fixture, item, reader, _) = try await openLarge()
-        _ = fixture.fs.prepareRead(handle: reader, offset: Int64(Self.mebibyte), count: 128 << 10)
+        try fixture.fs.startRead(handle: reader, offset: Int64(Self.mebibyte), count: 128 << 10)
         let writer = try await fixture.fs.open(item.inode, mode: DocFileSystem.OpenMode(writable: true, truncate: true))
         try fixture.write(handle: writer, Array("new".utf8))
         try await fixture.fs.flush(handle: writer)
@@ -139,7 +139,7 @@ struct StreamingTests {
         let gate = Gate()
         fixture.store.holdReads(until: { await gate.wait() })
         // Reads past the head start a read-ahead that the gate holds on the wire.
-        _ = fixture.fs.prepareRead(handle: handle, offset: 0, count: 256 << 10)
+        try fixture.fs.startRead(handle: handle, offset: 0, count: 256 << 10)
         await fixture.fs.release(handle: handle)
         #expect(fixture.cachedFiles().isEmpty)
         await gate.open()
@@ -195,11 +195,11 @@ struct StreamingTests {
         // two on the wire, the rest (its own bytes and its read-ahead) queued.
         let read = 8 * Self.mebibyte
         for offset in stride(from: 0, to: read, by: 128 << 10) {
-            _ = fixture.fs.prepareRead(handle: handle, offset: Int64(offset), count: 128 << 10)
+            try fixture.fs.startRead(handle: handle, offset: Int64(offset), count: 128 << 10)
         }
         // It jumps to the end (as `file` does), then reads there.
         let end = 64 * Self.mebibyte - (128 << 10)
-        _ = fixture.fs.prepareRead(handle: handle, offset: Int64(end), count: 128 << 10)
+        try fixture.fs.startRead(handle: handle, offset: Int64(end), count: 128 << 10)
         await gate.open()
         try await fixture.fs.waitForContent(handle: handle, offset: Int64(end), count: 128 << 10)
         try await fixture.fs.waitForContent(handle: handle, offset: 0, count: read)

@@ -1,0 +1,69 @@
+// DocFileSystem+Attributes: setattr. A new size is a change of the content (a truncate
+// through a handle, or through a handle opened for the call); mode, owner and times live in
+// the catalog and go to the store where it can carry them.
+
+import DocFSStore
+import Foundation
+import Logging
+
+extension DocFileSystem {
+    /// Changes attributes: size (truncate, never downloading for a size of 0), times, mode,
+    /// owner. Kept in the catalog, so they survive eviction and remount.
+    ///
+    /// A truncate by path opens the file for the call, and closes it only once everything is
+    /// recorded: that close hands the truncated content to the uploader, and an upload that
+    /// finds the item's folder gone from the store keeps it elsewhere and removes its row. Had
+    /// the call read the item after that close, a truncate that took effect would report ENOENT.
+    public func setAttributes(of inode: Inode, _ changes: AttributeChanges, handle: UInt64?) async throws(FSError) -> Item {
+        if readOnly { throw .readOnly }
+        let item = try item(inode)
+        var temporary: UInt64?
+        if let size = changes.size {
+            guard item.kind == .file else { throw item.isDirectory ? .isADirectory : .invalidArgument }
+            // A size of 0 needs no content (the handle stays as it is; a truncating open does it).
+            if let handle, size != 0 { try await provideForChange(handle) }
+            if let handle, let file = openFiles[handle] {
+                // A copy its reads left sparse needs none of its content for a size of 0: its
+                // fetch stops first, so no fetched byte lands after the truncate (as for O_TRUNC).
+                if size == 0 { await file.copy.stopFetching() }
+                // Like a write: handed over by the handle's close or fsync.
+                try file.copy.truncate(to: size)
+            } else {
+                temporary = try await open(inode, mode: OpenMode(writable: true, truncate: size == 0))
+                if let temporary, size != 0 { try await provideForChange(temporary) }
+            }
+        }
+        do {
+            if let temporary, let size = changes.size, size != 0, let file = openFiles[temporary] {
+                try file.copy.truncate(to: size)
+            }
+            // A new size shows in the item (its copy's size); otherwise the item read above is current.
+            let changed = try await recordAttributes(of: inode, changes, item: changes.size == nil ? item : try self.item(inode))
+            if let temporary { await release(handle: temporary) }
+            return changed
+        } catch {
+            if let temporary { await release(handle: temporary) }
+            throw error
+        }
+    }
+
+    /// The rest of `setAttributes`, once a new size is in the local copy (`item` shows it).
+    private func recordAttributes(of inode: Inode, _ changes: AttributeChanges, item: Item) async throws(FSError) -> Item {
+        let now = Timestamp.now
+        if let modified = changes.modified, item.hasUnsyncedChanges, let copy = provider.presentCopies.withLock({ $0[inode] }) {
+            copy.setModificationTime(modified)
+        }
+        try catalog.setAttributes(of: inode, mode: changes.mode.map { $0 & 0o7777 }, owner: changes.owner, group: changes.group,
+                                  modified: changes.modified, accessed: changes.accessed, changed: now)
+        // Where the store can carry them too, it gets them; a file not uploaded yet gets them
+        // with its upload, or just after it (the state is read after the catalog was written,
+        // so an upload finishing meanwhile is seen: see Uploader.pushAttributesChangedDuringUpload).
+        let current = try self.item(inode)
+        if !current.hasUnsyncedChanges {
+            let carried = StoreAttributes(mode: changes.mode.map { $0 & 0o7777 }, modified: changes.modified, accessed: changes.accessed,
+                                          owner: changes.owner, group: changes.group)
+            await AttributeSync.push(carried, of: current, to: store, catalog: catalog, provider: provider, logger: logger)
+        }
+        return try self.item(inode)
+    }
+}

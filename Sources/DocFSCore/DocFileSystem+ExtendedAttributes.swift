@@ -1,0 +1,120 @@
+// DocFileSystem+ExtendedAttributes: docfs's own `user.docfs.*` attributes, the way state is
+// shown (`getfattr`, `docfs status`, file managers) and steered (`setfattr`, `docfs pin`).
+
+import DocFSStore
+import Foundation
+import Logging
+
+extension DocFileSystem {
+    public static let stateAttribute = "user.docfs.state"
+    public static let identifierAttribute = "user.docfs.id"
+    public static let etagAttribute = "user.docfs.etag"
+    public static let errorAttribute = "user.docfs.error"
+    public static let conflictAttribute = "user.docfs.conflict"
+    /// `DONE/TOTAL` bytes of the download or upload under way (absent otherwise).
+    public static let progressAttribute = "user.docfs.progress"
+    /// `1` on a pinned item; set to `1`/`0` (or removed) to pin or unpin.
+    public static let pinnedAttribute = "user.docfs.pinned"
+    /// Set (any value) to make the item, or every file below a folder, a placeholder now.
+    public static let evictAttribute = "user.docfs.evict"
+    /// On the mount's root: the downloads under way, one `downloading<TAB>path` line each
+    /// (streamed ones too, which the catalog shows as local), for `docfs status`.
+    public static let transfersAttribute = "user.docfs.transfers"
+
+    public func extendedAttributeNames(of inode: Inode) throws(FSError) -> [String] {
+        let item = try item(inode)
+        var names = [Self.stateAttribute, Self.identifierAttribute]
+        if transferProgress(of: item) != nil { names.append(Self.progressAttribute) }
+        if try catalog.isPinned(inode) { names.append(Self.pinnedAttribute) }
+        if item.etag != nil { names.append(Self.etagAttribute) }
+        if item.uploadError != nil { names.append(Self.errorAttribute) }
+        if item.conflictCopy != nil { names.append(Self.conflictAttribute) }
+        return names
+    }
+
+    public func extendedAttribute(_ name: String, of inode: Inode) throws(FSError) -> [UInt8] {
+        // Only docfs's own attributes exist (setxattr of any other name is refused as not
+        // supported): for every other name "not supported", not "no such attribute", answered
+        // without the catalog. `ls -l` asks each file for its SELinux label and its ACL; told
+        // once that the file system supports neither, it stops asking for the rest of the
+        // device (coreutils caches ENOTSUP per st_dev), where "no such attribute" cost two
+        // round trips through the kernel for every file listed.
+        guard name.hasPrefix("user.docfs.") else { throw .notSupported }
+        let item = try item(inode)
+        let value: String?
+        switch name {
+        case Self.stateAttribute: value = try shownState(of: item)
+        case Self.progressAttribute: value = transferProgress(of: item).map { "\($0.done)/\($0.total)" }
+        case Self.pinnedAttribute: value = try catalog.isPinned(inode) ? "1" : nil
+        case Self.identifierAttribute: value = item.id
+        case Self.etagAttribute: value = item.etag?.value
+        case Self.errorAttribute: value = item.uploadError
+        case Self.conflictAttribute: value = item.conflictCopy
+        case Self.transfersAttribute where inode == Item.rootInode:
+            var paths: [String] = []
+            for inode in provider.downloadsUnderWay() {
+                if let path = try catalog.item(inode)?.path.description { paths.append(path) }
+            }
+            value = paths.map { "\(ItemState.downloading.rawValue)\t\($0)\n" }.joined()
+        default: value = nil
+        }
+        guard let value else { throw .noAttribute }
+        return Array(value.utf8)
+    }
+
+    /// What `user.docfs.state` shows: a file's state (`pinned` for a pinned complete copy); for
+    /// a folder, `pinned` if it is, and how many of its files are in each state, from one query
+    /// (`local=3 modified=1`; `empty`, or `unlisted` before its first listing).
+    private func shownState(of item: Item) throws(FSError) -> String {
+        let pinned = try catalog.isPinned(item.inode)
+        guard item.isDirectory else {
+            // A streamed copy is `local` in the catalog from its first bytes on; while ranges
+            // still come down, it shows as the download it is.
+            if item.state == .local, provider.downloadProgress(of: item.inode) != nil { return ItemState.downloading.rawValue }
+            return item.state == .local && pinned ? "pinned" : item.state.rawValue
+        }
+        let counts = try catalog.childStateCounts(of: item.inode).map { "\($0.state)=\($0.count)" }
+        let summary = counts.isEmpty ? (item.listedAt == nil ? "unlisted" : "empty") : counts.joined(separator: " ")
+        return pinned ? "pinned " + summary : summary
+    }
+
+    /// Bytes done and total of the transfer under way for `item`: its download (the whole file
+    /// at open, or ranges a reader is waiting for) or its upload.
+    public func transferProgress(of item: Item) -> (done: Int64, total: Int64)? {
+        guard item.kind == .file else { return nil }
+        if let download = provider.downloadProgress(of: item.inode) {
+            return (download.done, max(download.total, item.size))
+        }
+        if let streamed = uploadStreams?.progress(of: item.inode) {
+            return (streamed.sent, streamed.total)
+        }
+        if item.state == .uploading, let upload = UploadMeter.progress(provider.snapshotPath(for: item)) {
+            return (upload.sent, upload.total)
+        }
+        return nil
+    }
+
+    /// Sets one of docfs's own attributes: the way `docfs pin`, `unpin` and `evict` (and any
+    /// tool, `setfattr -n user.docfs.pinned -v 1 FILE`) steer what is local.
+    public func setExtendedAttribute(_ name: String, value: [UInt8], of inode: Inode) async throws(FSError) {
+        let text = String(decoding: value, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines.union(CharacterSet(charactersIn: "\0")))
+        switch name {
+        case Self.pinnedAttribute:
+            switch text.lowercased() {
+            case "1", "true", "yes", "on": try await pin(inode)
+            case "0", "false", "no", "off", "": try await unpin(inode)
+            default: throw .invalidArgument
+            }
+        case Self.evictAttribute:
+            try await evict(inode)
+        default:
+            throw name.hasPrefix("user.docfs.") ? .notPermitted : .notSupported
+        }
+    }
+
+    /// Removes one of docfs's own attributes: `user.docfs.pinned` unpins.
+    public func removeExtendedAttribute(_ name: String, of inode: Inode) async throws(FSError) {
+        guard name == Self.pinnedAttribute else { throw name.hasPrefix("user.docfs.") ? .notPermitted : .notSupported }
+        try await unpin(inode)
+    }
+}

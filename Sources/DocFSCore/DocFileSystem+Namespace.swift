@@ -1,0 +1,226 @@
+// DocFileSystem+Namespace: mkdir, symlink, mknod, unlink, rmdir and rename. Each changes the
+// store first, under the uploader's exclusion of the paths it touches, then the catalog; a
+// change a kill could cut between the two is noted first (Catalog+ChangesUnderWay.swift).
+
+import DocFSStore
+import Foundation
+import Logging
+
+extension DocFileSystem {
+    /// symlink: on stores that can represent links (a local directory: a real link; S3: a link
+    /// object, as s3fs writes it); `EPERM` elsewhere.
+    public func makeSymlink(in parent: Inode, name: String, target: String, owner: UInt32, group: UInt32) async throws(FSError) -> Item {
+        let path = try await pathForNewEntry(named: name, in: parent)
+        let (group, _) = try inheriting(group: group, mode: 0o777, from: parent, directory: false)
+        let entry = try await uploader.exclusively(touching: [path]) { () async throws(FSError) -> RemoteEntry in
+            do throws(StoreError) {
+                return try await store.makeSymlink(path, target: target)
+            } catch .notSupported {
+                throw FSError.notPermitted
+            } catch {
+                throw FSError(error)
+            }
+        }
+        let created = try catalog.createItem(in: parent, name: name, kind: .symlink, size: Int64(target.utf8.count),
+                                             modified: Timestamp(seconds: entry.modified), etag: entry.etag, mode: nil, owner: owner, group: group,
+                                             state: .placeholder, onStore: true, symlinkTarget: target, folderChanged: .now)
+        return await withOwnerOnStore(created)
+    }
+
+    /// mknod/mkfifo/bind: a FIFO, socket or device node, on stores that can represent one (a
+    /// local directory: the real thing; S3: an empty object whose mode carries the type, as
+    /// s3fs writes it); `EPERM` elsewhere. Only metadata: the kernel serves opens of such an
+    /// inode itself, so no content is ever read or written for it.
+    public func makeSpecial(in parent: Inode, name: String, _ special: SpecialFile, mode: UInt32, owner: UInt32,
+                            group: UInt32) async throws(FSError) -> Item {
+        if readOnly { throw .readOnly }
+        let path = try await pathForNewEntry(named: name, in: parent)
+        let (group, mode) = try inheriting(group: group, mode: mode, from: parent, directory: false)
+        let entry = try await uploader.exclusively(touching: [path]) { () async throws(FSError) -> RemoteEntry in
+            do throws(StoreError) {
+                return try await store.makeSpecial(path, special, mode: mode & 0o7777)
+            } catch .notSupported {
+                throw FSError.notPermitted
+            } catch {
+                throw FSError(error)
+            }
+        }
+        let created = try catalog.createItem(in: parent, name: name, kind: Item.Kind(special.type), modified: Timestamp(seconds: entry.modified),
+                                             etag: entry.etag, mode: mode & 0o7777, owner: owner, group: group, state: .placeholder,
+                                             onStore: true, rdev: special.rdev, folderChanged: .now)
+        return await withOwnerOnStore(created)
+    }
+
+
+    /// mkdir: on the store first, then in the catalog.
+    public func makeDirectory(in parent: Inode, name: String, mode: UInt32, owner: UInt32, group: UInt32) async throws(FSError) -> Item {
+        let path = try await pathForNewEntry(named: name, in: parent)
+        let (group, mode) = try inheriting(group: group, mode: mode, from: parent, directory: true)
+        let entry = try await uploader.exclusively(touching: [path]) { () async throws(FSError) -> RemoteEntry in
+            do throws(StoreError) { return try await store.makeDirectory(path) } catch { throw FSError(error) }
+        }
+        let created = try catalog.createItem(in: parent, name: name, kind: .directory,
+                                             modified: entry.modified > 0 ? Timestamp(seconds: entry.modified) : .now,
+                                             mode: mode & 0o7777, owner: owner, group: group, state: .directory, onStore: true,
+                                             listedAt: Date().timeIntervalSince1970, folderChanged: .now)
+        return await withOwnerOnStore(created)
+    }
+
+    /// The group and mode of an entry made in `parent` by a caller of group `group`: in a
+    /// setgid folder (mode 02000), the folder's group, and a folder made there is setgid too,
+    /// as on every local file system (the kernel leaves this to a FUSE file system).
+    func inheriting(group: UInt32, mode: UInt32, from parent: Inode, directory: Bool) throws(FSError) -> (group: UInt32, mode: UInt32) {
+        let folder = try item(parent)
+        guard let folderMode = folder.mode, folderMode & UInt32(S_ISGID) != 0 else { return (group, mode) }
+        return (folder.group ?? UInt32(getegid()), directory ? mode | UInt32(S_ISGID) : mode)
+    }
+
+    /// An entry made on the store belongs to the daemon's user there (a local directory) or to
+    /// no one (S3 without `x-amz-meta-uid`, read as the mounting user). When the caller is
+    /// someone else, the store that can keep owners gets the caller's, so a fresh catalog (another
+    /// machine, or s3fs) sees the same owner; in the usual case (the mounting user makes it) this
+    /// costs no request.
+    private func withOwnerOnStore(_ created: Item) async -> Item {
+        let owner = created.owner.flatMap { $0 == geteuid() ? nil : $0 }
+        let group = created.group.flatMap { $0 == getegid() ? nil : $0 }
+        guard owner != nil || group != nil else { return created }
+        await AttributeSync.push(StoreAttributes(owner: created.owner, group: created.group), of: created, to: store, catalog: catalog,
+                                 provider: provider, logger: logger)
+        return (try? catalog.item(created.inode)) ?? created
+    }
+
+    /// unlink / rmdir: on the store first (unless the item never got there), then the catalog.
+    public func remove(from parent: Inode, name: String, directory: Bool) async throws(FSError) {
+        if readOnly { throw .readOnly }
+        let target = try await lookup(parent: parent, name: name)
+        if directory {
+            guard target.isDirectory else { throw .notADirectory }
+            if try !(await children(of: target.inode)).isEmpty { throw .notEmpty }
+        } else if target.isDirectory {
+            throw .isADirectory
+        }
+        // An open streamed copy gets the rest of its bytes while the store still has them.
+        await completeOpenFiles(under: [target.path])
+        try await uploader.exclusively(touching: [target.path]) { () async throws(FSError) in
+            // Re-read: an upload that was in flight until now may have put it on the store.
+            let target = try catalog.item(target.inode) ?? target
+            if target.onStore {
+                // Noted first when a kill between the store's change and the catalog's would
+                // bring the item back with its changes (Catalog+ChangesUnderWay.swift). A
+                // failure leaves the file, and its pending upload (not cancelled yet).
+                let change = try catalog.holdsUnsentChanges(target) ? ChangeUnderWay.removal(of: target) : nil
+                try await catalog.noting(change) { () async throws(StoreError) in
+                    do throws(StoreError) {
+                        try await store.delete(target.path, isDirectory: directory)
+                    } catch .notFound {
+                        // Already gone on the store: the catalog follows.
+                    }
+                }
+            }
+            // Still exclusive: no upload may start for it in between.
+            await uploader.cancel(target.inode)
+            await provider.itemRemoved(target.inode, item: target)
+            let now = Timestamp.now
+            try catalog.removeItem(target.inode, folderChanged: now)
+            openFiles.markUnlinked(target.inode, at: now)
+            if target.links > 1 { try forgetOneLink(of: target) }
+        }
+    }
+
+    /// rename, including over an existing target and across directories. A directory moves
+    /// with everything below it; identities (inodes) stay.
+    public func rename(from parent: Inode, name: String, to newParent: Inode, newName: String, noReplace: Bool) async throws(FSError) {
+        if readOnly { throw .readOnly }
+        guard newName.utf8.count <= 255 else { throw .nameTooLong }
+        let source = try await lookup(parent: parent, name: name)
+        let destinationDirectory = try item(newParent)
+        try await enumerator.ensureListed(destinationDirectory)
+        let existing = try catalog.child(of: newParent, named: newName)
+        if let existing {
+            if existing.inode == source.inode { return }
+            if noReplace { throw .exists }
+            if source.isDirectory && !existing.isDirectory { throw .notADirectory }
+            if !source.isDirectory && existing.isDirectory { throw .isADirectory }
+            if existing.isDirectory, try !(await children(of: existing.inode)).isEmpty { throw .notEmpty }
+        }
+        if source.isDirectory {
+            // A directory cannot move into itself.
+            var cursor: Inode? = newParent
+            while let current = cursor {
+                if current == source.inode { throw .invalidArgument }
+                cursor = try catalog.item(current)?.parent
+            }
+        }
+        let targetPath = try storePath(destinationDirectory.path, newName)
+        // Open streamed copies of what moves (and of what it replaces) get the rest of their
+        // bytes first: their ranges are read by name and version, which a move changes.
+        await completeOpenFiles(under: [source.path] + (existing.map { [$0.path] } ?? []))
+        try await uploader.exclusively(touching: [source.path, targetPath]) { () async throws(FSError) in
+            // Re-read both: an upload that was in flight until now may have put them on the store.
+            // A source whose row went meanwhile (a copy the store no longer had, evicted) is
+            // gone: moving the old row's idea of it could delete the target on the store.
+            guard let source = try catalog.item(source.inode) else { throw .notFound }
+            let existing = try existing.map { (old: Item) throws(FSError) -> Item in try catalog.item(old.inode) ?? old }
+            // From the store's move to the catalog's, no listing asked before may drop the row.
+            try await catalog.moving.whileMoving(source.inode) { () async throws(FSError) in
+                // Noted first when a kill between the store's change and the catalog's would
+                // send the changes under the old name, or (a store that renames by copying)
+                // leave the file under both names (Catalog+ChangesUnderWay.swift); the
+                // catalog's move removes the note.
+                var change: ChangeUnderWay?
+                if source.onStore {
+                    var noted = store.capabilities.renamesByCopying && !source.isDirectory
+                    if !noted { noted = try catalog.holdsUnsentChanges(source) }
+                    if !noted, let existing { noted = try catalog.holdsUnsentChanges(existing) }
+                    if noted { change = .move(of: source, to: newParent, name: newName, gone: source.path) }
+                } else if let existing, existing.onStore {
+                    change = .move(of: source, to: newParent, name: newName, gone: existing.path)
+                }
+                try await catalog.noting(change) { () async throws(StoreError) in
+                    if source.onStore {
+                        _ = try await store.move(source.path, to: targetPath, replace: existing != nil, isDirectory: source.isDirectory)
+                    } else if let existing, existing.onStore {
+                        // A new file replaces a stored one: its upload will recreate the name.
+                        try await store.delete(existing.path, isDirectory: existing.isDirectory)
+                    }
+                }
+                // Still exclusive: a queued upload of the source must only ever see the new path.
+                if let existing {
+                    await uploader.cancel(existing.inode)
+                    await provider.itemRemoved(existing.inode, item: existing)
+                }
+                let now = Timestamp.now
+                try catalog.moveItem(source.inode, to: newParent, name: newName, changed: now)
+                let catalog = self.catalog
+                await provider.followRenames { (try? catalog.item($0))??.path }
+                if let existing { openFiles.markUnlinked(existing.inode, at: now) }
+            }
+        }
+    }
+
+    /// Completes the open streamed copies of items at or below `paths`: an open file stays
+    /// usable whatever happens to its name (POSIX).
+    private func completeOpenFiles(under paths: [StorePath]) async {
+        let catalog = self.catalog
+        let isAffected = { @Sendable (inode: Inode) -> Bool in
+            guard let path = (try? catalog.item(inode))??.path else { return false }
+            return paths.contains { path.isSame(orInside: $0) }
+        }
+        await provider.completeStreams(where: isAffected)
+    }
+
+    /// Where a new entry `name` in `parent` goes on the store; refuses a read-only mount, a
+    /// name too long and a name already taken.
+    func pathForNewEntry(named name: String, in parent: Inode) async throws(FSError) -> StorePath {
+        if readOnly { throw .readOnly }
+        guard name.utf8.count <= 255 else { throw .nameTooLong }
+        let directory = try item(parent)
+        try await enumerator.ensureListed(directory)
+        if try catalog.child(of: parent, named: name) != nil { throw .exists }
+        return try storePath(directory.path, name)
+    }
+
+    private func storePath(_ directory: StorePath, _ name: String) throws(FSError) -> StorePath {
+        do { return try directory.appending(name) } catch { throw .invalidArgument }
+    }
+}

@@ -1,0 +1,78 @@
+import DocFSStore
+import Foundation
+
+/// What an upload reads: a snapshot of one commit, never the live file that writes may still
+/// change. A complete copy shares its file with the snapshot (a hard link) until its next
+/// change, which gives the copy a file of its own (`unshare`).
+extension LocalCopy {
+    /// Copies the committed content to `snapshotPath` for an upload, and records that the
+    /// upload of that commit started. Returns the commit it holds, or nil when there is nothing
+    /// to upload or writes since the last commit are in the copy (their close commits and
+    /// uploads them). With `committingPending` (fsync), those writes are committed first.
+    public func startUpload(snapshotTo snapshotPath: String, committingPending: Bool) throws(FSError) -> UInt64? {
+        if committingPending && life.uncommitted { try sync() }
+        return try state.withLock { (state) throws(FSError) -> UInt64? in
+            // A copy let go (evicted, or the mount shut down while this upload waited) has no
+            // descriptor any more: its number may be another file's now (a catalog's database
+            // once was, and its first bytes went to the store as the file).
+            guard !state.discarded else { throw .stale }
+            guard state.writesInFlight == 0 else { return nil }
+            var life = state.life
+            if life.uncommitted && committingPending { life.committedChanges() }
+            guard life.uploadStarted(), let commit = life.uploading else { return nil }
+            try snapshot(to: snapshotPath, &state)
+            try record(life, in: &state)
+            return commit
+        }
+    }
+
+    /// Takes the snapshot an upload reads. A complete copy gets a second name (a hard link:
+    /// no byte copied, however large), and the first change after it gives the copy a file of
+    /// its own (`unshare`), so the upload still reads the bytes it started with. A copy still
+    /// being filled is copied.
+    private func snapshot(to snapshotPath: String, _ state: inout State) throws(FSError) {
+        unlink(snapshotPath)
+        var info = stat()
+        if state.fetcher == nil, state.held.contains(0..<state.length), fstat(state.descriptor, &info) == 0,
+           Int64(info.st_size) == state.length, link(path, snapshotPath) == 0 {
+            state.sharedWithSnapshot = true
+            return
+        }
+        try Snapshot.copy(from: state.descriptor, length: state.length, to: snapshotPath)
+    }
+
+    /// The upload whose snapshot shared the copy's file is over (its snapshot is gone).
+    public func snapshotReleased() {
+        state.withLock { $0.sharedWithSnapshot = false }
+    }
+
+    /// Before the copy's file changes while an upload's snapshot shares it: the copy moves to
+    /// a copy of the file, which takes the copy's name; the snapshot keeps the old file as it
+    /// was. Calls that still use the old descriptor finish on it (it is closed after the last of them).
+    func unshare(_ state: inout State) throws(FSError) {
+        guard state.sharedWithSnapshot || state.sharedWithStream else { return }
+        let moving = path + ".unshared"
+        try Snapshot.copy(from: state.descriptor, length: state.length, to: moving)
+        let fd = open(moving, O_RDWR | O_CLOEXEC)
+        guard fd >= 0 else {
+            let code = errno
+            unlink(moving)
+            throw .local(errno: code, "cannot reopen local copy \(moving): \(String(cString: strerror(code)))")
+        }
+        guard rename(moving, path) == 0 else {
+            let code = errno
+            Glibc.close(fd)
+            unlink(moving)
+            throw .local(errno: code, "cannot move local copy \(path): \(String(cString: strerror(code)))")
+        }
+        if state.users > 0 {
+            state.retired[state.descriptor] = state.users
+        } else {
+            Glibc.close(state.descriptor)  // nobody uses it: the snapshot's name keeps its file
+        }
+        state.users = 0
+        state.descriptor = fd
+        state.sharedWithSnapshot = false
+        state.sharedWithStream = false
+    }
+}
