@@ -13,6 +13,7 @@
 #   make install   build release, install docfs, the mount.docfs helper and the docfs(1) man page;
 #               PREFIX (default /usr/local), DESTDIR (staging), BIN (the binary to install, e.g.
 #               BIN=.build/debug/docfs: no release build). `make uninstall` takes the same variables
+#               and the file manager extensions (`make install-desktop`; per user: `make install-desktop-user`)
 
 SWIFT  ?= swift
 PYTHON ?= python3
@@ -42,7 +43,7 @@ unit-test:
 	$(SWIFT) test
 
 integration-test:
-	DOCFS_BIN="$(CURDIR)/.build/debug/docfs" $(PYTHON) -m pytest -v --durations=25 Tests/integration Tests/bench/test_report.py
+	DOCFS_BIN="$(CURDIR)/.build/debug/docfs" $(PYTHON) -m pytest -v --durations=25 Tests/integration Tests/bench/test_report.py Tests/desktop
 
 SEEDS ?= 10
 
@@ -94,6 +95,54 @@ install: $(INSTALL_BUILD) manual-tool
 	ln -sfn "$(BINDIR)/docfs" "$(DESTDIR)$(MOUNTHELPERDIR)/mount.docfs"
 	manual="$$(mktemp -d)" && .build/debug/generate-manual "$(BIN)" --output-directory "$$manual" \
 		&& install -m 644 "$$manual/docfs.1" "$(DESTDIR)$(MANDIR)/man1/docfs.1"; status=$$?; rm -rf "$$manual"; exit $$status
+	$(MAKE) --no-print-directory install-desktop
 
 uninstall:
 	rm -f "$(DESTDIR)$(BINDIR)/docfs" "$(DESTDIR)$(MOUNTHELPERDIR)/mount.docfs" "$(DESTDIR)$(MANDIR)/man1/docfs.1"
+	$(MAKE) --no-print-directory uninstall-desktop
+
+# --- file manager extensions (Sources/desktop; doc/desktop.md) -------------------------------
+# Emblems and a Keep on this device / Free up space menu for Nautilus, Nemo and Caja (their
+# Python extensions: python3-nautilus, nemo-python, python3-caja) and a Dolphin service menu.
+# nautilus-python finds extensions in every XDG data dir, so under PREFIX; nemo-python and
+# caja-python look only in /usr/share and the user's data dir, whatever PREFIX is: hence
+# NEMOEXTDIR and CAJAEXTDIR. The adapters and the service menu get DESKTOPLIBDIR (where the
+# shared docfs_desktop.py goes) written in. `make install-desktop-user` installs the same into
+# the user's data dir (~/.local/share), no root needed.
+.PHONY: install-desktop uninstall-desktop install-desktop-user uninstall-desktop-user
+DATADIR        ?= $(PREFIX)/share
+DESKTOPLIBDIR  ?= $(DATADIR)/docfs/desktop
+NAUTILUSEXTDIR ?= $(DATADIR)/nautilus-python/extensions
+NEMOEXTDIR     ?= /usr/share/nemo-python/extensions
+CAJAEXTDIR     ?= /usr/share/caja-python/extensions
+SERVICEMENUDIR ?= $(DATADIR)/kio/servicemenus
+EMBLEMDIR      ?= $(DATADIR)/icons/hicolor/scalable/emblems
+USERDATADIR    ?= $(or $(XDG_DATA_HOME),$(HOME)/.local/share)
+DESKTOP_FMS    = nautilus:$(NAUTILUSEXTDIR) nemo:$(NEMOEXTDIR) caja:$(CAJAEXTDIR)
+
+install-desktop:
+	install -d "$(DESTDIR)$(DESKTOPLIBDIR)" "$(DESTDIR)$(NAUTILUSEXTDIR)" "$(DESTDIR)$(NEMOEXTDIR)" \
+		"$(DESTDIR)$(CAJAEXTDIR)" "$(DESTDIR)$(SERVICEMENUDIR)" "$(DESTDIR)$(EMBLEMDIR)"
+	install -m 644 Sources/desktop/docfs_desktop.py "$(DESTDIR)$(DESKTOPLIBDIR)/docfs_desktop.py"
+	install -m 644 Sources/desktop/emblems/*.svg "$(DESTDIR)$(EMBLEMDIR)/"
+	for fm in $(DESKTOP_FMS); do name=$${fm%%:*}; dir=$${fm#*:}; \
+		sed 's|@DOCFS_DESKTOP_LIB@|$(DESKTOPLIBDIR)|' "Sources/desktop/docfs_$$name.py" > "$(DESTDIR)$$dir/docfs_$$name.py" || exit 1; done
+	sed 's|@DOCFS_DESKTOP_LIB@|$(DESKTOPLIBDIR)|' Sources/desktop/dolphin/docfs-servicemenu.desktop \
+		> "$(DESTDIR)$(SERVICEMENUDIR)/docfs.desktop" && chmod 755 "$(DESTDIR)$(SERVICEMENUDIR)/docfs.desktop"
+
+uninstall-desktop:
+	for fm in $(DESKTOP_FMS); do name=$${fm%%:*}; dir=$${fm#*:}; \
+		rm -f "$(DESTDIR)$$dir/docfs_$$name.py" "$(DESTDIR)$$dir"/__pycache__/docfs_$$name.*.pyc; done
+	for emblem in Sources/desktop/emblems/*.svg; do rm -f "$(DESTDIR)$(EMBLEMDIR)/$${emblem##*/}"; done
+	rm -f "$(DESTDIR)$(SERVICEMENUDIR)/docfs.desktop"
+	rm -rf "$(DESTDIR)$(DESKTOPLIBDIR)"
+	rmdir "$(DESTDIR)$(dir $(DESKTOPLIBDIR))" 2>/dev/null || true
+
+USER_DESKTOP = DESTDIR= DATADIR="$(USERDATADIR)" NEMOEXTDIR="$(USERDATADIR)/nemo-python/extensions" \
+	CAJAEXTDIR="$(USERDATADIR)/caja-python/extensions"
+
+install-desktop-user:
+	$(MAKE) --no-print-directory install-desktop $(USER_DESKTOP)
+
+uninstall-desktop-user:
+	$(MAKE) --no-print-directory uninstall-desktop $(USER_DESKTOP)

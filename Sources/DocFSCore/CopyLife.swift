@@ -86,6 +86,13 @@ public struct CopyLife: Sendable, Equatable {
     /// the first condition of every eviction.
     public var isUnused: Bool { openCount == 0 && !isDirty && uploading == nil }
 
+    /// A whole copy nobody uses and that owes the store nothing: what the retention policy
+    /// keeps after its last release, and what a change on the store's side may take away.
+    public var isIdle: Bool { isUnused && !removed && content == .present }
+
+    /// An idle copy the user did not pin: what a delay running out or `--cache-max` evicts.
+    public var mayExpire: Bool { isIdle && !pinned }
+
     /// What `user.docfs.state` shows and the catalog keeps.
     public var state: ItemState {
         if content == .fetching { return .downloading }

@@ -152,7 +152,7 @@ extension DocFileSystem {
                 logger.warning("cannot record a streamed upload's commit", metadata: ["inode": "\(file.inode)", "error": "\(error)"])
             }
         }
-        let outcome = await uploader.releaseCopy(of: file.inode)
+        let outcome = await provider.release(file.inode)
         logger.trace("released", metadata: ["inode": "\(file.inode)", "outcome": "\(outcome)"])
     }
 

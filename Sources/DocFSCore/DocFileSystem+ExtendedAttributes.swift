@@ -29,6 +29,7 @@ extension DocFileSystem {
         if item.etag != nil { names.append(Self.etagAttribute) }
         if item.uploadError != nil { names.append(Self.errorAttribute) }
         if item.conflictCopy != nil { names.append(Self.conflictAttribute) }
+        if inode == Item.rootInode, stateFeed.socketPath.withLock({ $0 }) != nil { names.append(Self.eventsAttribute) }
         return names
     }
 
@@ -50,6 +51,7 @@ extension DocFileSystem {
         case Self.etagAttribute: value = item.etag?.value
         case Self.errorAttribute: value = item.uploadError
         case Self.conflictAttribute: value = item.conflictCopy
+        case Self.eventsAttribute where inode == Item.rootInode: value = stateFeed.socketPath.withLock { $0 }
         case Self.transfersAttribute where inode == Item.rootInode:
             var paths: [String] = []
             for inode in provider.downloadsUnderWay() {
@@ -65,7 +67,7 @@ extension DocFileSystem {
     /// What `user.docfs.state` shows: a file's state (`pinned` for a pinned complete copy); for
     /// a folder, `pinned` if it is, and how many of its files are in each state, from one query
     /// (`local=3 modified=1`; `empty`, or `unlisted` before its first listing).
-    private func shownState(of item: Item) throws(FSError) -> String {
+    func shownState(of item: Item) throws(FSError) -> String {
         let pinned = try catalog.isPinned(item.inode)
         guard item.isDirectory else {
             // A streamed copy is `local` in the catalog from its first bytes on; while ranges

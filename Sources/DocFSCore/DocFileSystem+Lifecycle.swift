@@ -121,7 +121,7 @@ extension DocFileSystem {
             }
         }
         for file in handlesLeft {
-            await uploader.releaseCopy(of: file.inode)
+            await provider.release(file.inode)
         }
         let uploader = self.uploader
         let drained = await withTaskGroup(of: Bool.self) { group in

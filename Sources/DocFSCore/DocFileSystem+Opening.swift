@@ -27,7 +27,7 @@ extension DocFileSystem {
         let copy = try await provider.open(item, intent: intent, mayFetch: mode.mayFetch)
         if truncating {
             do { try copy.truncate(to: 0) } catch {
-                await uploader.releaseCopy(of: inode)
+                await provider.release(inode)
                 throw error
             }
         }
@@ -122,7 +122,7 @@ extension DocFileSystem {
                                              owner: owner, group: group, state: .modified, onStore: false, folderChanged: now)
         let copy = try await provider.open(created, intent: .empty)
         do { try copy.markChanged() } catch {
-            await uploader.releaseCopy(of: created.inode)
+            await provider.release(created.inode)
             throw error
         }
         let handle = openFiles.register(OpenFile(inode: created.inode, copy: copy, writable: true, opened: created))

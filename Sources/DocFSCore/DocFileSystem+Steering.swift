@@ -23,7 +23,7 @@ extension DocFileSystem {
         case .file:
             do {
                 _ = try await provider.open(item, intent: .content)
-                await uploader.releaseCopy(of: item.inode)
+                await provider.release(item.inode)
             } catch {
                 logger.warning("cannot download a pinned file", metadata: ["path": "\(item.path)", "error": "\(error)"])
                 if failure == nil { failure = error }

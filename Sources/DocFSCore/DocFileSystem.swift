@@ -32,6 +32,8 @@ public final class DocFileSystem: Sendable {
     let sessionMarker: SessionMarker?
     let logger: Logger
     let openFiles = OpenFiles()
+    /// Changes of shown state, for the daemon's events socket (`followStates`).
+    let stateFeed = StateFeed()
     /// How long a caller blocked in `open()` or `read()` waits for content (`--io-timeout`);
     /// nil: as long as the store's own deadlines allow.
     let ioTimeout: Duration?
@@ -118,7 +120,8 @@ public final class DocFileSystem: Sendable {
         self.uploadStreams = streams
         self.uploader = Uploader(store: store, catalog: catalog, provider: provider, maximumBackoff: uploadBackoff,
                                  clock: conflictClock, streams: streams, logger: logger)
-        let pinnedRefresher = PinnedRefresher(catalog: catalog, provider: provider, uploader: uploader, enumerator: enumerator, logger: logger)
+        provider.writeback.attach(uploader)
+        let pinnedRefresher = PinnedRefresher(catalog: catalog, provider: provider, enumerator: enumerator, logger: logger)
         self.pinnedRefresher = pinnedRefresher
         // Weakly: the refresher holds the enumerator, and a cycle would keep the catalog open.
         enumerator.whenListed { [weak pinnedRefresher] directory in pinnedRefresher?.listed(directory) }

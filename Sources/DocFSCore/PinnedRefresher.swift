@@ -36,17 +36,15 @@ final class PinnedRefresher: Sendable {
 
     private let catalog: Catalog
     private let provider: Provider
-    private let uploader: Uploader
     private let enumerator: DirectoryEnumerator
     private let logger: Logger
     private let queue = Mutex(Queue())
     /// Told about each file whose copy was replaced (`DocFileSystem.whenPinnedCopyRefreshed`).
     let refreshed = Mutex<(@Sendable (Inode) -> Void)?>(nil)
 
-    init(catalog: Catalog, provider: Provider, uploader: Uploader, enumerator: DirectoryEnumerator, logger: Logger) {
+    init(catalog: Catalog, provider: Provider, enumerator: DirectoryEnumerator, logger: Logger) {
         self.catalog = catalog
         self.provider = provider
-        self.uploader = uploader
         self.enumerator = enumerator
         self.logger = logger
     }
@@ -113,7 +111,7 @@ final class PinnedRefresher: Sendable {
                 do {
                     _ = try await provider.open(file, intent: .content)
                     // A process that opened the file meanwhile shares the copy, and may close first.
-                    await uploader.releaseCopy(of: inode)
+                    await provider.release(inode)
                     logger.info("pinned file refreshed from the store", metadata: ["path": "\(file.path)"])
                     refreshed.withLock { $0 }?(inode)
                 } catch {

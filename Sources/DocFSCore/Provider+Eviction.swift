@@ -57,8 +57,7 @@ extension Provider {
     /// The delay of a kept copy ran out: it goes unless it was opened (or released) since.
     private func expire(_ copy: LocalCopy, releasedAt released: ContinuousClock.Instant) {
         guard idle[copy.inode] == released, providing[copy.inode]?.copy === copy else { return }
-        let life = copy.life
-        guard life.isUnused, !life.pinned else { return }
+        guard copy.life.mayExpire else { return }
         idle[copy.inode] = nil
         evict(copy)
     }
@@ -73,8 +72,7 @@ extension Provider {
         for (inode, _) in idle.sorted(by: { $0.value < $1.value }) {
             guard used + incoming > limit else { return }
             guard let copy = providing[inode]?.copy else { idle[inode] = nil; continue }
-            let life = copy.life
-            guard life.isUnused, !life.pinned else { idle[inode] = nil; continue }
+            guard copy.life.mayExpire else { idle[inode] = nil; continue }
             used -= copy.allocatedBlocks * 512
             idle[inode] = nil
             evict(copy)

@@ -35,6 +35,9 @@ public actor Provider {
     /// Files up to this size are fetched whole at open; larger ones are streamed.
     public nonisolated var wholeFileLimit: Int64 { streaming.wholeFileLimit }
 
+    /// Where copies holding changes go on their last release (the uploader, once wired).
+    public nonisolated let writeback = Writeback()
+
     /// Copies by inode, readable without hopping onto the actor (for `st_blocks`, `stat` sizes).
     public nonisolated let presentCopies = Mutex<[Inode: LocalCopy]>([:])
 
@@ -174,10 +177,12 @@ public actor Provider {
         ioTimeout + .seconds(max(0, bytes) >> 20)
     }
 
-    /// One user let go. The last one evicts the copy — or, if it holds changes, keeps it until
-    /// the upload is confirmed (`.needsUpload`: callers release through
-    /// `Uploader.releaseCopy`, which queues that upload). Returns what happened.
-    public func release(_ inode: Inode) -> ReleaseOutcome {
+    /// One user let go. The last one evicts the copy (or keeps it: pinned, or by the retention
+    /// policy) or, when it holds committed changes, hands it to the uploader, which keeps it
+    /// until the store confirms them. Every release comes here, whoever lets go last (a
+    /// pinned file's download can share its copy with a writer that closed first).
+    @discardableResult
+    public func release(_ inode: Inode) async -> ReleaseOutcome {
         guard let entry = providing[inode] else { return .notPresent }
         let action: CopyLife.Action
         do {
@@ -186,7 +191,9 @@ public actor Provider {
             logger.error("cannot record a release", metadata: ["inode": "\(inode)", "error": "\(error)"])
             return .stillOpen
         }
-        return perform(action, on: entry.copy)
+        let outcome = perform(action, on: entry.copy)
+        if outcome == .needsUpload { await writeback.uploader?.enqueue(inode) }
+        return outcome
     }
 
     /// The copy the uploader should send for `item`: the one in use, or (after a restart) the
@@ -275,8 +282,7 @@ public actor Provider {
             guard let item = try? catalog.item(inode), !item.onStore, item.state == .local else { continue }
             // An eviction: it removes the row of an item not on the store with the copy.
             if let entry = providing[inode] {
-                let life = entry.copy.life
-                guard life.isUnused, !life.removed, life.content == .present else { continue }
+                guard entry.copy.life.isIdle else { continue }
                 idle[inode] = nil
                 evict(entry.copy)
             } else {
@@ -380,7 +386,7 @@ public actor Provider {
     /// (else it goes, and the open fetches the new one).
     private func reusable(_ copy: LocalCopy, for item: Item) -> Bool {
         let life = copy.life
-        guard life.isUnused, !life.removed, life.content == .present else { return true }
+        guard life.isIdle else { return true }
         if let base = life.base, base == item.etag { return true }
         logger.debug("a kept copy is not the store's version any more", metadata: ["path": "\(item.path)"])
         idle[item.inode] = nil
@@ -566,6 +572,15 @@ extension Provider.OpenIntent {
         if case .writer = self { return true }
         return self == .streamed
     }
+}
+
+/// The uploader as the provider knows it: weakly, since the uploader holds the provider.
+public final class Writeback: Sendable {
+    private struct Target: @unchecked Sendable { weak var uploader: Uploader? }
+    private let target = Mutex(Target())
+
+    public func attach(_ uploader: Uploader) { target.withLock { $0.uploader = uploader } }
+    var uploader: Uploader? { target.withLock { $0.uploader } }
 }
 
 /// What a release did: callers (and logs) can tell "kept because in use" from "gone".

@@ -103,17 +103,6 @@ public actor Uploader {
         for item in pending { enqueue(item.inode) }
     }
 
-    /// One user of `inode`'s copy lets go (`Provider.release`); the last release of a copy that
-    /// holds committed changes queues its upload. Every release goes through here, so none can
-    /// leave those changes unsent: whoever releases last may not be the writer (a pinned file's
-    /// download that shares its copy with a process that closed first, model seed 466).
-    @discardableResult
-    public func releaseCopy(of inode: Inode) async -> ReleaseOutcome {
-        let outcome = await provider.release(inode)
-        if outcome == .needsUpload { enqueue(inode) }
-        return outcome
-    }
-
     /// Queues an upload of `inode`'s copy.
     public func enqueue(_ inode: Inode) {
         guard !stopped else { return }

@@ -4,7 +4,7 @@
 
 import Foundation
 
-enum PercentEncoding {
+public enum PercentEncoding {
     /// Percent-decodes one path segment; a `%` not followed by two hex digits is kept as is.
     /// Returns nil if the bytes are not valid UTF-8.
     static func decode(_ segment: Substring) -> String? {
@@ -64,7 +64,7 @@ enum PercentEncoding {
     /// Percent-encodes every byte of the UTF-8 form but the unreserved `A-Za-z0-9-._~` (and
     /// `/` when `keepingSlash`), as `%XX` with upper-case hex: a name for the wire, or AWS's
     /// UriEncode.
-    static func encode(_ string: String, keepingSlash: Bool = false) -> String {
+    public static func encode(_ string: String, keepingSlash: Bool = false) -> String {
         var result = ""
         result.reserveCapacity(string.utf8.count)
         for byte in string.utf8 {

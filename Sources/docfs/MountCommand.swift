@@ -284,6 +284,17 @@ struct MountCommand: AsyncParsableCommand {
             fail("cannot take over what the last mount left: \(error)")
         }
         filesystem.startListingTheTop()
+        // File managers' emblems follow state changes through this socket (Sources/desktop).
+        let events: StateEventServer?
+        do {
+            let server = try StateEventServer(path: StateEventServer.path(key: layout.key, stateDirectory: layout.stateDirectory,
+                                                                          environment: environment), logger: logger)
+            filesystem.followStates(announcedAt: server.path, isListened: { server.hasClients }) { server.publish($0) }
+            events = server
+        } catch {
+            logger.warning("no state events for file managers: cannot listen on a socket", metadata: ["error": "\(error)"])
+            events = nil
+        }
         do {
             try mount.mount()
         } catch {
@@ -335,6 +346,7 @@ struct MountCommand: AsyncParsableCommand {
         // mount point in place ("Transport endpoint is not connected"): take it away too.
         if MountTable.entry(at: path)?.type == MountTable.docfsType { mount.requestUnmount() }
         await filesystem.shutdown()
+        events?.stop()
         recoveryCleanup.cancel()
         let unsynced = (try? catalog.items(in: [.modified, .uploading])) ?? []
         // Pinned copies stay for the next mount ("keep downloaded"); every other copy goes.

@@ -5,12 +5,15 @@
 # what a tool asks of the mount: test_metadata.py; the WebDAV servers people run: apache2 (mod_dav),
 # nginx-light with libnginx-mod-http-dav-ext, lighttpd with lighttpd-mod-webdav, and sabre/dav
 # (php-sabre-dav under php-cli's `php -S`): the tests start each as a process of their own on a
-# free port, so their services are kept from starting at install)
+# free port, so their services are kept from starting at install; the file manager extensions'
+# Python support (python3-nautilus, nemo-python, python3-caja) and Nemo under Xvfb driven by
+# xdotool: Tests/desktop)
 # and Python's pytest. Idempotent; silent when everything is there.
 set -euo pipefail
 
 packages=(fuse3 libfuse3-dev pkg-config rclone s3fs attr libglib2.0-bin strace apache2
-          nginx-light libnginx-mod-http-dav-ext lighttpd lighttpd-mod-webdav php-cli php-sqlite3 php-sabre-dav)
+          nginx-light libnginx-mod-http-dav-ext lighttpd lighttpd-mod-webdav php-cli php-sqlite3 php-sabre-dav
+          python3-nautilus nemo-python python3-caja nemo xvfb xdotool dbus)
 
 missing=()
 for p in "${packages[@]}"; do

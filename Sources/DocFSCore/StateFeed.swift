@@ -1,0 +1,54 @@
+import DocFSStore
+import Synchronization
+
+/// The changes of items' shown state, gathered as the catalog commits them and handed on in
+/// batches: a change is told within `delay`, and many close together (a folder pinned, a `cp -r`)
+/// come as one batch, each item once, in the state it has by then.
+final class StateFeed: Sendable {
+    private struct Pending {
+        var inodes: Set<Inode> = []
+        var scheduled = false
+    }
+
+    private let pending = Mutex(Pending())
+    private let observer = Mutex<StateChangeObserver?>(nil)
+    /// What the mount root's `user.docfs.events` announces (nil: no one is told of changes).
+    let socketPath = Mutex<String?>(nil)
+    private let delay: Duration
+
+    init(delay: Duration = .milliseconds(100)) {
+        self.delay = delay
+    }
+
+    /// Starts watching `catalog`; `flush` is given the changed items of each batch. Changes
+    /// made while `isWanted` says no one listens are not kept.
+    func start(watching catalog: Catalog, isWanted: @escaping @Sendable () -> Bool, flush: @escaping @Sendable (Set<Inode>) async -> Void) {
+        let watcher = catalog.observeStateChanges { [weak self] inodes in
+            guard isWanted() else { return }
+            self?.note(inodes, flush: flush)
+        }
+        observer.withLock { $0 = watcher }
+    }
+
+    private func note(_ inodes: Set<Inode>, flush: @escaping @Sendable (Set<Inode>) async -> Void) {
+        let startBatch = pending.withLock { pending -> Bool in
+            pending.inodes.formUnion(inodes)
+            defer { pending.scheduled = true }
+            return !pending.scheduled
+        }
+        guard startBatch else { return }
+        Task { [weak self, delay] in
+            try? await Task.sleep(for: delay)
+            guard let batch = self?.takeBatch() else { return }
+            await flush(batch)
+        }
+    }
+
+    private func takeBatch() -> Set<Inode> {
+        pending.withLock { pending in
+            pending.scheduled = false
+            defer { pending.inodes.removeAll() }
+            return pending.inodes
+        }
+    }
+}
