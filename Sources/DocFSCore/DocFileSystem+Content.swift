@@ -12,6 +12,7 @@ extension DocFileSystem {
     /// are local (a zero-copy reply); the loan's `count` stops at the end of the file.
     public func lendLocalBytes(handle: UInt64, offset: Int64, count: Int) throws(FSError) -> DescriptorLoan {
         guard let file = openFiles[handle] else { throw .invalidArgument }
+        file.reads.reached(offset + Int64(count))
         return try file.copy.lend(at: offset, count: count)
     }
 
@@ -20,6 +21,7 @@ extension DocFileSystem {
     /// `lendLocalBytes`. One handle lookup, and for a complete copy one lock, per read.
     public func lendForRead(handle: UInt64, offset: Int64, count: Int) throws(FSError) -> DescriptorLoan? {
         guard let file = openFiles[handle] else { throw .invalidArgument }
+        file.reads.reached(offset + Int64(count))
         guard file.mayFetch else {
             try requireHeld(file, offset: offset, count: count)
             return try file.copy.lend(at: offset, count: count)
@@ -86,6 +88,7 @@ extension DocFileSystem {
     /// Only committed content is ever uploaded over the store's version.
     public func flush(handle: UInt64) async throws(FSError) {
         guard let file = openFiles[handle] else { return }
+        noteRead(file)
         try await completeForCommit(file)
         try file.copy.commit()
     }
@@ -94,9 +97,17 @@ extension DocFileSystem {
     /// fetched first: call `flush` then. What every close() costs, without a task for most.
     public func flushIfComplete(handle: UInt64) throws(FSError) -> Bool {
         guard let file = openFiles[handle] else { return true }
+        noteRead(file)
         if file.copy.needsFillBeforeCommit { return false }
         try file.copy.commit()
         return true
+    }
+
+    /// A reader's close (its flush, which close() waits for, unlike the release after it): the
+    /// prefetcher learns of a file read whole.
+    private func noteRead(_ file: OpenFile) {
+        guard prefetching, !file.writable, file.reads.furthest >= file.copy.length, let parent = file.opened.parent else { return }
+        prefetcher.readWhole(file.opened.name, in: parent)
     }
 
     /// Fetches what a changed sparse copy lacks, none of the bytes written into it, before its

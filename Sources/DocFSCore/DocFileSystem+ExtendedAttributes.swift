@@ -18,7 +18,8 @@ extension DocFileSystem {
     /// Set (any value) to make the item, or every file below a folder, a placeholder now.
     public static let evictAttribute = "user.docfs.evict"
     /// On the mount's root: the downloads under way, one `downloading<TAB>path` line each
-    /// (streamed ones too, which the catalog shows as local), for `docfs status`.
+    /// (streamed ones too, which the catalog shows as local; `prefetching` for a file fetched
+    /// ahead of its reader), for `docfs status`.
     public static let transfersAttribute = "user.docfs.transfers"
 
     public func extendedAttributeNames(of inode: Inode) throws(FSError) -> [String] {
@@ -53,11 +54,13 @@ extension DocFileSystem {
         case Self.conflictAttribute: value = item.conflictCopy
         case Self.eventsAttribute where inode == Item.rootInode: value = stateFeed.socketPath.withLock { $0 }
         case Self.transfersAttribute where inode == Item.rootInode:
-            var paths: [String] = []
+            let ahead = prefetcher.underWay.withLock { $0 }
+            var lines = ""
             for inode in provider.downloadsUnderWay() {
-                if let path = try catalog.item(inode)?.path.description { paths.append(path) }
+                guard let path = try catalog.item(inode)?.path.description else { continue }
+                lines += "\(ahead.contains(inode) ? "prefetching" : ItemState.downloading.rawValue)\t\(path)\n"
             }
-            value = paths.map { "\(ItemState.downloading.rawValue)\t\($0)\n" }.joined()
+            value = lines
         default: value = nil
         }
         guard let value else { throw .noAttribute }

@@ -88,6 +88,7 @@ extension DocFileSystem {
     /// every clean local copy. Unsynced copies stay in the cache and the journal for the next mount.
     public func shutdown(uploadGrace: Duration = .seconds(10)) async {
         pinnedRefresher.stop()
+        await prefetcher.stop()
         settlingChangesCutShort.withLock { $0 }?.cancel()
         let handlesLeft = openFiles.removeAll()
         // The holes of changed sparse copies, side by side, for at most the grace in all: else

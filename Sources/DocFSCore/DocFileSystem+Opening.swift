@@ -24,7 +24,10 @@ extension DocFileSystem {
         if intent == .streamed, mode.mayFetch, let cached = mode.cachedVersion, let entry = try await storeStillHas(cached, of: item) {
             intent = .cached(entry)
         }
+        let reading = prefetching && !mode.writable && mode.mayFetch && item.kind == .file
+        if reading { await prefetcher.readerOpening(item) }
         let copy = try await provider.open(item, intent: intent, mayFetch: mode.mayFetch)
+        if reading { await prefetcher.readerOpened(inode) }
         if truncating {
             do { try copy.truncate(to: 0) } catch {
                 await provider.release(inode)

@@ -32,6 +32,9 @@ public final class DocFileSystem: Sendable {
     let sessionMarker: SessionMarker?
     let logger: Logger
     let openFiles = OpenFiles()
+    /// Reads the next small files of a folder a reader walks (off unless asked for).
+    let prefetcher: Prefetcher
+    let prefetching: Bool
     /// Changes of shown state, for the daemon's events socket (`followStates`).
     let stateFeed = StateFeed()
     /// How long a caller blocked in `open()` or `read()` waits for content (`--io-timeout`);
@@ -98,7 +101,7 @@ public final class DocFileSystem: Sendable {
     public init(store: any Store, catalog: Catalog, cacheDirectory: String, directoryTTL: Double, readOnly: Bool,
                 uploadBackoff: Duration = .seconds(15), streaming: StreamingPolicy = .default, ioTimeout: Duration? = nil,
                 retry: RetryPolicy? = nil, retention: RetentionPolicy = .onLastRelease,
-                listAhead: DirectoryEnumerator.ListAhead = .default, conflictClock: @escaping @Sendable () -> Date = { Date() }, stateDirectory: String? = nil,
+                listAhead: DirectoryEnumerator.ListAhead = .default, prefetch: Prefetcher.Policy = .off, conflictClock: @escaping @Sendable () -> Date = { Date() }, stateDirectory: String? = nil,
                 streamedUploads: StreamedUpload.Policy? = .default, logger: Logger) {
         // Store calls a caller waits for are retried within the caller's patience.
         let retry = retry ?? ioTimeout.map { RetryPolicy.interactive.within($0) } ?? .interactive
@@ -112,6 +115,8 @@ public final class DocFileSystem: Sendable {
         self.retry = retry
         self.provider = Provider(store: store, catalog: catalog, cacheDirectory: cacheDirectory, retry: retry, streaming: streaming,
                                  ioTimeout: ioTimeout, retention: retention, logger: logger)
+        self.prefetcher = Prefetcher(catalog: catalog, provider: provider, policy: prefetch, logger: logger)
+        self.prefetching = prefetch.files > 0
         self.enumerator = DirectoryEnumerator(store: store, catalog: catalog, ttl: directoryTTL, retry: retry, listAhead: listAhead,
                                               logger: logger)
         let streams = streamedUploads.flatMap { policy in

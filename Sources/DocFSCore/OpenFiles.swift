@@ -14,6 +14,16 @@ struct OpenFile: Sendable {
     var mayFetch = true
     /// Opened with O_APPEND: its writes land at the copy's end (`OpenMode.append`).
     var appends = false
+    /// How far its reads reached: whether it read the file whole (`Prefetcher`).
+    let reads = ReadExtent()
+}
+
+/// The end of the furthest read through one handle (reads of several threads race to raise it).
+final class ReadExtent: Sendable {
+    private let end = Atomic<Int64>(0)
+
+    func reached(_ offset: Int64) { end.max(offset, ordering: .relaxed) }
+    var furthest: Int64 { end.load(ordering: .relaxed) }
 }
 
 /// The open handles, by the number the kernel knows each by. A handle names a copy, not a

@@ -58,7 +58,7 @@ EMBLEMS = {
 }
 
 FILE_STATES = ("placeholder", "downloading", "local", "pinned", "modified", "uploading")
-#: `NAME (conflict 2026-11-22 061530).EXT`, `NAME (conflict 2026-11-22 061530 2)` (Uploader.swift's ConflictName).
+#: `NAME (conflict 2026-11-22 061530).EXT`, `NAME (conflict 2026-11-22 061530 2)` (ConflictName.swift).
 CONFLICT_COPY = re.compile(r"^(?P<stem>.+) \(conflict \d{4}-\d{2}-\d{2} \d{6}(?: \d+)?\)(?P<ext>\.[^.]*)?$", re.S)
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -61,6 +61,10 @@ struct MountCommand: AsyncParsableCommand {
                                valueName: "folders"))
     var listAhead: Int = DirectoryEnumerator.ListAhead.default.folders
 
+    @Option(help: ArgumentHelp("Small files read ahead of a reader that goes through a folder in name order (cat *, grep -r, cp -r out of the mount): up to this many are fetched alongside the one it reads, and let go after 5 s if it never opens them. 0 reads nothing ahead.",
+                               valueName: "files"))
+    var prefetch: Int = Prefetcher.Policy.default.files
+
     @Option(help: "Where local copies are kept (default: $XDG_CACHE_HOME/docfs).")
     var cacheDir: String?
 
@@ -142,6 +146,7 @@ struct MountCommand: AsyncParsableCommand {
     func validate() throws {
         guard dirCacheTtl >= 0 else { throw ValidationError("--dir-cache-ttl must be 0 or more seconds") }
         guard listAhead >= 0 else { throw ValidationError("--list-ahead must be 0 or more folders") }
+        guard prefetch >= 0 else { throw ValidationError("--prefetch must be 0 or more files") }
         guard wholeFileLimit >= 0 else { throw ValidationError("--whole-file-limit must be 0 or more bytes") }
         guard entryTimeout >= 0, entryTimeout.isFinite else { throw ValidationError("--entry-timeout must be 0 or more seconds") }
         guard attrTimeout >= 0, attrTimeout.isFinite else { throw ValidationError("--attr-timeout must be 0 or more seconds") }
@@ -264,6 +269,7 @@ struct MountCommand: AsyncParsableCommand {
                                        retention: RetentionPolicy(evictDelay: .milliseconds(Int64(evictDelay * 1000)),
                                                                   cacheMax: cacheMax.flatMap(RetentionPolicy.parseSize)),
                                        listAhead: DirectoryEnumerator.ListAhead(folders: listAhead),
+                                       prefetch: Prefetcher.Policy(files: prefetch),
                                        stateDirectory: layout.stateDirectory, streamedUploads: streamedUploads, logger: logger)
         // The source the mount table shows is the store as given (without credentials): what
         // an fstab line names, so `mount -a` sees the line is mounted already, and what df shows.

@@ -195,7 +195,10 @@ struct StatusCommand: AsyncParsableCommand {
         if running, let listed = Steering.get(DocFileSystem.transfersAttribute, of: record.mountpoint) {
             for line in listed.split(separator: "\n") {
                 let fields = line.split(separator: "\t", maxSplits: 1).map(String.init)
-                if fields.count == 2, !transferring.contains(where: { $0.path == fields[1] }) { transferring.append((fields[1], fields[0])) }
+                guard fields.count == 2 else { continue }
+                // A file fetched ahead of its reader is `downloading` in the catalog: the daemon says which.
+                transferring.removeAll { $0.path == fields[1] }
+                transferring.append((fields[1], fields[0]))
             }
             transferring.sort { $0.path < $1.path }
         }
