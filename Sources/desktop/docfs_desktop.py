@@ -657,6 +657,36 @@ class Extension:
 _shared: Extension | None = None
 
 
+def extension_class(api, name: str, gtk_version: str, extra=(), **methods):
+    """The class a file manager's Python support loads, for `api`, its gi module (Nautilus, Nemo
+    or Caja: the three shape their InfoProvider and MenuProvider alike); `extra` interfaces and
+    `methods` add what one of them asks more (Nemo's NameAndDescProvider)."""
+    from gi.repository import GObject
+
+    def __init__(self):
+        GObject.GObject.__init__(self)
+        self.core = shared(gtk_version=gtk_version)
+
+    def update_file_info(self, file):
+        for emblem in self.core.emblems(file):
+            file.add_emblem(emblem)
+        return api.OperationResult.COMPLETE
+
+    def items(self, infos):
+        made = []
+        for action in self.core.actions(infos):
+            item = api.MenuItem(name=action.name, label=action.label, tip=action.tip, icon=action.icon)
+            item.connect("activate", lambda _item, run=action.run: run())
+            made.append(item)
+        return made
+
+    # (window, files) and (window, folder); Nautilus API 4.0 dropped the window: the last one.
+    body = dict(__gtype_name__=f"Docfs{name}Extension", __init__=__init__, update_file_info=update_file_info,
+                _items=items, get_file_items=lambda self, *args: self._items(args[-1]),
+                get_background_items=lambda self, *args: self._items([args[-1]]), **methods)
+    return type(f"Docfs{name}Extension", (GObject.GObject, api.InfoProvider, api.MenuProvider, *extra), body)
+
+
 def shared(gtk_version: str | None = None) -> Extension:
     """The one Extension of this process (the file manager loads its adapter once)."""
     global _shared

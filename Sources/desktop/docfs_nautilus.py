@@ -1,6 +1,5 @@
 """docfs in Nautilus (nautilus-python, Nautilus API 4.0: Nautilus 43 and later): emblems per
-file state and the Keep on this device / Free up space menu on docfs mounts. The logic is in
-docfs_desktop.py; this file only speaks Nautilus's API."""
+file state and the Keep on this device / Free up space menu on docfs mounts. The logic is in docfs_desktop.py; this file only names Nautilus's API."""
 import os
 import sys
 
@@ -14,32 +13,8 @@ for _folder in ("@DOCFS_DESKTOP_LIB@", os.path.dirname(os.path.abspath(__file__)
 import gi  # noqa: E402
 
 gi.require_version("Nautilus", "4.0")
-from gi.repository import GObject, Nautilus  # noqa: E402
+from gi.repository import Nautilus  # noqa: E402
 
 import docfs_desktop  # noqa: E402
 
-
-class DocfsNautilusExtension(GObject.GObject, Nautilus.InfoProvider, Nautilus.MenuProvider):
-    def __init__(self):
-        super().__init__()
-        self.core = docfs_desktop.shared(gtk_version="4.0")
-
-    def update_file_info(self, file):
-        for emblem in self.core.emblems(file):
-            file.add_emblem(emblem)
-        return Nautilus.OperationResult.COMPLETE
-
-    def _items(self, infos):
-        items = []
-        for action in self.core.actions(infos):
-            item = Nautilus.MenuItem(name=action.name, label=action.label, tip=action.tip, icon=action.icon)
-            item.connect("activate", lambda _item, run=action.run: run())
-            items.append(item)
-        return items
-
-    # Nautilus API 4.0 dropped the window argument; *args also takes the 3.0 form.
-    def get_file_items(self, *args):
-        return self._items(args[-1])
-
-    def get_background_items(self, *args):
-        return self._items([args[-1]])
+DocfsNautilusExtension = docfs_desktop.extension_class(Nautilus, "Nautilus", "4.0")

@@ -1,6 +1,5 @@
-"""docfs in Nemo (nemo-python): emblems per
-file state and the Keep on this device / Free up space menu on docfs mounts. The logic is in
-docfs_desktop.py; this file only speaks Nemo's API."""
+"""docfs in Nemo (nemo-python): emblems per file state and the Keep on this device / Free up
+space menu on docfs mounts. The logic is in docfs_desktop.py; this file only names Nemo's API."""
 import os
 import sys
 
@@ -14,35 +13,10 @@ for _folder in ("@DOCFS_DESKTOP_LIB@", os.path.dirname(os.path.abspath(__file__)
 import gi  # noqa: E402
 
 gi.require_version("Nemo", "3.0")
-from gi.repository import GObject, Nemo  # noqa: E402
+from gi.repository import Nemo  # noqa: E402
 
 import docfs_desktop  # noqa: E402
 
-
-class DocfsNemoExtension(GObject.GObject, Nemo.InfoProvider, Nemo.MenuProvider, Nemo.NameAndDescProvider):
-    def __init__(self):
-        super().__init__()
-        self.core = docfs_desktop.shared(gtk_version="3.0")
-
-    def update_file_info(self, file):
-        for emblem in self.core.emblems(file):
-            file.add_emblem(emblem)
-        return Nemo.OperationResult.COMPLETE
-
-    def _items(self, infos):
-        items = []
-        for action in self.core.actions(infos):
-            item = Nemo.MenuItem(name=action.name, label=action.label, tip=action.tip, icon=action.icon)
-            item.connect("activate", lambda _item, run=action.run: run())
-            items.append(item)
-        return items
-
-    # (window, files) and (window, folder).
-    def get_file_items(self, *args):
-        return self._items(args[-1])
-
-    def get_background_items(self, *args):
-        return self._items([args[-1]])
-
-    def get_name_and_desc(self):    # Nemo's list of extensions (Preferences, Plugins)
-        return ["docfs:::Emblems for what is local on docfs mounts; Keep on this device, Free up space"]
+DocfsNemoExtension = docfs_desktop.extension_class(Nemo, "Nemo", "3.0", extra=(Nemo.NameAndDescProvider,),
+    # Nemo's list of extensions (Preferences, Plugins)
+    get_name_and_desc=lambda self: ["docfs:::Emblems for what is local on docfs mounts; Keep on this device, Free up space"])
