@@ -54,7 +54,7 @@ struct CallerWaitTests {
         try await Task.sleep(for: .milliseconds(50))
         waiter.cancel()
         _ = try? await waiter.value
-        for _ in 0..<100 where handedBack.withLock({ $0 }) == nil { try await Task.sleep(for: .milliseconds(20)) }
+        try await eventually("the value handed back") { handedBack.withLock { $0 } != nil }
         #expect(handedBack.withLock { $0 } == 42, "a late result (an open handle) is given back, not leaked")
     }
 

@@ -246,7 +246,7 @@ struct EnumerationTests {
         let gate = Gate()
         store.holdNextStat(until: { await gate.wait() })
         let second = Task { try await fixture.fs.lookup(parent: dir.inode, name: "b.bin") }
-        while store.listings(of: "top/dir") == 0 { try await Task.sleep(for: .milliseconds(5)) }
+        try await eventually("a listing of top/dir") { store.listings(of: "top/dir") > 0 }
         await fixture.fs.waitForListings()
         #expect(try fixture.fs.lookupIfListed(parent: dir.inode, name: "b.bin")?.modified
                     == Timestamp(seconds: InMemoryStore.storedTime(ofVersion: 2)))  // the listing's time, for now
@@ -268,7 +268,7 @@ struct EnumerationTests {
         store.holdNextStat(until: { await gate.wait() })
         let asked = store.statCount
         let again = Task { try await fixture.fs.lookup(parent: dir.inode, name: "a.bin") }
-        while store.statCount == asked { try await Task.sleep(for: .milliseconds(5)) }
+        try await eventually("a stat") { store.statCount != asked }
         store.failAttributes(with: .unreachable("test"))
         _ = try await fixture.fs.setAttributes(of: a.inode, .init(modified: Timestamp(seconds: 5_000)), handle: nil)
         await gate.open()

@@ -194,32 +194,3 @@ final class CapturedLog: Sendable {
     }
 }
 
-/// A wait that ran out of time: the test fails with what it waited for.
-struct TimedOut: Error, CustomStringConvertible {
-    var what: String
-    var description: String { "timed out waiting for \(what)" }
-}
-
-/// Polls `condition` every 10 ms until it holds; throws `TimedOut` after `timeout`.
-func eventually(_ what: String, timeout: Duration = .seconds(10), _ condition: () throws -> Bool) async throws {
-    let deadline = ContinuousClock.now + timeout
-    while try !condition() {
-        guard ContinuousClock.now < deadline else { throw TimedOut(what: what) }
-        try await Task.sleep(for: .milliseconds(10))
-    }
-}
-
-/// `body`'s value, or `TimedOut` once `timeout` passes (a body that hangs is left running: the
-/// test fails instead of hanging with it).
-func withDeadline<T: Sendable>(_ timeout: Duration, _ what: String, _ body: @escaping @Sendable () async -> T) async throws -> T {
-    let (answers, answer) = AsyncStream<T?>.makeStream()
-    let work = Task { answer.yield(await body()) }
-    let timer = Task { try? await Task.sleep(for: timeout); answer.yield(nil) }
-    defer { timer.cancel() }
-    for await first in answers {
-        if let first { return first }
-        work.cancel()
-        break
-    }
-    throw TimedOut(what: what)
-}

@@ -307,7 +307,7 @@ struct NothingLostTests {
         let handle = try await fixture.fs.open(item.inode, mode: .init(writable: true, truncate: true))
         try fixture.write(handle: handle, Array("new".utf8))
         await fixture.fs.release(handle: handle)
-        while writes.withLock({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(5)) }
+        try await eventually("a write") { writes.withLock { $0 } > 0 }
 
         let ended = Mutex(false)
         let unmounted = Task {

@@ -35,7 +35,7 @@ struct OwnTimeTests {
         fixture.store.holdReads(until: { await gate.wait() })
         fixture.store.failAttributes(with: .unreachable("test"))  // the store keeps the old time
         let opened = Task { try await fixture.fs.open(item.inode, mode: .read) }
-        while fixture.store.readCount("touched.bin") == 0 { try await Task.sleep(for: .milliseconds(5)) }
+        try await eventually("a read of touched.bin") { fixture.store.readCount("touched.bin") > 0 }
         _ = try await fixture.fs.setAttributes(of: item.inode, .init(modified: Timestamp(seconds: 5_000)), handle: nil)
         await gate.open()
         let handle = try await opened.value

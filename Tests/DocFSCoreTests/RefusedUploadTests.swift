@@ -33,7 +33,7 @@ struct RefusedUploadTests {
         try fixture.write(handle: handle, Array("accepted".utf8))
         try await fixture.fs.flush(handle: handle)
         await fixture.fs.release(handle: handle)
-        for _ in 0..<100 where fixture.store.content("big.txt") == nil { try await Task.sleep(for: .milliseconds(20)) }
+        try await eventually("big.txt on the store") { fixture.store.content("big.txt") != nil }
         #expect(fixture.store.content("big.txt") == Array("accepted".utf8))
     }
 
@@ -55,13 +55,13 @@ struct RefusedUploadTests {
         })
         _ = try await fixture.fs.children(of: Item.rootInode)
         let item = try await fixture.createFile("a.txt", Array("far too large".utf8))
-        for _ in 0..<200 where attempts.withLock({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(10)) }
+        try await eventually("an upload attempt") { attempts.withLock { $0 } > 0 }
         let handle = try await fixture.fs.open(item.inode, mode: .init(writable: true, truncate: true))
         try fixture.write(handle: handle, Array("small".utf8))
         try await fixture.fs.flush(handle: handle)
         await fixture.fs.release(handle: handle)
         secondCommitted.withLock { $0 = true }
-        for _ in 0..<200 where fixture.store.content("a.txt") == nil { try await Task.sleep(for: .milliseconds(10)) }
+        try await eventually("a.txt on the store") { fixture.store.content("a.txt") != nil }
         #expect(fixture.store.content("a.txt") == Array("small".utf8), "after \(attempts.withLock { $0 }) PUTs")
         await fixture.settle()
         #expect(try fixture.fs.item(item.inode).uploadError == nil)
@@ -82,7 +82,7 @@ struct RefusedUploadTests {
             try fixture.fs.item(item.inode).uploadError?.hasPrefix(Uploader.refusedPrefix) == true
         }
         // The fixture's upload backoff is 200 ms at most: rounds come quickly.
-        for _ in 0..<200 where try !refused() { try await Task.sleep(for: .milliseconds(50)) }
+        try await eventually("the upload refused") { try refused() }
         let row = try fixture.fs.item(item.inode)
         #expect(row.uploadError?.hasPrefix(Uploader.refusedPrefix) == true,
                 "after \(attempts.withLock { $0 }) PUTs: \(row.uploadError ?? "no error")")
@@ -101,10 +101,10 @@ struct RefusedUploadTests {
         fixture.store.failWrites(with: .serverError(status: 503, message: "busy"))
         _ = try await fixture.fs.children(of: Item.rootInode)
         _ = try await fixture.createFile("later.txt", Array("kept".utf8))
-        for _ in 0..<200 where attempts.withLock({ $0 }) < 3 { try await Task.sleep(for: .milliseconds(50)) }
+        try await eventually("three upload attempts") { attempts.withLock { $0 } >= 3 }
         #expect(attempts.withLock { $0 } >= 3, "a transient failure is retried (\(attempts.withLock { $0 }) tries in 10 s)")
         fixture.store.failWrites(with: nil)
-        for _ in 0..<100 where fixture.store.content("later.txt") == nil { try await Task.sleep(for: .milliseconds(20)) }
+        try await eventually("later.txt on the store") { fixture.store.content("later.txt") != nil }
         #expect(fixture.store.content("later.txt") == Array("kept".utf8))
     }
 }

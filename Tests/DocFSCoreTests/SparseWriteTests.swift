@@ -90,7 +90,7 @@ struct SparseWriteTests {
         fixture.store.holdReads { await gate.wait() }
         let before = fixture.store.readCount("disk.img")
         let read = Task { try await fixture.fs.read(handle: handle, offset: Int64(4 * Self.mebibyte), count: 4096) }
-        for _ in 0..<400 where fixture.store.readCount("disk.img") == before { try await Task.sleep(for: .milliseconds(5)) }
+        try await eventually("a read of disk.img") { fixture.store.readCount("disk.img") != before }
         #expect(fixture.store.readCount("disk.img") > before, "the ranged read is on its way")
         // Written while the range that holds them is on the wire.
         try fixture.write(handle: handle, Self.mine, at: Int64(4 * Self.mebibyte + 10))

@@ -6,6 +6,7 @@ import Glibc
 #endif
 import DocFSStore
 @testable import DocFSStores
+import DocFSTesting
 import Foundation
 import Synchronization
 import Testing
@@ -256,7 +257,7 @@ struct S3StoreTests {
                                       attributes: StoreAttributes(mode: 0o100640))
             }
             growing.grow(to: 6 * 1024 * 1024)
-            for _ in 0..<500 where !server.log().contains("partNumber=1") { try await Task.sleep(for: .milliseconds(10)) }
+            try await eventually("part 1 on the server", timeout: .seconds(60)) { server.log().contains("partNumber=1") }
             #expect(server.log().contains("partNumber=1"), "the first part went before the end")
             #expect(!server.log().contains("partNumber=2"), "a part goes only once the writer passed its end")
             let before = try await server.python("print(s3.list_objects_v2(Bucket=B)['KeyCount'])", bucket: "docfs-test")
@@ -285,7 +286,7 @@ struct S3StoreTests {
                 try await store.write(path("zip.bin"), growing: growing, condition: .mustNotExist, attributes: StoreAttributes())
             }
             growing.grow(to: 6 * 1024 * 1024)
-            for _ in 0..<500 where !server.log().contains("partNumber=1") { try await Task.sleep(for: .milliseconds(10)) }
+            try await eventually("part 1 on the server", timeout: .seconds(60)) { server.log().contains("partNumber=1") }
             growing.cancel()
             await #expect(throws: StoreError.self) { _ = try await upload.value }
             let remote = try await server.python("""
