@@ -7,6 +7,9 @@
 #               rclone mount, davfs2, s3fs, curl and local disk on docfs serve, rclone serve webdav and
 #               SeaweedFS; cold medians and ratios written to Tests/bench/RESULTS.md and results.json.
 #               BENCH_QUICK=1 checks the script in a minute or two; BENCH_ONLY=ls5k,ttfb picks workloads
+#   make bench-latency  the same clients with the store far away (Tests/bench/latency.py: a delay proxy,
+#               20 and 80 ms): Tests/bench/LATENCY.md and latency.json; LATENCY_ARGS="--quick" checks the
+#               script, e.g. LATENCY_ARGS="--servers seaweedfs --delays 20 --runs 1" (see latency.py --help)
 #   make fuzz   the parsers of what servers and clients write, under libFuzzer, for FUZZ_SECONDS (60);
 #               a build of its own in .build-fuzz (every module instrumented), inputs kept in
 #               .build-fuzz/corpus, a crash saved as crash-* (rerun: .build/debug/DocFSFuzz FILE)
@@ -18,7 +21,7 @@
 SWIFT  ?= swift
 PYTHON ?= python3
 
-.PHONY: all setup build release run test unit-test integration-test fsx fuzz bench clean install uninstall manual-tool
+.PHONY: all setup build release run test unit-test integration-test fsx fuzz bench bench-latency clean install uninstall manual-tool
 
 all: build
 
@@ -43,7 +46,10 @@ unit-test:
 	$(SWIFT) test
 
 integration-test:
-	DOCFS_BIN="$(CURDIR)/.build/debug/docfs" $(PYTHON) -m pytest -v --durations=25 Tests/integration Tests/bench/test_report.py Tests/desktop
+	DOCFS_BIN="$(CURDIR)/.build/debug/docfs" $(PYTHON) -m pytest -v --durations=25 Tests/integration Tests/bench/test_report.py
+	# A run of its own: two conftest.py in one run share the module name `conftest`, and the
+	# integration tests' `from conftest import RcloneServer` then got the desktop one's classes.
+	DOCFS_BIN="$(CURDIR)/.build/debug/docfs" $(PYTHON) -m pytest -v --durations=10 Tests/desktop
 
 SEEDS ?= 10
 
@@ -61,6 +67,9 @@ fuzz: setup
 
 bench: setup release
 	DOCFS_BIN="$(CURDIR)/.build/release/docfs" $(PYTHON) Tests/bench/record.py
+
+bench-latency: setup release
+	DOCFS_BIN="$(CURDIR)/.build/release/docfs" $(PYTHON) Tests/bench/latency.py $(LATENCY_ARGS)
 
 clean:
 	$(SWIFT) package clean

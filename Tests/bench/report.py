@@ -220,7 +220,8 @@ def markdown(record):
     m, v, s = record["machine"], record["versions"], record["sizes"]
     lines = ["# docfs performance record", "",
              "Written by `make bench` (`Tests/bench/record.py`); do not edit by hand. "
-             "Raw runs and medians: [results.json](results.json).", ""]
+             "Raw runs and medians: [results.json](results.json). With the store far away (`make bench-latency`): "
+             "[LATENCY.md](LATENCY.md).", ""]
     if record.get("quick"):
         lines += ["**Quick mode (BENCH_QUICK=1): small sizes and one run; these figures only check the script.**", ""]
     lines += [f"- date: {record['date']} ({record.get('minutes', 0):.1f} min)",
