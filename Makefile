@@ -8,8 +8,9 @@
 #               SeaweedFS; cold medians and ratios written to Tests/bench/RESULTS.md and results.json.
 #               BENCH_QUICK=1 checks the script in a minute or two; BENCH_ONLY=ls5k,ttfb picks workloads
 #   make bench-latency  the same clients with the store far away (Tests/bench/latency.py: a delay proxy,
-#               20 and 80 ms): Tests/bench/LATENCY.md and latency.json; LATENCY_ARGS="--quick" checks the
-#               script, e.g. LATENCY_ARGS="--servers seaweedfs --delays 20 --runs 1" (see latency.py --help)
+#               20 and 80 ms, rclone serve webdav, about 28 min): Tests/bench/LATENCY.md and latency.json;
+#               LATENCY_ARGS="--quick" checks the script; LATENCY_ARGS="--servers seaweedfs --delays 20
+#               --runs 1 --budget 120" adds S3 to the same record (see latency.py --help)
 #   make fuzz   the parsers of what servers and clients write, under libFuzzer, for FUZZ_SECONDS (60);
 #               a build of its own in .build-fuzz (every module instrumented), inputs kept in
 #               .build-fuzz/corpus, a crash saved as crash-* (rerun: .build/debug/DocFSFuzz FILE)

@@ -115,6 +115,9 @@ public final class DocFileSystem: Sendable {
         self.retry = retry
         self.provider = Provider(store: store, catalog: catalog, cacheDirectory: cacheDirectory, retry: retry, streaming: streaming,
                                  ioTimeout: ioTimeout, retention: retention, logger: logger)
+        // Files held ahead could not be evicted while held, and would push `--cache-max` over its
+        // bound: a mount with one reads nothing ahead (for now).
+        let prefetch = retention.cacheMax == nil ? prefetch : .off
         self.prefetcher = Prefetcher(catalog: catalog, provider: provider, policy: prefetch, logger: logger)
         self.prefetching = prefetch.files > 0
         self.enumerator = DirectoryEnumerator(store: store, catalog: catalog, ttl: directoryTTL, retry: retry, listAhead: listAhead,

@@ -61,12 +61,17 @@ def cell(section, workload, client, metric, docfs_value):
     v = e.get("median", {}).get(metric)
     budget = e.get("timeout")
     if v is None:
-        if budget:
-            text = f"> {budget:.0f} s (stopped)"
-            if client != "docfs" and docfs_value is not None:
-                text += f" · **< {docfs_value / budget:.2f}**"
-            return text
-        return "failed" if e.get("errors") else "–"
+        if not budget:
+            return "failed" if e.get("errors") else "–"
+        if metric != FLOOR_METRIC.get(workload, "s"):
+            return "(stopped)"  # the run ended before what this row times, or after: unknown
+        text = f"> {budget:.0f} s (stopped)"
+        if client != "docfs" and docfs_value is not None:
+            text += f" · **< {docfs_value / budget:.2f}**"
+        return text
+    docfs_budget = timed_out(results, workload, "docfs")
+    if client != "docfs" and docfs_value is None and docfs_budget and metric == FLOOR_METRIC.get(workload, "s"):
+        return f"{fmt(v, 's')} · **> {docfs_budget / v:.2f}**"
     text = fmt(v, "s")
     median = e["median"]
     if metric == FLOOR_METRIC.get(workload, "s") and "reqs" in median and client != "local disk":
@@ -144,6 +149,12 @@ def targets(data):
         for workload, metric, _ in ROWS:
             mine = value(results, workload, "docfs", metric)
             if mine is None:
+                stopped = timed_out(results, workload, "docfs")
+                if stopped and metric == FLOOR_METRIC.get(workload, "s"):
+                    faster = [p for p in PEERS if (value(results, workload, p, metric) or stopped) < stopped]
+                    if faster:
+                        compared += 1
+                        behind.append(f"{workload} (docfs stopped after {stopped:.0f} s, {faster[0]} was not)")
                 continue
             peers = [(p, value(results, workload, p, metric)) for p in PEERS if entry(results, workload, p)]
             known = [(p, v) for p, v in peers if v is not None]
@@ -163,6 +174,9 @@ def targets(data):
                 return None
             metric = FLOOR_METRIC.get(workload, "s")
             mine, floor = value(section["results"], workload, "docfs", metric), section["floors"].get(workload)
+            stopped = timed_out(section["results"], workload, "docfs")
+            if mine is None and stopped and floor:
+                return f"NOT met: > {stopped / floor['s']:.2f}x (stopped)"
             if mine is None or not floor:
                 return None
             ratio = mine / floor["s"]
@@ -172,6 +186,9 @@ def targets(data):
     def stat_vs_listing(section):
         results = section["results"]
         mine, listing = value(results, "stat5k-cold", "docfs", "s"), value(results, "stat5k-cold", "curl", "s")
+        stopped = timed_out(results, "stat5k-cold", "docfs")
+        if mine is None and stopped and listing:
+            return f"NOT met: > {stopped / listing:.2f}x (stopped)"
         if mine is None or listing is None:
             return None
         ratio = mine / listing

@@ -105,3 +105,11 @@ def test_waiting_counts_overlapping_requests_once(tmp_path):
     got = proxy.since((0, 9.0))
     assert got["reqs"] == 3 and got["conns"] == 1
     assert abs(got["wait_s"] - 0.5) < 1e-9 and abs(got["in_flight"] - 0.6 / 0.5) < 1e-9
+
+
+def test_a_stopped_docfs_is_not_met_and_behind_a_peer_that_finished():
+    results = {"stat5k-cold": {"docfs": {"runs": [], "median": {}, "timeout": 120}, "rclone-full": entry(s=119.0),
+                               "curl": entry(s=0.5)}}
+    got = verdicts({"a@20": section(results)})
+    assert got["cold `stat` of 5,000 <= 1.2x the transfer of its listing"]["a@20"] == "NOT met: > 240.00x (stopped)"
+    assert got["docfs ahead of every peer on every workload"]["a@20"].startswith("NOT met: behind on stat5k-cold")

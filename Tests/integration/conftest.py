@@ -688,6 +688,18 @@ class Mount:
     def unmount(self, timeout=60) -> subprocess.CompletedProcess:
         return self.xdg.docfs("unmount", self.path, timeout=timeout)
 
+    def downloads_under_way(self) -> list[str]:
+        """The paths the mount is downloading now (whole files, ranges of streamed ones, files
+        fetched ahead), from `user.docfs.transfers` on its root."""
+        value = os.getxattr(self.path, "user.docfs.transfers").rstrip(b"\0").decode()
+        return [line.split("\t", 1)[-1] for line in value.splitlines() if line.strip()]
+
+    def wait_downloads_done(self, timeout: float = 30) -> None:
+        """Until the mount has no download under way: every GET it sent was answered, and none
+        is retried or read ahead any more."""
+        wait_until(lambda: not self.downloads_under_way(), timeout,
+                   f"{self.path} to finish its downloads")
+
 
 def cleanup_mount(mountpoint: Path, xdg: XDG) -> list[str]:
     """Unmounts by every means available; returns what had to be done beyond `docfs unmount`."""
