@@ -123,7 +123,16 @@ def test_make_install_and_uninstall(tmp_path):
     variables = [f"DESTDIR={root}", "PREFIX=/usr", f"BIN={docfs_bin()}"]
     result = make("install", *variables)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert installed_files(root) == ["sbin/mount.docfs", "usr/bin/docfs", "usr/share/man/man1/docfs.1"]
+    # The binary, the mount(8) helper, the man page, and the file managers' extensions
+    # (`make install-desktop`, Sources/desktop).
+    emblems = [f"usr/share/icons/hicolor/scalable/emblems/emblem-docfs-{state}.svg"
+               for state in ("cloud", "conflict", "downloading", "error", "local", "pinned", "uploading")]
+    assert installed_files(root) == sorted(["sbin/mount.docfs", "usr/bin/docfs", "usr/share/man/man1/docfs.1",
+                                            "usr/share/caja-python/extensions/docfs_caja.py",
+                                            "usr/share/docfs/desktop/docfs_desktop.py", *emblems,
+                                            "usr/share/kio/servicemenus/docfs.desktop",
+                                            "usr/share/nautilus-python/extensions/docfs_nautilus.py",
+                                            "usr/share/nemo-python/extensions/docfs_nemo.py"])
     binary = root / "usr/bin/docfs"
     assert os.access(binary, os.X_OK) and binary.stat().st_size == Path(docfs_bin()).stat().st_size
     # The helper is what mount(8) runs for `-t docfs`: the installed binary, by its final path.
