@@ -12,7 +12,7 @@ extension DocFileSystem {
     /// are local (a zero-copy reply); the loan's `count` stops at the end of the file.
     public func lendLocalBytes(handle: UInt64, offset: Int64, count: Int) throws(FSError) -> DescriptorLoan {
         guard let file = openFiles[handle] else { throw .invalidArgument }
-        file.reads.reached(offset + Int64(count))
+        if prefetching { file.reads.reached(offset + Int64(count)) }  // only the prefetcher asks
         return try file.copy.lend(at: offset, count: count)
     }
 
@@ -21,7 +21,7 @@ extension DocFileSystem {
     /// `lendLocalBytes`. One handle lookup, and for a complete copy one lock, per read.
     public func lendForRead(handle: UInt64, offset: Int64, count: Int) throws(FSError) -> DescriptorLoan? {
         guard let file = openFiles[handle] else { throw .invalidArgument }
-        file.reads.reached(offset + Int64(count))
+        if prefetching { file.reads.reached(offset + Int64(count)) }  // only the prefetcher asks
         guard file.mayFetch else {
             try requireHeld(file, offset: offset, count: count)
             return try file.copy.lend(at: offset, count: count)
