@@ -71,13 +71,19 @@ def describe(path: str) -> str:
     return f"{kind}{mode} uid={st.st_uid} gid={st.st_gid}{size}{rdev}"
 
 
+def a_moment_later() -> None:
+    """The scenario, not a wait for anything: what comes next happens measurably after the
+    times just read, so a time it moves shows as advanced."""
+    time.sleep(0.02)
+
+
 def ctime_moves(path: str, change) -> str:
     """Whether `change` moves the status change time of `path` forward (as on ext4)."""
     try:
         before = os.lstat(path).st_ctime_ns
     except OSError as e:
         return errno.errorcode[e.errno]
-    time.sleep(0.02)
+    a_moment_later()
     outcome = attempt(change)
     if outcome != "ok":
         return outcome
@@ -95,7 +101,7 @@ def folder_times_move(folders: list[str], change) -> str:
         before = [os.lstat(f) for f in folders]
     except OSError as e:
         return errno.errorcode[e.errno]
-    time.sleep(0.02)
+    a_moment_later()
     outcome = attempt(change)
     if outcome != "ok":
         return outcome
@@ -141,7 +147,7 @@ def folder_times(base: str) -> dict[str, str]:
     fd = os.open(opened, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o644)
     try:
         before = os.fstat(fd)
-        time.sleep(0.02)
+        a_moment_later()
         r["file: unlink while open"] = attempt(lambda: os.unlink(opened))
         after = os.fstat(fd)
         r["file: link count of an open file after unlink"] = f"{before.st_nlink} -> {after.st_nlink}"
@@ -177,7 +183,7 @@ def root_phase(base: str) -> dict[str, str]:
             utime_at = {}
             for label, atime, mtime in utimes:
                 before = times(p)
-                time.sleep(0.02)
+                a_moment_later()
                 utime_at[label] = attempt(lambda: utimensat(p, atime, mtime))
                 after = times(p)
                 a = "kept" if after[0] == before[0] else ("2000" if after[0] == 2000 * 10**9 else "changed")
@@ -185,7 +191,7 @@ def root_phase(base: str) -> dict[str, str]:
                 r[f"{kind}: utimensat {label}"] = f"{utime_at[label]} atime {a} mtime {m}"
         moved = f"{base}/{kind}-moved"
         before = os.lstat(p).st_ctime_ns
-        time.sleep(0.02)
+        a_moment_later()
         r[f"{kind}: rename"] = attempt(lambda: os.rename(p, moved))
         r[f"{kind}: stat after rename"] = describe(moved)
         r[f"{kind}: old name after rename"] = describe(p)

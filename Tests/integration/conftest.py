@@ -15,6 +15,7 @@ Set DOCFS_NO_FUSE=1 on a machine without /dev/fuse: the mount tests are then ski
 from __future__ import annotations
 
 import faulthandler
+import json
 import os
 import re
 import shutil
@@ -23,15 +24,14 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
-from helpers import (Request, Tree, abort_fuse_connection, docfs_bin, free_port, is_mounted,
-                     make_big_tree, make_content_tree, mount_entries, normalize_path, pids_for,
-                     port_open, proc_mounts_lines, process_alive, regular_files_under, summarize,
-                     wait_until)
+from helpers import (Request, Tree, abort_fuse_connection, docfs_bin, downloads_under_way, free_port,
+                     is_mounted, make_big_tree, make_content_tree, mount_entries, normalize_path,
+                     pids_for, port_open, proc_mounts_lines, process_alive, regular_files_under,
+                     summarize, wait_until)
 
 TEST_TIMEOUT = float(os.environ.get("DOCFS_TEST_TIMEOUT", "300"))
 NO_FUSE = os.environ.get("DOCFS_NO_FUSE", "") not in ("", "0")
@@ -196,11 +196,13 @@ class Server:
         want = None if rel is None else normalize_path("/" + rel, decode=False)
         return [r for r in self.requests() if r.method == "GET" and (want is None or r.path == want)]
 
-    def wait_for_gets(self, rel: str, count: int, timeout: float = 20, settle: float = 0.5) -> list[Request]:
-        """Waits until `count` GETs of rel are logged, then a moment more to catch extra ones."""
+    def wait_for_gets(self, rel: str, count: int, mount: "Mount", timeout: float = 20) -> list[Request]:
+        """Waits until `count` GETs of rel are logged, then until `mount` has no download under
+        way (so a GET more, a retry or a read-ahead, would be in the log by then: `docfs serve`
+        and rclone log a request before its answer ends); returns the GETs of rel."""
         wait_until(lambda: len(self.gets(rel)) >= count, timeout,
-                   f"{count} GET(s) of /{rel} in the {self.kind} log (have: {summarize(self.requests())})")
-        time.sleep(settle)
+                   lambda: f"{count} GET(s) of /{rel} in the {self.kind} log (have: {summarize(self.requests())})")
+        mount.wait_downloads_done(timeout)
         return self.gets(rel)
 
     def _spawn(self, cmd):
@@ -670,6 +672,9 @@ class Mount:
         self.store = store
         self.xdg = xdg
         self.log_file = log_file
+        # The environment it was mounted with: `docfs status` finds it in that state directory's
+        # registry, also after the test moved xdg to another machine.
+        self.env = dict(xdg.env)
 
     def __truediv__(self, rel) -> Path:
         return self.path / rel
@@ -688,17 +693,54 @@ class Mount:
     def unmount(self, timeout=60) -> subprocess.CompletedProcess:
         return self.xdg.docfs("unmount", self.path, timeout=timeout)
 
+    # --- barriers: what the daemon says it is doing ---------------------------------------
+
+    def status(self) -> dict:
+        """This mount's record in `docfs status --json` (read from its catalog): files per
+        state, pending uploads, transfers, upload errors."""
+        result = run([docfs_bin(), "status", "--json", str(self.path)], timeout=30, env=self.env)
+        assert result.returncode == 0, f"docfs status {self.path}: exit {result.returncode}: {result.stderr}"
+        mounts = json.loads(result.stdout)["mounts"]
+        assert len(mounts) == 1, f"docfs status {self.path}: {mounts}"
+        return mounts[0]
+
     def downloads_under_way(self) -> list[str]:
-        """The paths the mount is downloading now (whole files, ranges of streamed ones, files
-        fetched ahead), from `user.docfs.transfers` on its root."""
-        value = os.getxattr(self.path, "user.docfs.transfers").rstrip(b"\0").decode()
-        return [line.split("\t", 1)[-1] for line in value.splitlines() if line.strip()]
+        return downloads_under_way(self.path)
 
     def wait_downloads_done(self, timeout: float = 30) -> None:
         """Until the mount has no download under way: every GET it sent was answered, and none
         is retried or read ahead any more."""
         wait_until(lambda: not self.downloads_under_way(), timeout,
-                   f"{self.path} to finish its downloads")
+                   lambda: f"{self.path} to finish its downloads (under way: {self.downloads_under_way()})")
+
+    def wait_uploads_done(self, timeout: float = 60) -> dict:
+        """Until no file of the mount is `modified` or `uploading` (`docfs status`: no pending
+        upload): every change has reached the store and been recorded, and the uploader has
+        nothing left to send, so an upload that has not come by then does not come. Returns
+        the status."""
+        last: dict = {}
+
+        def done():
+            last.update(self.status())
+            return last["pendingUploads"] == 0 and not any(t["state"] == "uploading" for t in last["transfers"]) \
+                and last
+        return wait_until(done, timeout, lambda: f"{self.path} to have no upload pending (status: "
+                                                 f"pending {last.get('pendingUploads')}, states {last.get('states')}, "
+                                                 f"transfers {last.get('transfers')}, errors {last.get('errors')})")
+
+    def wait_log_line(self, *parts: str, timeout: float = 20) -> str:
+        """Until the daemon's log has a line holding every one of `parts` (what it did, as it
+        says); returns that line."""
+        def found():
+            text = self.log_file.read_text(errors="replace") if self.log_file.exists() else ""
+            return next((line for line in text.splitlines() if all(p in line for p in parts)), None)
+        return wait_until(found, timeout, lambda: f"a line with {parts} in the daemon's log:\n{self.log_tail(2000)}")
+
+    def wait_idle(self, timeout: float = 60) -> dict:
+        """Both: no upload pending and no download under way."""
+        status = self.wait_uploads_done(timeout)
+        self.wait_downloads_done(timeout)
+        return status
 
 
 def cleanup_mount(mountpoint: Path, xdg: XDG) -> list[str]:
@@ -728,7 +770,11 @@ def cleanup_mount(mountpoint: Path, xdg: XDG) -> list[str]:
                         os.kill(pid, sig)
                     except ProcessLookupError:
                         break
-                    time.sleep(1)
+                    try:
+                        wait_until(lambda: not process_alive(pid), 5, f"daemon {pid} to end after {sig.name}")
+                        break
+                    except AssertionError:
+                        continue
     if is_mounted(mountpoint):
         run(["fusermount3", "-uz", str(mountpoint)], timeout=30)
     return notes

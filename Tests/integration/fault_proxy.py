@@ -651,7 +651,7 @@ def main(argv: list[str] | None = None) -> int:
                         proxy.set_faults(json.loads(args.rules.read_text() or "[]"))
                     except (ValueError, TypeError, KeyError) as error:
                         print(f"fault_proxy: bad rules file: {error}", file=sys.stderr, flush=True)
-            time.sleep(0.1)
+            time.sleep(0.1)   # not a test's wait: the standalone proxy looks at its rules file 10 times a second
     except KeyboardInterrupt:
         proxy.stop()
     return 0

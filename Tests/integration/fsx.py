@@ -27,10 +27,11 @@ import os
 import random
 import subprocess
 import sys
-import time
 from collections import deque
 from pathlib import Path
 from typing import Callable
+
+from helpers import wait_until
 
 PAGE = mmap.PAGESIZE
 STATE_ATTRIBUTE = "user.docfs.state"
@@ -332,15 +333,16 @@ class Fsx:
         self.expect_bytes(stored, bytes(self.shadow), "the store's copy")
 
     def wait_evicted(self) -> None:
-        deadline = time.monotonic() + self.settle_timeout
-        state = "?"
-        while time.monotonic() < deadline:
-            state = os.getxattr(self.path, STATE_ATTRIBUTE).rstrip(b"\0").decode()
-            if state == "placeholder":
-                return
-            time.sleep(0.02)
-        self.fail(f"{STATE_ATTRIBUTE} is still {state!r} {self.settle_timeout:.0f} s after the last close "
-                  f"(expected the upload to finish and the copy to be evicted)")
+        states = ["?"]
+
+        def evicted() -> bool:
+            states.append(os.getxattr(self.path, STATE_ATTRIBUTE).rstrip(b"\0").decode())
+            return states[-1] == "placeholder"
+        try:
+            wait_until(evicted, self.settle_timeout, "the copy to be evicted after the last close", interval=0.02)
+        except AssertionError:
+            self.fail(f"{STATE_ATTRIBUTE} is still {states[-1]!r} {self.settle_timeout:.0f} s after the last close "
+                      f"(expected the upload to finish and the copy to be evicted)")
 
     # --- the shadow and the descriptor ---------------------------------------------------
 

@@ -26,9 +26,21 @@ def docfs_bin() -> str:
 
 
 # --- waiting -------------------------------------------------------------------------------
+#
+# The one way the integration tests wait: `wait_until` polls a condition against a deadline
+# and fails saying what it waited for. A check that something does NOT happen waits on a
+# barrier instead of a sleep wherever one exists: a later request in a log (a fence), the
+# daemon's own state (`user.docfs.state`, `user.docfs.transfers`, `docfs status`: no upload
+# pending, no download under way), or a caller seen blocked in the kernel. A sleep left in a
+# test is part of its scenario (a time window a retry or a timer must stay quiet in, mtimes
+# that must differ) and says so.
 
-def wait_until(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.05):
-    """Polls `predicate` until it returns something truthy; fails with `what` after `timeout` s."""
+def wait_until(predicate: Callable[[], object], timeout: float, what: str | Callable[[], str],
+               interval: float = 0.05):
+    """Polls `predicate` until it returns something truthy (and returns that); fails with
+    `what` (a string, or a callable giving one at the time of failure, to show the state then)
+    once `timeout` seconds passed. An exception in `predicate` counts as not yet, and the last
+    one is reported."""
     deadline = time.monotonic() + timeout
     last_error: Exception | None = None
     while True:
@@ -40,8 +52,50 @@ def wait_until(predicate: Callable[[], object], timeout: float, what: str, inter
             last_error = error
         if time.monotonic() > deadline:
             detail = f" (last error: {last_error!r})" if last_error else ""
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{detail}")
+            described = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {described}{detail}")
         time.sleep(interval)
+
+
+def downloads_under_way(mountpoint) -> list[str]:
+    """The paths a docfs mount is downloading now (whole files, and the ranges of streamed
+    ones), from `user.docfs.transfers` on its root. Empty: every GET the mount sent has been
+    answered, and none is being retried."""
+    value = os.getxattr(mountpoint, "user.docfs.transfers").rstrip(b"\0").decode()
+    return [line.split("\t", 1)[-1] for line in value.splitlines() if line.strip()]
+
+
+# Syscalls whose first argument is a file descriptor, by number: read, pread64, readv, write,
+# pwrite64, fsync, fdatasync.
+_FD_SYSCALLS = {"x86_64": {0, 17, 19, 1, 18, 74, 75}, "aarch64": {63, 67, 65, 64, 68, 82, 83}}
+
+
+def blocked_on_mount(pid: int, mountpoint) -> bool:
+    """Whether process `pid` sleeps in the kernel on the mount at `mountpoint`: in a request
+    docfs has not answered yet (fuse's request_wait_answer: an open(), a lookup), or in a
+    read() or write() of a file of the mount that waits for its pages (which the kernel asks
+    docfs for). The barrier for "a caller is stuck in the mount now"."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().split(") ")[-1].split()[0]
+        with open(f"/proc/{pid}/wchan") as f:
+            wchan = f.read().strip()
+        with open(f"/proc/{pid}/syscall") as f:
+            syscall = f.read().split()
+    except OSError:
+        return False
+    if state not in ("S", "D") or not syscall or not syscall[0].isdigit():
+        return False
+    if "request_wait_answer" in wchan:
+        return True
+    if int(syscall[0]) not in _FD_SYSCALLS.get(os.uname().machine, set()):
+        return False
+    try:
+        target = os.readlink(f"/proc/{pid}/fd/{int(syscall[1], 16)}")
+    except (OSError, ValueError, IndexError):
+        return False
+    root = os.path.abspath(mountpoint)
+    return target == root or target.startswith(root + "/")
 
 
 def free_port() -> int:
@@ -185,6 +239,22 @@ def xattr_state(path) -> str:
 # A change not on the store yet, while the store fails: `modified` between tries, `uploading`
 # during one (the uploader tries again after a short random wait).
 NOT_ON_STORE_YET = ("modified", "uploading")
+
+
+def upload_error(path) -> str | None:
+    """`user.docfs.error` of a file on a mount: why its last upload failed (None: it did not)."""
+    try:
+        return os.getxattr(path, "user.docfs.error").rstrip(b"\0").decode()
+    except OSError:
+        return None
+
+
+def wait_upload_failed(path, timeout: float = 30) -> str:
+    """Barrier for "the change is not on the store": until the upload of `path` was tried and
+    failed (`user.docfs.error` says why); returns the error."""
+    return wait_until(lambda: upload_error(path), timeout,
+                      lambda: f"an upload of {path} to be tried and fail (user.docfs.error; state now "
+                              f"{xattr_state(path)!r})")
 
 
 def drop_page_cache(path) -> None:

@@ -222,6 +222,8 @@ class S3Relay:
         self._listener: socket.socket | None = None
         self._clients: set[socket.socket] = set()
         self._closed = False
+        # Requests between their arrival and their line in the log (see `idle`).
+        self._unlogged = 0
 
     @property
     def endpoint(self) -> str:
@@ -283,6 +285,12 @@ class S3Relay:
         with self._lock:
             return list(self._log)
 
+    def idle(self) -> bool:
+        """Whether every request that reached the relay is in its log (a request is logged
+        once its answer has been relayed, so a client can have it a moment before)."""
+        with self._lock:
+            return self._unlogged == 0
+
     def events(self) -> list[tuple[str, str, str]]:
         """("sent" or "answered", method, decoded path), in the order they happened."""
         with self._lock:
@@ -296,6 +304,7 @@ class S3Relay:
         path, query = split_target(target)
         entry = S3Request(method, path, query, status)
         with self._lock:
+            self._unlogged -= 1
             self._log.append(entry)
             if answered_event:
                 self._events.append(("answered", method, path))
@@ -305,11 +314,15 @@ class S3Relay:
     def _serve(self, client: socket.socket):
         upstream: socket.socket | None = None
         cin = _Conn(client)
+        unlogged = False
         try:
             while True:
                 head = cin.read_head()
                 if head is None:
                     return
+                with self._lock:
+                    self._unlogged += 1
+                unlogged = True
                 request_line, headers = _headers(head)
                 method, target = request_line.split(" ")[:2]
                 self._event("sent", method, target)
@@ -325,6 +338,7 @@ class S3Relay:
                     cin.relay_chunked(body_parts.append)
                 if self.fail_when is not None and self.fail_when(target, method):
                     self._record(method, target, "reset")
+                    unlogged = False
                     _reset(client)
                     return
                 if upstream is None:
@@ -359,6 +373,7 @@ class S3Relay:
                     uin.relay_to_eof(send_to_client)
                     close = True
                 self._record(method, target, str(status), answered_event=False)
+                unlogged = False
                 if uin.buf:
                     raise ConnectionError("the server sent more than its answer")
                 if close or rheaders.get("connection", "").lower() == "close" \
@@ -369,6 +384,8 @@ class S3Relay:
         finally:
             with self._lock:
                 self._clients.discard(client)
+                if unlogged:            # given up before its answer: it never will be logged
+                    self._unlogged -= 1
             try:
                 client.close()
             except OSError:
@@ -605,6 +622,11 @@ class S3Bucket:
         reqs = self.requests()
         return f"{len(reqs)} requests ({self.kind}), last {min(last, len(reqs))}:\n" + \
             "\n".join(f"  {r}" for r in reqs[-last:])
+
+    def wait_logged(self, timeout: float = 10) -> None:
+        """Barrier: every request docfs sent so far is in requests() (moto logs a request before
+        its answer ends; the relay, which SeaweedFS's requests come from, once it relayed it)."""
+        wait_until(self.relay.idle, timeout, "the relay to log every request it relayed")
 
     def wait_requests(self, predicate: Callable[[list[S3Request]], object], timeout: float, what: str):
         try:

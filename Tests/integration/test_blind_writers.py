@@ -14,7 +14,6 @@ catalog to their version) before it writes.
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -77,11 +76,22 @@ def their_change_is_seen(m, remote, name: str, theirs: bytes) -> None:
     """Another client replaces `name`, and listings and lookups here run before the writer
     writes (with a TTL of 0 each `ls` lists again, and the catalog moves to their version while
     the writer's handle stays on the version it opened; `stat` shows the open copy's size)."""
+    before = etag(m / name)
     remote.replace(name, theirs, mtime=1_700_000_500)
-    for _ in range(3):
+
+    def moved() -> bool:
         assert name in os.listdir(m.path)
         os.stat(m / name)
-        time.sleep(0.4)
+        return etag(m / name) != before
+    # Barrier: the catalog has their version (every store here shows a version in user.docfs.etag).
+    wait_until(moved, 20, lambda: f"a listing to bring their version of {name} (user.docfs.etag still {before!r})",
+               interval=0.2)
+    assert name in os.listdir(m.path)    # and one more listing and lookup on top
+    os.stat(m / name)
+
+
+def etag(path: Path) -> str:
+    return os.getxattr(path, "user.docfs.etag").decode()
 
 
 def settled(remote, name: str, theirs: bytes, ours: bytes) -> None:

@@ -3,6 +3,7 @@ leave nothing mounted."""
 from __future__ import annotations
 
 import os
+import select
 import time
 
 import pytest
@@ -122,15 +123,22 @@ def unmount_output(xdg, mountpoint, tty: bool) -> str:
                             env=xdg.env, close_fds=True)
     os.close(follower)
     out = b""
-    while True:
-        try:
-            chunk = os.read(leader, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(leader)
+    deadline = time.monotonic() + 120
+    try:
+        while True:
+            ready, _, _ = select.select([leader], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                proc.kill()
+                raise AssertionError(f"`docfs unmount` on a terminal did not end within 120 s; it printed {out!r}")
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        os.close(leader)
     assert proc.wait(timeout=120) == 0, out
     return out.decode(errors="replace").replace("\r\n", "\n")
 

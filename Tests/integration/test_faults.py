@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from fault_proxy import FaultProxy
-from helpers import NOT_ON_STORE_YET, pseudo_random_bytes, wait_until, xattr_state
+from helpers import NOT_ON_STORE_YET, pseudo_random_bytes, wait_until, wait_upload_failed, xattr_state
 
 pytestmark = pytest.mark.fuse
 
@@ -137,9 +137,12 @@ def test_trickled_body_fails_in_bounded_time(faulty):
     print(f"trickled body: {outcome} after {elapsed:.1f} s (bound {bound} s); GETs {gets(proxy)}")
     assert outcome in ("errno:ETIMEDOUT", "errno:EIO"), f"{outcome} after {elapsed:.1f} s"
     assert elapsed < bound, f"a trickling body kept the reader {elapsed:.1f} s (bound {bound} s)"
-    # Every attempt was ended by its deadline: no GET goes on once the read failed.
-    time.sleep(1)
+    # Every attempt was ended by its deadline: no GET goes on once the read failed. Barrier:
+    # the mount has no download under way (it gave the file up).
+    m.wait_downloads_done(TRANSFER_TIMEOUT + 5)
     count = len(gets(proxy))
+    # No barrier shows "never again": a window past a transfer deadline, in which a download
+    # that went on would send its next GET.
     time.sleep(TRANSFER_TIMEOUT + 3)
     assert len(gets(proxy)) == count, f"GETs went on after the read failed: {gets(proxy)}"
 
@@ -228,7 +231,7 @@ def test_a_new_change_during_retry_after_waits_too(faulty):
     first = pseudo_random_bytes(100_000, seed=13)
     (m / "again.bin").write_bytes(first)
     wait_until(lambda: puts(proxy, "again.bin"), 20, "the first PUT of again.bin")
-    time.sleep(1)
+    wait_upload_failed(m / "again.bin")          # barrier: docfs has the 503 and its Retry-After
     second = pseudo_random_bytes(120_000, seed=14)
     (m / "again.bin").write_bytes(second)        # saved again while Retry-After runs
     wait_for_store(root, "again.bin", second, proxy, m)
@@ -282,6 +285,7 @@ def changes_during_put_fault(m, proxy, fault: str, has, names) -> None:
     outcomes = [r.outcome for r in proxy.requests() if r.method == "PUT"]
     print(f"{fault}: PUT outcomes {outcomes}")
     assert any(o.startswith(FAULT_OUTCOME[fault]) for o in outcomes), outcomes
+    m.wait_uploads_done()   # barrier: a conflict copy made by a late upload would be there by then
     stored = names()
     assert not [n for n in stored if "conflict" in n], f"a conflict copy was made: {sorted(stored)}"
     assert not [n for n in os.listdir(m.path) if "conflict" in n], sorted(os.listdir(m.path))
@@ -491,6 +495,7 @@ def test_a_conflict_copy_name_over_255_bytes_is_not_retried_forever(tmp_path, do
         ours = b"OURS" + old[4:]
         error = wait_until(lambda: error_of(target), 30, "user.docfs.error on the file")
         sent = len([r for r in proxy.requests() if r.method == "PUT"])
+        # No barrier shows "never again": a window in which a retried upload would be sent again.
         time.sleep(8)
         puts = [(r.target[:40] + "…", r.outcome) for r in proxy.requests() if r.method == "PUT"]
         print(f"250-byte name in conflict: user.docfs.error {error!r}; PUTs {puts}")
@@ -549,7 +554,7 @@ def test_a_daemon_killed_while_the_store_answers_a_rename_or_removal_ends_as_the
         if operation == "mv":
             wait_until(lambda: sha_of(root / "final.txt") == hashlib.sha256(b"the edited version\n").hexdigest(), 30,
                        "the edited version under the new name")
-        time.sleep(1.5)    # an upload under the old name would have happened by now
+        m2.wait_uploads_done()   # barrier: an upload under the old name would have been sent by then
         expected = ["final.txt"] if operation == "mv" else []
         assert sorted(os.listdir(root)) == expected, f"store: {sorted(os.listdir(root))}\n{m2.log_tail()}"
         assert sorted(os.listdir(m2.path)) == expected
@@ -598,7 +603,7 @@ def test_a_daemon_killed_between_the_copy_and_the_delete_of_an_s3_rename_ends_un
         m2 = mount(*args)
         wait_until(lambda: bucket.keys() == {"final.txt"} and bucket.get("final.txt") == want, 30,
                    f"{want!r} under the new name alone")
-        time.sleep(1.5)    # an upload under the old name would have happened by now
+        m2.wait_uploads_done()   # barrier: an upload under the old name would have been sent by then
         assert bucket.keys() == {"final.txt"}, f"store: {sorted(bucket.keys())}\n{m2.log_tail()}"
         assert sorted(os.listdir(m2.path)) == ["final.txt"]
         assert (m2 / "final.txt").read_bytes() == want

@@ -129,11 +129,11 @@ def test_gio_lists_and_inspects_208_files_for_the_heads_of_the_untyped_ones_only
 
     start = time.monotonic()
     run_all([["gio", "list", "-a", "*", folder] for folder in folders])
-    time.sleep(0.5)
+    m.wait_downloads_done()   # barrier: what they fetched (a read-ahead too) is in the log
     listed = bytes_by_file(server)
     since = len(server.requests())
     run_all([["gio", "info", path] for path in files])
-    time.sleep(0.5)
+    m.wait_downloads_done()
     inspected = bytes_by_file(server, since)
     elapsed = time.monotonic() - start
     print(f"\ngio list -a '*' of {len(folders)} folders: {sum(listed.values()):,} bytes of {len(listed)} files; "
@@ -172,7 +172,7 @@ def test_thumbnailers_and_indexers_get_only_what_is_local(mixed, docfs_serve, mo
         run_all([["gdk-pixbuf-thumbnailer", "-s", "128", str(m / rel), str(tmp_path / f"thumb-{i}.png")]
                  for i, rel in enumerate(pngs)])
         assert not list(tmp_path.glob("thumb-*.png")), "a thumbnail was made of a placeholder"
-    time.sleep(0.5)
+    m.wait_downloads_done()   # barrier: a download they caused would be in the log by then
     assert bytes_by_file(server) == {}, f"placeholders were downloaded for thumbnailers: {bytes_by_file(server)}"
 
     # Anyone else is served, as always (the control: same file, another process name).
@@ -204,11 +204,11 @@ def test_thumbnailers_and_indexers_get_only_what_is_local(mixed, docfs_serve, mo
     body = (root / large).read_bytes()
     with open(m / large, "rb") as reader:
         assert reader.read(4096) == body[:4096]
-        time.sleep(0.5)
+        m.wait_downloads_done()   # barrier: the head and its read-ahead have come
         before = bytes_by_file(server).get(large, 0)
         assert read_as("totem-video-thumbnailer", m / large, 0, 4096) == {"read": digest(body[:4096])}
         assert read_as("totem-video-thumbnailer", m / large, 15 * MiB, 4096) == {"read_error": errno.EACCES}
-        time.sleep(0.5)
+        m.wait_downloads_done()   # barrier: a download they caused would be in the log by then
         assert bytes_by_file(server).get(large, 0) == before < 4 * MiB
 
 

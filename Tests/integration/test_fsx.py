@@ -129,7 +129,7 @@ def test_size_after_fsync_then_extend(fsx_store, mount):
         for when in ("at once", "1.5 s later"):
             assert os.fstat(fd).st_size == 1005, f"the writer's fstat {when}, on {store.label}"
             assert stat_size_elsewhere(path) == 1005, f"another process's stat {when}, on {store.label}"
-            time.sleep(1.5)
+            time.sleep(1.5)   # the scenario: past --attr-timeout (1 s), the kernel asks docfs again
         os.fsync(fd)
         os.pwrite(fd, b"c" * 3, 2000)
         os.ftruncate(fd, 1500)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from fault_proxy import FaultProxy
-from helpers import abort_fuse_connection, docfs_bin, is_mounted, pseudo_random_bytes, wait_until
+from helpers import abort_fuse_connection, blocked_on_mount, docfs_bin, is_mounted, pseudo_random_bytes, wait_until
 
 pytestmark = pytest.mark.fuse
 
@@ -97,9 +98,19 @@ class Caller:
         return cls([sys.executable, "-c", code], mountpoint)
 
     def wait_for_line(self, expected: str, timeout: float) -> None:
-        line = wait_until(lambda: self.proc.stdout.readline().decode().strip(), timeout,
-                          f"'{expected}' from the reader")
-        assert line == expected, line
+        """The caller's next line of output is `expected`; it comes within `timeout` s (a caller
+        that neither prints nor ends fails here, instead of blocking the test in readline())."""
+        wait_until(lambda: select.select([self.proc.stdout], [], [], 0)[0], timeout,
+                   f"'{expected}' from the reader")
+        line = self.proc.stdout.readline().decode().strip()
+        assert line == expected, f"the reader said {line!r}, not {expected!r} (exit status {self.proc.poll()})"
+
+    def wait_blocked(self, timeout: float, what: str) -> None:
+        """Until the caller sleeps in the kernel waiting for docfs's answer (in open() or
+        read() on the mount): the barrier for "it is stuck there now"."""
+        state = wait_until(lambda: "ended" if self.proc.poll() is not None else blocked_on_mount(self.proc.pid, self.mountpoint),
+                           timeout, f"{what}: the caller blocked in a request to docfs")
+        assert state != "ended", f"{what}: the caller ended (exit status {self.proc.returncode}) instead of blocking"
 
     def go(self) -> None:
         self.proc.stdin.write(b"go\n")
@@ -131,8 +142,7 @@ def stuck_cat(m, proxy: FaultProxy) -> "Caller":
     caller = Caller.cat(m / "small.bin", m.path)
     try:
         wait_until(lambda: proxy.count("GET", r"/small\.bin$") >= 1, 10, "the stalled GET")
-        time.sleep(1.0)
-        assert caller.proc.poll() is None
+        caller.wait_blocked(10, "cat of small.bin")
     except BaseException:
         caller.finish()
         raise
@@ -216,8 +226,7 @@ def test_a_signal_ends_an_open_blocked_on_a_stalled_file(stalling, sig):
     caller = Caller.cat(m / "small.bin", m.path)
     try:
         wait_until(lambda: proxy.count("GET", r"/small\.bin$") >= 1, 10, "the stalled GET")
-        time.sleep(1.0)   # cat is in open() now, waiting for the download
-        assert caller.proc.poll() is None, "cat ended before it was signalled"
+        caller.wait_blocked(10, "cat in open(), waiting for the download")
         caller.started = time.monotonic()
         caller.proc.send_signal(sig)
         took = caller.wait(timeout=10)
@@ -240,8 +249,7 @@ def test_sigint_ends_a_read_blocked_on_a_stalled_range(stalling):
         stall_gets(proxy, "big.bin")
         caller.go()
         wait_until(lambda: proxy.count("GET", r"/big\.bin$") >= 2, 10, "a stalled ranged GET")
-        time.sleep(1.0)
-        assert caller.proc.poll() is None, "the reader ended before it was signalled"
+        caller.wait_blocked(10, "the reader in read(), waiting for the stalled range")
         caller.started = time.monotonic()
         caller.proc.send_signal(signal.SIGINT)
         took = caller.wait(timeout=10)
@@ -319,8 +327,7 @@ def test_unmount_force_mounts_fusectl_where_it_is_not_mounted(tmp_path, rclone_s
         stall_gets(proxy, "small.bin")
         caller = Caller.cat(m / "small.bin", m.path)
         wait_until(lambda: proxy.count("GET", r"/small\.bin$") >= 1, 10, "the stalled GET")
-        time.sleep(1.0)
-        assert caller.proc.poll() is None
+        caller.wait_blocked(10, "cat of small.bin")
         # In the new namespace fusectl is a private copy: unmounting it there leaves ours alone.
         script = 'umount /sys/fs/fuse/connections && exec "$0" unmount --force "$1"'
         result = subprocess.run(["unshare", "--mount", "--propagation", "unchanged", "sh", "-c", script,
@@ -356,7 +363,9 @@ def test_a_refused_upload_stops_and_does_not_hold_up_unmount(stalling, xdg):
     assert "refused" in error and "413" in error, error
     puts = proxy.count("PUT", r"/refused\.txt$")
     assert puts >= 1
-    time.sleep(6)   # the old retry backoff (0.5, 1, 2, 4 s) would send it 3 more times by now
+    # No barrier shows "never again": a window in which the old retry backoff (0.5, 1, 2, 4 s)
+    # would have sent it 3 more times.
+    time.sleep(6)
     assert proxy.count("PUT", r"/refused\.txt$") == puts, (
         f"a refused upload was sent again: {proxy.count('PUT', r'/refused.txt$')} PUTs, {puts} when refused")
     assert target.read_bytes() == data   # the change is still there, readable

@@ -183,7 +183,9 @@ def test_a_second_mount_of_the_same_store_is_refused_and_leaves_the_first_alone(
             assert result.returncode == 1, f"a second mount of the same store exited {result.returncode}: {result.stderr}"
             assert "mounted already" in result.stderr and str(m.path) in result.stderr and "--state-dir" in result.stderr, result.stderr
             assert not is_mounted(second)
-            time.sleep(1.0)
+            # Barrier: no daemon of the refused mount runs (what it did, it has done). The first
+            # mount uploads the file at its close, which is the test's next step.
+            wait_until(lambda: not pids_for(str(second)), 10, "no docfs daemon for the refused mount")
             assert not (store / "w.txt").exists(), "a write never closed reached the store"
             f.write("second half\n")
     finally:
@@ -191,7 +193,7 @@ def test_a_second_mount_of_the_same_store_is_refused_and_leaves_the_first_alone(
             xdg.docfs("unmount", second)
     wait_until(lambda: (store / "w.txt").exists() and (store / "w.txt").read_text() == "first half\nsecond half\n",
                30, "w.txt, whole, on the store")
-    time.sleep(0.5)
+    m.wait_uploads_done()   # barrier: a conflict copy or a second file would be on the store by then
     assert set(os.listdir(store)) - before == {"w.txt"}, f"more than the one file: {os.listdir(store)}"
     own = mount(server.url, "--state-dir", tmp_path / "own-state", mountpoint=tmp_path / "own")
     assert sorted(os.listdir(own.path)) == ["a.txt", "w.txt"]

@@ -18,7 +18,6 @@ import shutil
 import signal
 import stat
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -172,7 +171,8 @@ def test_an_upload_the_catalog_could_not_record_completes_once_there_is_space(do
     finally:
         os.kill(server.proc.pid, signal.SIGCONT)
     wait_until(lambda: (root / "a.txt").read_bytes() == b"new\n", 30, "the store to take the upload")
-    time.sleep(1)  # its answer comes, and the catalog cannot record it
+    # Barrier: its answer came, and the catalog could not record it (the daemon says so).
+    m.wait_log_line("upload failed", "disk is full", "path=/a.txt")
     filler.unlink()
 
     wait_until(lambda: xattr_state(m / "a.txt") == "placeholder", 40, "a.txt to be clean again")
@@ -225,7 +225,7 @@ def test_an_eviction_the_catalog_could_not_record_is_recorded_once_there_is_spac
         assert xattr_state(m / "a.txt") == "local"
         filler = fill(xdg.state_home)
     wait_until(lambda: not xdg.cache_files(), 10, "the copy to go at the last close")
-    time.sleep(0.5)
+    m.wait_log_line("cannot record eviction")   # barrier: the catalog could not say so
     filler.unlink()
     wait_until(lambda: xattr_state(m / "a.txt") == "placeholder", 15, "a.txt to show as a placeholder again")
     assert m.unmount().returncode == 0

@@ -204,6 +204,15 @@ CONFLICT = re.compile(r"^f \(conflict \d{4}-\d{2}-\d{2} \d{6}( \d+)?\)\.txt$")
 assert len(THEIRS_SAME_SIZE) == len(OLD) and THEIRS_SAME_SIZE != OLD and len(THEIRS_OTHER_SIZE) != len(OLD)
 
 
+def wait_listing_applied(store, m) -> None:
+    """Barrier: the listings of the top folder seen so far have been applied to the catalog,
+    because a later one started (a folder is listed by one task at a time, which applies the
+    answer before it ends; with --dir-cache-ttl 0 each `ls` asks for the next one)."""
+    seen = store.listings()
+    wait_until(lambda: os.listdir(m.path) is not None and store.listings() > seen, 15,
+               lambda: f"a listing after the {seen} seen (have {store.listings()})", interval=0.2)
+
+
 def open_clean_copy(remote, flags: int):
     """A store holding f.txt (OLD) and other.txt, mounted listing every time (`--dir-cache-ttl
     0`), with f.txt open (`flags`) and one byte read: its copy is local and clean."""
@@ -254,7 +263,7 @@ def test_remote_change_under_open_clean_copy_keeps_both(remote, change):
             return True
 
         wait_until(refreshed, 15, f"a listing of the store and the mount to see the change ({change})", interval=0.2)
-        time.sleep(0.5)                                  # the refresh has applied what it listed
+        wait_listing_applied(store, m)                   # the refresh has applied what it listed
         print(f"after the refresh: listing {sorted(os.listdir(m.path))}, "
               f"user.docfs.etag {getxattr(target, 'user.docfs.etag')!r}, state {getxattr(target, 'user.docfs.state')!r}")
 
@@ -273,7 +282,7 @@ def test_remote_change_under_open_clean_copy_keeps_both(remote, change):
         except AssertionError as error:
             raise AssertionError(f"{error}\nstore: {store.names()}\nf.txt on the store: {sha(store.get('f.txt'))} "
                                  f"(theirs {sha(theirs)}, ours {sha(OURS)})\n{store.log()}\n{m.log_tail(3000)}") from None
-        time.sleep(1.5)                                  # a second copy or a late overwrite would show now
+        m.wait_uploads_done()                            # barrier: a second copy or a late overwrite would show now
         copies = conflict_copies()
         assert len(copies) == 1, f"expected exactly one conflict copy, store has {store.names()}"
         got = store.get("f.txt")
@@ -289,7 +298,7 @@ def test_remote_change_under_open_clean_copy_keeps_both(remote, change):
         except AssertionError as error:
             raise AssertionError(f"{error}\nstore: {store.names()}\nf.txt on the store: {sha(store.get('f.txt'))}\n"
                                  f"{store.log()}\n{m.log_tail(3000)}") from None
-        time.sleep(1.0)
+        m.wait_uploads_done()                            # barrier: a late upload or a copy would show now
         assert store.get("f.txt") == OURS
         assert store.names() == ["f.txt", "other.txt"], store.names()
     else:
@@ -300,7 +309,7 @@ def test_remote_change_under_open_clean_copy_keeps_both(remote, change):
             wait_until(ours_somewhere, 30, "our edited version somewhere on the store (f.txt was renamed to g.txt there)")
         except AssertionError as error:
             raise AssertionError(f"{error}\nstore: {store.names()}\n{store.log()}\n{m.log_tail(3000)}") from None
-        time.sleep(1.0)
+        m.wait_uploads_done()                            # barrier: a late upload or a copy would show now
         assert store.get("g.txt") == OLD, f"the other client's renamed g.txt changed: {sha(store.get('g.txt'))}"
         where = ours_somewhere()
         assert len(where) == 1, f"our version is on the store {len(where)} times: {where} (store: {store.names()})"
@@ -355,7 +364,7 @@ def test_kill_before_close_keeps_store_version_and_unsaved_bytes(remote, how):
         for i in range(0, len(written), CHUNK):
             assert os.pwrite(fd, written[i:i + CHUNK], offset + i) == len(written[i:i + CHUNK])
             if how == "slow-overwrite-larger":
-                time.sleep(0.02)
+                time.sleep(0.02)   # the scenario: a slow writer
         print(f"{store.kind}: {len(unsaved)} bytes written, not closed; state {getxattr(target, 'user.docfs.state')!r}")
         pids = sigkill_daemon(m)
     finally:
@@ -386,7 +395,7 @@ def test_kill_before_close_keeps_store_version_and_unsaved_bytes(remote, how):
             raise AssertionError(f"{error}\nstore: {store.names()}; "
                                  f"{ {n: sha(store.get(n)) for n in unsaved_copies()} } (want {sha(unsaved)})\n"
                                  f"{store.log()}\n{m2.log_tail(3000)}") from None
-    time.sleep(1.5)                                   # an upload over big.bin would have happened by now
+    m2.wait_uploads_done()                            # barrier: an upload over big.bin would have been sent by now
     got = store.get("big.bin")
     assert got == BIG, f"the store's big.bin was replaced after the remount: {sha(got)}, want {sha(BIG)}\n{store.log()}"
     copies = unsaved_copies()
@@ -422,7 +431,7 @@ def test_kill_with_a_clean_copy_of_a_vanished_file_open_shows_the_store_after_re
         # A listing sees the change; the open file keeps its row (and its copy) while open.
         wait_until(lambda: os.listdir(m.path) is not None and store.listings() > listed, 15,
                    "a listing of the store after the change", interval=0.2)
-        time.sleep(0.5)                                  # the refresh has applied what it listed
+        wait_listing_applied(store, m)                   # the refresh has applied what it listed
         pids = sigkill_daemon(m)
     finally:
         try:
@@ -445,7 +454,7 @@ def test_kill_with_a_clean_copy_of_a_vanished_file_open_shows_the_store_after_re
         assert (target / "inner.txt").read_bytes() == INNER
     expected = ["f.txt", "other.txt"] if change == "folder" else ["other.txt"]
     assert sorted(os.listdir(m2.path)) == expected
-    time.sleep(1.5)                                      # a stray upload (an empty f.txt) would have come by now
+    m2.wait_uploads_done()                               # barrier: a stray upload (an empty f.txt) would have been sent by now
     assert store.get("f.txt") is None, f"something was uploaded as f.txt: {sha(store.get('f.txt'))}\n{store.log()}"
     assert store.get("other.txt") == b"bystander\n"
     if change == "folder":

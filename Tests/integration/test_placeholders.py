@@ -54,7 +54,9 @@ def test_browsing_fetches_no_content(store_server, big_tree, mount):
     elapsed = time.monotonic() - started
     print(f"browsed {len(big_tree.entries())} entries in {elapsed:.1f} s; requests: {summarize(server.requests())}")
 
-    time.sleep(1)  # let any stray request reach the log
+    # Barrier: no download or upload under way (every request the commands caused is in the
+    # log already: both servers log a request before its answer ends).
+    m.wait_idle()
     requests = server.requests()
     gets = [r for r in requests if r.method == "GET"]
     assert not gets, f"browsing fetched content: {len(gets)} GETs, e.g. {gets[:5]}"
@@ -71,13 +73,15 @@ def test_the_top_folder_is_listed_while_the_mount_comes_up(store_server, big_tre
     # Two PROPFINDs of /: the mount's check that the store answers (Depth 0), and the listing.
     wait_until(lambda: sum(r.method == "PROPFIND" and r.path == "/" for r in server.requests()) >= 2, 10,
                f"a listing of / in the {server.kind} log before anything used the mount")
-    time.sleep(0.3)  # the listing reaches the catalog
+    wait_until(lambda: xattr_state(m.path) != "unlisted", 10, "the listing of / to reach the catalog")
     before = len(server.requests())
     top = sorted(n for n in os.listdir(big_tree.root) if not n.startswith("."))
     assert sorted(os.listdir(m.path)) == top
     for name in top:
         os.stat(m / name)
-    time.sleep(0.5)  # let any stray request reach the log
+    # No barrier shows a background listing not started yet (list-ahead, a refresh): a moment
+    # for one to show. What the commands asked themselves is in the log already.
+    time.sleep(0.5)
     after = server.requests()[before:]
     assert not after, f"the first ls and stats after the mount asked the server again: {summarize(after)}"
 
@@ -95,13 +99,16 @@ def test_a_walk_lists_the_folders_ahead_and_each_only_once(store_server, big_tre
 
     run(["ls", "-l", str(m.path)])
     os.listdir(m / top[0])
-    time.sleep(0.5)  # let any stray request reach the log
+    # No barrier shows a listing ahead not started yet: a moment for one to show.
+    time.sleep(0.5)
     assert not set(top[1:]) & set(listed()), f"ls -l and one folder opened listed others: {sorted(set(listed()))}"
     os.listdir(m / top[1])
     wait_until(lambda: set(top[2:]) <= set(listed()), 10, "the folders after the second one opened, listed ahead")
     find = run(["find", str(m.path)], timeout=180)
     assert find.returncode == 0, find.stderr
     assert len(find.stdout.splitlines()) == len(big_tree.entries()) + 1
+    # No barrier shows a listing ahead still to come (one more of a folder find listed): a
+    # moment for one to show.
     time.sleep(0.5)
     counts = {path: listed().count(path) for path in set(listed())}
     # The top folder: the mount's check that the store answers (Depth 0), and its listing.

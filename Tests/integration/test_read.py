@@ -59,7 +59,7 @@ def test_open_read_one_get_then_evict(store_server, content_tree, mount):
         wait_until(lambda: os.stat(m / rel).st_blocks > 0, 5,
                    f"st_blocks of the open, local {rel} to count its blocks")
     assert hashlib.sha256(data).hexdigest() == content_tree.hashes[rel]
-    gets = server.wait_for_gets(rel, 1)
+    gets = server.wait_for_gets(rel, 1, m)
     assert len(gets) == 1, f"first open+read: expected exactly one GET of /{rel}, got {len(gets)}: {gets}"
     assert len(server.gets()) == 1, f"GETs of other paths: {server.gets()}"
 
@@ -71,7 +71,7 @@ def test_open_read_one_get_then_evict(store_server, content_tree, mount):
     drop_page_cache(m / rel)
     digest, _ = read_all(m / rel)
     assert digest == content_tree.hashes[rel]
-    gets = server.wait_for_gets(rel, 2)
+    gets = server.wait_for_gets(rel, 2, m)
     assert len(gets) == 2, f"reading again after eviction: expected a second GET, got {len(gets)}: {gets}"
     wait_evicted(m, rel)
 
@@ -103,7 +103,7 @@ def test_concurrent_readers_share_one_get(store_server, content_tree, mount, rea
         t.join(timeout=180)
         assert not t.is_alive(), "a reader hung"
     assert all(r == content_tree.hashes[rel] for r in results), f"readers saw: {results}"
-    gets = server.wait_for_gets(rel, 1, settle=1.0)
+    gets = server.wait_for_gets(rel, 1, m)
     assert len(gets) == 1, f"{readers} concurrent readers caused {len(gets)} GETs: {gets}"
     wait_evicted(m, rel)
 
@@ -119,10 +119,10 @@ def test_byte_identical(store_server, content_tree, mount, rel):
     assert n == content_tree.files[rel], f"{rel!r}: read {n} bytes, store has {content_tree.files[rel]}"
     assert digest == content_tree.hashes[rel], f"{rel!r}: content differs from the store"
     if content_tree.files[rel] > DEFAULT_WHOLE_FILE_LIMIT:
-        gets = server.wait_for_gets(rel, 1)
+        gets = server.wait_for_gets(rel, 1, m)
         assert all(g.range for g in gets) if server.kind == "docfs-serve" else gets, f"{rel!r}: streamed in ranges: {gets}"
     elif content_tree.files[rel] > 0:
-        gets = server.wait_for_gets(rel, 1)
+        gets = server.wait_for_gets(rel, 1, m)
         assert len(gets) == 1, f"{rel!r}: expected one GET, got {gets} (all: {server.requests()[-10:]})"
     else:
         # An empty file needs no download; at most one GET is fine.

@@ -69,7 +69,9 @@ def test_s3_browsing_fetches_no_content(s3, s3_mount):
     assert states == {"placeholder"}, f"user.docfs.state of unopened files: {states}"
     print(f"browsed {len(expected)} entries in {time.monotonic() - started:.1f} s")
 
-    time.sleep(1)  # let any stray request reach the log
+    # Barrier: no download or upload under way, and every request docfs sent is in the log.
+    m.wait_idle()
+    s3.wait_logged()
     requests = s3.requests()
     gets = s3.content_gets()
     assert not gets, f"browsing fetched content: {len(gets)} GetObject, e.g. {[str(r) for r in gets[:5]]}"
@@ -103,7 +105,8 @@ def test_s3_open_read_one_get_then_evict(s3, s3_mount):
         assert m.xdg.cache_files(), "an open file has no local copy in $XDG_CACHE_HOME/docfs/*/"
     assert hashlib.sha256(got).hexdigest() == hashlib.sha256(data).hexdigest()
     s3.wait_requests(lambda reqs: s3.content_gets(rel), 10, "a GetObject of the key")
-    time.sleep(0.5)
+    m.wait_downloads_done()   # barrier: a GET more would be in the log by then
+    s3.wait_logged()
     gets = s3.content_gets(rel)
     assert len(gets) == 1, f"first open+read: expected exactly one GET /{s3.name}/{rel}, got {[str(g) for g in gets]}"
     assert not gets[0].query, f"the GET has a query: {gets[0]}"
@@ -145,7 +148,8 @@ def test_s3_concurrent_readers_share_one_get(s3, s3_mount):
         t.join(timeout=180)
         assert not t.is_alive(), "a reader hung"
     assert results == [hashlib.sha256(data).hexdigest()] * readers, f"readers saw: {results}"
-    time.sleep(1.0)
+    m.wait_downloads_done()   # barrier: a GET more would be in the log by then
+    s3.wait_logged()
     gets = s3.content_gets("shared.bin")
     assert len(gets) == 1, f"{readers} concurrent readers caused {len(gets)} GETs: {[str(g) for g in gets]}"
     wait_evicted(m, "shared.bin")
@@ -159,7 +163,8 @@ def test_s3_streamed_read(s3, s3_mount):
     m = s3_mount()
     with open(m / "video.bin", "rb") as f:
         assert f.read(1) == data[:1]
-        time.sleep(0.3)
+        m.wait_downloads_done()   # barrier: the ranges it fetched (a read-ahead too) have come
+        s3.wait_logged()
         assert len(s3.content_gets("video.bin")) <= 3, [str(g) for g in s3.content_gets("video.bin")]
     wait_evicted(m, "video.bin")
     before = len(s3.content_gets("video.bin"))
@@ -243,7 +248,9 @@ def test_s3_a_new_mount_does_not_list_the_bucket_before_it_is_asked(s3, s3_mount
     def whole_listings():  # the mount's check that the bucket answers is a 1-key listing
         return [r for r in s3.lists() if r.q().get("max-keys", "1000") != "1"]
 
+    # No barrier shows a listing the mount would start in the background: a moment for one.
     time.sleep(1)
+    s3.wait_logged()
     assert not whole_listings(), f"the mount listed the bucket unasked: {[str(r)[:120] for r in whole_listings()]}"
     assert (m / "k007.txt").read_bytes() == b"7\n"
     assert not whole_listings(), "a lookup of one name listed the bucket"
@@ -263,7 +270,9 @@ def test_s3_names_of_a_small_folder_looked_up_by_path_cost_one_listing(s3, s3_mo
     assert os.stat(m / "docs" / names[1]).st_size == 6000
     wait_until(lambda: any(r.q().get("prefix") == "docs/" and r.q().get("max-keys", "1000") != "1"
                            for r in s3.lists()[-5:]), 10, "the folder's listing")
-    time.sleep(0.2)
+    # Barrier: the listing reached the catalog (the folder is no longer `unlisted`).
+    wait_until(lambda: xattr_state(m / "docs") != "unlisted", 10, "the folder's listing to reach the catalog")
+    s3.wait_logged()
     listed = len(s3.requests())
     for name in names[2:]:
         assert os.stat(m / "docs" / name).st_size == 6000
@@ -294,7 +303,10 @@ def test_s3_lookup_in_a_folder_never_listed_asks_about_one_name(s3, s3_mount):
         os.stat(m / "big" / "absent.txt")
     assert (m / "big" / "k00007.txt").read_bytes() == b"7\n"
 
+    # No barrier shows a listing going on in the background (the one page, and no more): a
+    # moment for a second page to be asked.
     time.sleep(0.5)
+    s3.wait_logged()
     asked = s3.requests()[start:]
     # The second name looked up tries one page of the folder (a small folder would be listed
     # by it, see the next test), sees it is not all, and goes no further.

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from helpers import NOT_ON_STORE_YET, wait_until, xattr_state
+from helpers import NOT_ON_STORE_YET, wait_until, wait_upload_failed, xattr_state
 from s3_support import s3, s3_mount, s3_server  # noqa: F401 - fixtures
 from write_support import sigkill_daemon
 
@@ -33,7 +33,8 @@ def test_s3_crash_with_unsynced_change_uploads_on_next_mount(s3, s3_mount):
         # confirmation gives up on a store that refuses connections (it took 27 s).
         took = time.monotonic() - started
         assert took < 10, f"writing two files with the bucket unreachable took {took:.1f} s"
-        time.sleep(1.0)
+        wait_upload_failed(m / "docs/crash.bin")     # barrier: each upload was tried, and failed
+        wait_upload_failed(m / "hello.txt")
         assert xattr_state(m / "docs/crash.bin") in NOT_ON_STORE_YET
         assert xattr_state(m / "hello.txt") in NOT_ON_STORE_YET
         pids = sigkill_daemon(m)
@@ -65,7 +66,7 @@ def test_s3_outage_writes_complete_then_upload(s3, s3_mount):
         started = time.monotonic()
         (m / "offline.txt").write_bytes(b"written while the bucket was unreachable\n")
         assert time.monotonic() - started < 10, "a write waited for the unreachable store"
-        time.sleep(1.0)
+        wait_upload_failed(m / "offline.txt")        # barrier: its upload was tried, and failed
         assert xattr_state(m / "offline.txt") in NOT_ON_STORE_YET
         assert s3.get("offline.txt") is None
     finally:

@@ -8,11 +8,11 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import time
 
 import pytest
 
 from conftest import run
+from helpers import wait_until
 from s3_support import s3, s3_mount, s3_server  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.fuse
@@ -71,7 +71,8 @@ def test_s3_symlink_is_an_s3fs_link_object_that_stays_a_link(s3, s3_mount, xdg):
     assert_link(m / "docs/up-link", "../docs/target.txt")
     assert stat.S_ISREG(os.lstat(m / "docs/other.txt").st_mode)
     assert (m / "docs/link").read_bytes() == b"the target\n"
-    time.sleep(0.5)
+    m.wait_downloads_done()   # barrier: a download more would be in the log by then
+    s3.wait_logged()
     # Regular files were looked at with HEAD, never downloaded to find out; a link's target is
     # one small GET.
     assert not s3.content_gets("docs/other.txt"), s3.log_text()
@@ -107,9 +108,9 @@ def test_s3_links_written_by_another_client_are_links(s3, s3_mount):
     s3.put("made-elsewhere", b"now a regular file")
     assert m.unmount().returncode == 0
     m = s3_mount()
-    deadline = time.monotonic() + 15
-    while stat.S_ISLNK(os.lstat(m / "made-elsewhere").st_mode) and time.monotonic() < deadline:
-        time.sleep(0.2)   # a remount answers from the catalog at once and relists in the background
+    # A remount answers from the catalog at once and relists in the background.
+    wait_until(lambda: not stat.S_ISLNK(os.lstat(m / "made-elsewhere").st_mode), 15,
+               "the relisting to show made-elsewhere as the file it now is", interval=0.2)
     assert stat.S_ISREG(os.lstat(m / "made-elsewhere").st_mode)
     assert (m / "made-elsewhere").read_bytes() == b"now a regular file"
 
@@ -124,7 +125,7 @@ def test_s3_no_symlinks_lists_without_asking_and_refuses_links(s3, s3_mount):
     with pytest.raises(OSError) as refused:
         os.symlink("small0.txt", m / "mine")
     assert refused.value.errno == errno.EPERM
-    time.sleep(0.5)
+    s3.wait_logged()   # barrier: every request docfs sent is in the log
     heads = [r for r in s3.requests() if r.method == "HEAD"]
     assert not heads, f"with --no-symlinks a listing needs no HEAD: {[str(r) for r in heads[:5]]}"
     assert s3.head("mine") is None

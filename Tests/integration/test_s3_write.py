@@ -9,7 +9,6 @@ import errno
 import os
 import re
 import stat
-import time
 
 import pytest
 
@@ -38,9 +37,13 @@ def puts_of(s3, key):
     return [r for r in s3.of_key(key, "PUT") if "partNumber" not in r.q()]
 
 
-def wait_settled(m, rel, timeout=30):
+def wait_settled(s3, m, rel, timeout=30):
+    """Until `rel` is uploaded and the mount has no upload pending; then every request docfs
+    sent is in the log (the relay logs one once it relayed the answer docfs acted on)."""
     wait_until(lambda: xattr_state(m / rel) in ("local", "placeholder"), timeout,
-               f"{rel} to be uploaded (user.docfs.state is {xattr_state(m / rel)!r})")
+               lambda: f"{rel} to be uploaded (user.docfs.state is {xattr_state(m / rel)!r})")
+    m.wait_uploads_done(timeout)
+    s3.wait_logged()
 
 
 def test_s3_create_write_close_one_put_no_get(s3, s3_mount):
@@ -54,8 +57,7 @@ def test_s3_create_write_close_one_put_no_get(s3, s3_mount):
     finally:
         os.close(fd)
     s3.wait_object("docs/new.bin", data, timeout=30)
-    wait_settled(m, "docs/new.bin")
-    time.sleep(1.0)
+    wait_settled(s3, m, "docs/new.bin")   # barrier: a second upload would be in the log by then
     assert len(puts_of(s3, "docs/new.bin")) == 1, f"expected one PutObject:\n{s3.log_text()}"
     assert not s3.content_gets(), f"a new file was downloaded:\n{s3.log_text()}"
     assert not [r for r in s3.requests() if r.method == "POST"], f"a 100 KB file must not be multipart:\n{s3.log_text()}"
@@ -68,7 +70,7 @@ def test_s3_o_trunc_does_not_download(s3, s3_mount):
     with open(m / "hello.txt", "wb") as f:
         f.write(b"replaced\n")
     s3.wait_object("hello.txt", b"replaced\n", timeout=30)
-    wait_settled(m, "hello.txt")
+    wait_settled(s3, m, "hello.txt")
     assert len(puts_of(s3, "hello.txt")) == 1, s3.log_text()
     assert not s3.content_gets("hello.txt"), f"O_TRUNC downloaded the old content:\n{s3.log_text()}"
 
@@ -225,7 +227,7 @@ def test_s3_conflict_keeps_both_versions(s3, s3_mount, how):
         return [k[len("docs/"):] for k in s3.keys("docs/") if CONFLICT.match(k[len("docs/"):])]
 
     s3.wait_requests(lambda _: copies(), 30, f"a conflict copy on the bucket (docs/: {sorted(s3.keys('docs/'))})")
-    time.sleep(1.0)
+    m.wait_uploads_done()   # barrier: a second copy or a late overwrite would be on the bucket by then
     assert len(copies()) == 1, copies()
     assert s3.get("docs/report.txt") == theirs, "boto3's version was overwritten"
     assert s3.get("docs/" + copies()[0]) == ours, "our version is not in the conflict copy"

@@ -68,6 +68,11 @@ class Watch:
             elif self.status is None:
                 self.poll()
 
+    def pump_until(self, predicate, timeout: float, what: str) -> None:
+        """Reads what the watch draws until `predicate()` holds (within `timeout` s)."""
+        wait_until(lambda: self.pump(0.1) or predicate(), timeout,
+                   lambda: f"{what} (the watch drew: {self.text()[-500:]!r})", interval=0)
+
     def poll(self) -> int | None:
         if self.status is None:
             pid, status = os.waitpid(self.pid, os.WNOHANG)
@@ -183,8 +188,7 @@ def test_ctrl_c_ends_the_watch_and_shows_the_cursor(tmp_path, docfs_serve, mount
     m = mount(docfs_serve(root).url)
     watch = Watch([str(m.path)], xdg.env, columns=80, rows=24)
     try:
-        watch.pump(1.5)
-        assert "no transfers" in watch.text(), watch.text()
+        watch.pump_until(lambda: "no transfers" in watch.text(), 15, "a frame saying 'no transfers'")
         os.write(watch.fd, b"\x03")  # Ctrl-C, as typed
         started = time.monotonic()
         assert watch.wait(5) == 0, watch.text()[-500:]
@@ -195,7 +199,7 @@ def test_ctrl_c_ends_the_watch_and_shows_the_cursor(tmp_path, docfs_serve, mount
     # On a terminal that cannot move its cursor: plain lines.
     dumb = Watch([str(m.path)], dict(xdg.env, TERM="dumb"))
     try:
-        dumb.pump(1.5)
+        dumb.pump_until(lambda: "\n" in dumb.text(), 15, "a first line")
         os.kill(dumb.pid, signal.SIGTERM)
         assert dumb.wait(5) == 0
     finally:
@@ -263,7 +267,7 @@ def test_upload_progress_grows_and_a_piped_watch_prints_plain_lines(tmp_path, do
                     status = json.loads(xdg.docfs("status", "--json", m.path).stdout)
             elif seen and state != "uploading":
                 break
-            time.sleep(0.2)
+            time.sleep(0.2)   # the sampling period (the loop ends once the upload did, or at its deadline)
         wait_until(lambda: (root / "docs" / "up.bin").exists() and (root / "docs" / "up.bin").stat().st_size == size,
                    30, "the upload to reach the store")
         assert (root / "docs" / "up.bin").read_bytes() == data

@@ -64,6 +64,7 @@ def test_progress_grows_while_a_throttled_download_runs(tmp_path, docfs_serve, m
         big = m / "docs" / "big.bin"
         assert xattr(big, "user.docfs.progress") is None
         assert xattr_state(m / "docs") == "placeholder=2"
+        # The reader keeps the file open 1.5 s after its read (the scenario: the samples span the download's end).
         reader = subprocess.Popen([sys.executable, "-c", f"open({str(big)!r}, 'rb').read(); import time; time.sleep(1.5)"])
         seen: list[tuple[int, int]] = []
         folder_states: set[str] = set()
@@ -79,7 +80,7 @@ def test_progress_grows_while_a_throttled_download_runs(tmp_path, docfs_serve, m
                     result = xdg.docfs("status", "--json", m.path)
                     assert result.returncode == 0, result.stderr
                     status = json.loads(result.stdout)
-            time.sleep(0.2)
+            time.sleep(0.2)   # the sampling period (the loop ends with the reader, or at its deadline)
         assert reader.wait(timeout=30) == 0
         print(f"progress samples: {len(seen)}, first {seen[:3]}, last {seen[-3:]}; folder: {folder_states}")
         dones = [d for d, _ in seen]
@@ -97,6 +98,8 @@ def test_progress_grows_while_a_throttled_download_runs(tmp_path, docfs_serve, m
         assert transfer["path"] == "/docs/big.bin" and transfer["state"] == "downloading"
         assert 0 < transfer["done"] < size and transfer["total"] == size, transfer
         assert mounted["cacheFiles"] == 1 and mounted["cacheBytes"] > 0
+        # The reader's close is released after it exited: its copy then goes.
+        wait_until(lambda: xattr_state(big) == "placeholder", 10, "big.bin to be a placeholder again after the reader's close")
         plain = xdg.docfs("status")
         assert plain.returncode == 0 and str(m.path) in plain.stdout and "files: placeholder=2" in plain.stdout, plain.stdout
         # Done and released: no progress, a placeholder again.
@@ -135,7 +138,7 @@ def test_a_streamed_download_shows_as_downloading_and_in_status(tmp_path, docfs_
                     result = xdg.docfs("status", "--json", m.path)
                     assert result.returncode == 0, result.stderr
                     listed = json.loads(result.stdout)["mounts"][0]["transfers"]
-            time.sleep(0.1)
+            time.sleep(0.1)   # the sampling period (the loop ends with the reader, or at its deadline)
         assert reader.wait(timeout=60) == 0
         assert states == {"downloading"}, f"user.docfs.state while streaming: {states}"
         assert listed and listed[0]["path"] == "/big.bin" and listed[0]["state"] == "downloading", listed
@@ -179,12 +182,17 @@ def test_reopen_within_evict_delay_downloads_once(tmp_path, docfs_serve, mount, 
     server = docfs_serve(root)
     m = mount(server.url, *(["--evict-delay", delay] if delay else []))
     assert read_all(m / "report.pdf") == data
-    time.sleep(0.5)
+    if delay is None:
+        wait_until(lambda: xattr_state(m / "report.pdf") == "placeholder", 10, "the copy to go at the release of the close")
+    else:
+        # A kept copy stays `local` at its release: no state shows that the release came. A
+        # reopen before it would join the open copy, and download nothing either way.
+        time.sleep(0.5)
     # Pages the kernel still holds would answer the reopen without any download (test_reopen.py):
     # without them, it is the kept copy that spares one.
     drop_page_cache(m / "report.pdf")
     assert read_all(m / "report.pdf") == data
-    gets = server.wait_for_gets("report.pdf", 1)
+    gets = server.wait_for_gets("report.pdf", 1, m)
     print(f"--evict-delay {delay}: {len(gets)} GET(s) for close then reopen")
     if delay is None:
         assert len(gets) == 2, f"default policy (evict on last close): expected 2 GETs, got {len(gets)}"
@@ -205,13 +213,14 @@ def test_kept_copy_of_a_changed_file_is_not_reused(tmp_path, docfs_serve, mount)
     server = docfs_serve(root)
     m = mount(server.url, "--evict-delay", "30", "--dir-cache-ttl", "0")
     assert read_all(m / "a.txt") == b"version one"
-    time.sleep(1.1)
+    before = xattr(m / "a.txt", "user.docfs.etag")
+    time.sleep(1.1)   # the scenario: the other client saves a second later
     (root / "a.txt").write_bytes(b"version two!")
-    os.listdir(m.path)  # the listing learns the new version
-    time.sleep(1)
-    os.listdir(m.path)
+    # A listing learns the new version (each `ls` lists again: --dir-cache-ttl 0, in the background).
+    wait_until(lambda: os.listdir(m.path) and xattr(m / "a.txt", "user.docfs.etag") != before, 15,
+               lambda: f"a listing to bring a.txt's new version (user.docfs.etag still {before!r})")
     assert read_all(m / "a.txt") == b"version two!"
-    assert len(server.wait_for_gets("a.txt", 2)) == 2
+    assert len(server.wait_for_gets("a.txt", 2, m)) == 2
 
 
 def test_cache_max_bounds_the_cache_while_three_times_as_much_is_read(tmp_path, docfs_serve, mount, xdg):
@@ -235,7 +244,7 @@ def test_cache_max_bounds_the_cache_while_three_times_as_much_is_read(tmp_path, 
     # The most recently used file is still local: reading it again costs no GET.
     before = len(server.gets(f"f{count - 1:02}.bin"))
     assert read_all(m / f"f{count - 1:02}.bin") == files[f"f{count - 1:02}.bin"]
-    time.sleep(0.5)
+    m.wait_downloads_done()   # barrier: a download it caused would be in the log by then
     assert len(server.gets(f"f{count - 1:02}.bin")) == before
     # ... and the least recently used one is not.
     assert xattr_state(m / "f00.bin") == "placeholder"
@@ -289,7 +298,7 @@ def test_pinned_survives_release_and_remount_and_evict_frees_it(tmp_path, docfs_
     for rel, data in pinned.items():
         assert xattr_state(m / rel) == "pinned", rel
         assert read_all(m / rel) == data
-    time.sleep(0.5)
+    m.wait_downloads_done()   # barrier: a download after the remount would be in the log by then
     assert all(len(server.gets(rel)) == 1 for rel in pinned), "a pinned file was downloaded again after remount"
 
     before = cache_bytes(xdg)
@@ -575,7 +584,7 @@ def test_a_listing_of_a_pinned_folder_downloads_new_files_and_keeps_changed_ones
     (root / "keep" / "sub" / "deep.txt").write_bytes(b"deep")
     (root / "keep" / "a.txt").write_bytes(b"version 2, longer")
     (root / "loose.txt").write_bytes(b"added outside the pinned folder")
-    time.sleep(1.5)
+    time.sleep(1.5)   # the scenario: the listings grow older than --dir-cache-ttl 1
     os.listdir(m / "keep")  # a stale listing: answered at once, refreshed in the background
     os.listdir(m.path)
 
@@ -583,7 +592,7 @@ def test_a_listing_of_a_pinned_folder_downloads_new_files_and_keeps_changed_ones
                "the listing's refresh to download the new file and the new folder's file")
     wait_until(lambda: all(xattr_state(m / "keep" / rel) == "pinned" for rel in ("new.bin", "sub/deep.txt")), 10,
                "the two to be pinned local copies")
-    time.sleep(0.5)
+    m.wait_downloads_done()   # barrier: the refresh's downloads have ended
     print(f"after the refresh: cache {sorted(os.path.basename(f) for f in xdg.cache_files())}, requests "
           f"{[(r.method, r.path) for r in server.requests() if r.method == 'GET']}")
     # The changed file keeps its copy of the old version (never dropped before the new one is
@@ -594,7 +603,7 @@ def test_a_listing_of_a_pinned_folder_downloads_new_files_and_keeps_changed_ones
     assert read_all(m / "keep" / "new.bin") == pseudo
     assert read_all(m / "keep" / "a.txt") == b"version 2, longer"
     assert read_all(m / "keep" / "sub" / "deep.txt") == b"deep"
-    time.sleep(0.5)
+    m.wait_downloads_done()   # barrier: a download more would be in the log by then
     assert len(server.gets("keep/new.bin")) == 1 and len(server.gets("keep/a.txt")) == 2 and len(server.gets("keep/sub/deep.txt")) == 1
 
 
@@ -616,7 +625,7 @@ def test_a_pinned_file_gone_from_the_store_goes_at_the_next_listing(tmp_path, do
     if change == "folder":
         (root / "keep" / "f.txt").mkdir()
         (root / "keep" / "f.txt" / "inside.txt").write_bytes(b"inside")
-    time.sleep(1.5)
+    time.sleep(1.5)   # the scenario: the listing grows older than --dir-cache-ttl 1
     os.listdir(m / "keep")  # a stale listing: answered at once, refreshed in the background
 
     expected = ["f.txt", "stays.txt"] if change == "folder" else ["stays.txt"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import time
 
 import pytest
 
@@ -43,7 +42,7 @@ def test_dd_of_a_large_new_file_streams_it_to_a_temporary_name_and_moves_it_in_p
     # The upload went through the stream: one PUT of a temporary name, one MOVE of it to the
     # file's name, and no PUT of the name itself (the upload at close found nothing to send).
     wait_until(lambda: moves(server), 10, f"a MOVE in the {server.kind} log")
-    time.sleep(1.0)
+    m.wait_uploads_done()   # barrier: an upload at close would be in the log by then
     streamed = [r for r in server.requests() if r.method == "PUT" and TEMPORARY.match(r.path.lstrip("/"))]
     assert len(streamed) == 1, methods_log(server)
     assert [r.path for r in moves(server)] == [streamed[0].path], methods_log(server)
@@ -67,13 +66,14 @@ def test_a_writer_that_goes_back_leaves_no_torn_file_and_no_conflict_copy(store_
             f.write(data[offset:offset + MIB])
         # The stream is under way (well within its 2 s patience): nothing shows under the
         # file's name yet.
-        time.sleep(0.3)
+        wait_until(lambda: os.getxattr(m / "archive.zip", "user.docfs.progress"), 10,
+                   "the stream to be under way (user.docfs.progress of archive.zip)")
         assert not (server.root / "archive.zip").exists(), methods_log(server)
         f.seek(0)
         f.write(b"PK\x03\x04")
     data[0:4] = b"PK\x03\x04"
     wait_server_bytes(server, "archive.zip", bytes(data))
-    time.sleep(1.0)
+    m.wait_uploads_done()   # barrier: a second upload or a conflict copy would be there by then
 
     assert set(os.listdir(server.root)) - before == {"archive.zip"}, methods_log(server)
     assert not any("conflict" in name for name in os.listdir(server.root))

@@ -94,7 +94,7 @@ class MountWriter(threading.Thread):
         while not self.stop.is_set():
             path = self.path
             if path is None:
-                time.sleep(0.05)
+                self.stop.wait(0.05)   # its mount is down: look again for the next one (or the end)
                 continue
             self.count += 1
             token = f"{self.letter}{self.count:06d};".encode()
@@ -124,7 +124,7 @@ class MountWriter(threading.Thread):
                 self.ledger.save(token, f"{how} of {name} through mount {self.letter}")
             except (OSError, ValueError) as error:
                 self.ledger.fail(f"{self.letter} {how}: {error.__class__.__name__} {getattr(error, 'errno', '')}")
-            time.sleep(self.random.uniform(0, 0.05))
+            self.stop.wait(self.random.uniform(0, 0.05))   # the scenario: a writer's pace
 
 
 class ThirdClient(threading.Thread):
@@ -152,7 +152,7 @@ class ThirdClient(threading.Thread):
                         self.ledger.fail("C: precondition failed")
             except Exception as error:  # noqa: BLE001 - a failed request saves nothing
                 self.ledger.fail(f"C: {error.__class__.__name__}")
-            time.sleep(self.random.uniform(0.02, 0.1))
+            self.stop.wait(self.random.uniform(0.02, 0.1))   # the scenario: a writer's pace
 
 
 def webdav_client(url: str):
@@ -284,7 +284,7 @@ def test_two_mounts_and_a_third_client_lose_no_saved_version(kind, tmp_path, req
             thread.start()
 
         for kill in range(KILLS):
-            time.sleep(DURATION / (KILLS + 1))
+            time.sleep(DURATION / (KILLS + 1))   # the scenario: the writers run this long between kills
             pids = sigkill_daemon(DaemonFor(path_a))
             writer_a.path = None
             wait_until(lambda: not any(os.path.exists(f"/proc/{p}") for p in pids), 60, "the killed daemon to be reaped")
@@ -295,7 +295,7 @@ def test_two_mounts_and_a_third_client_lose_no_saved_version(kind, tmp_path, req
             missing = [name for name in FILES if not os.path.exists(path_a / name)]
             assert not missing, f"after remount {kill + 1}, {missing} not found though the store has them"
             writer_a.path = path_a
-        time.sleep(DURATION / (KILLS + 1))
+        time.sleep(DURATION / (KILLS + 1))   # the scenario: and this long after the last one
         stop.set()
         for thread in threads:
             thread.join(60)

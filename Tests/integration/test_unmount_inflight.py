@@ -16,11 +16,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 
 import pytest
 
-from helpers import abort_fuse_connection, is_mounted, process_alive, proc_mounts_lines, wait_until
+from helpers import abort_fuse_connection, blocked_on_mount, is_mounted, process_alive, proc_mounts_lines, wait_until
 
 pytestmark = pytest.mark.fuse
 
@@ -48,7 +47,9 @@ def test_abort_with_lookups_waiting_on_a_dead_store(tmp_path, docfs_serve, mount
         for d in ("a", "b", "c"):
             waiting.append(subprocess.Popen(["stat", str(m.path / d / "f.txt")], stdout=subprocess.DEVNULL,
                                             stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL))
-        time.sleep(1.5)
+        # Barrier: each stat is blocked in the mount, waiting for docfs's answer.
+        wait_until(lambda: all(p.poll() is not None or blocked_on_mount(p.pid, m.path) for p in waiting), 20,
+                   lambda: f"the stats to block in the mount: {[(p.pid, p.poll()) for p in waiting]}")
         assert all(p.poll() is None for p in waiting), "a stat returned although the store does not answer"
 
         abort_fuse_connection(m.path)

@@ -51,7 +51,9 @@ def test_rclone_ignores_if_match_and_docfs_uploads_under_a_lock(rclone_serve, mo
     token = headers["Lock-Token"]
     with open(m / "a.txt", "ab") as f:
         f.write(b"ours\n")
-    time.sleep(2)
+    # Barrier: docfs's upload asked for the lock (a LOCK of a.txt after ours) and was refused.
+    wait_until(lambda: [(r.method, r.path) for r in server.logged()].count(("LOCK", "/a.txt")) >= 2, 30,
+               lambda: f"docfs to ask for the lock on a.txt: {[(r.method, r.path) for r in server.logged()][-12:]}")
     assert (root / "a.txt").read_bytes() == b"version 1\n", "the upload went through another client's lock"
     http("UNLOCK", server.url + "a.txt", {"Lock-Token": token})
     wait_until(lambda: (root / "a.txt").read_bytes() == b"version 1\nours\n", 60, "the upload once the lock is gone")
@@ -93,7 +95,7 @@ def test_apache_weak_etags_make_no_false_conflict_and_no_estale(apache_serve, mo
     for line in (b"one\n", b"two\n", b"three\n"):
         with open(m / "a.txt", "ab") as f:
             f.write(line)
-        time.sleep(0.2)
+        time.sleep(0.2)   # the scenario: the next save within the second Apache's tag stays weak
     big = os.urandom(6 << 20)
     (m / "big.bin").write_bytes(big)
     wait_until(lambda: (root / "a.txt").read_bytes() == b"v1\none\ntwo\nthree\n" and (root / "big.bin").exists()

@@ -23,7 +23,6 @@ leaves no local copy.
 from __future__ import annotations
 
 import os
-import time
 import unicodedata
 
 import pytest
@@ -61,9 +60,10 @@ def settle(server, m, expected: dict[str, bytes]) -> None:
     """Waits until the server holds `expected` (rel -> bytes), and every upload is done."""
     def holds() -> bool:
         return all(stored(server, rel) == data for rel, data in expected.items())
-    wait_until(holds, 60, f"the {server.kind} server to hold {sorted(expected)}: "
-                          f"{ {rel: stored(server, rel)[:40] if stored(server, rel) else None for rel in expected} }\n"
-                          f"{m.log_tail(3000)}")
+    wait_until(holds, 60, lambda: f"the {server.kind} server to hold {sorted(expected)}: "
+                                  f"{ {rel: stored(server, rel)[:40] if stored(server, rel) else None for rel in expected} }\n"
+                                  f"{m.log_tail(3000)}")
+    m.wait_uploads_done()
 
 
 def mounted(server, mount, *options):
@@ -134,8 +134,8 @@ def test_a_change_on_the_server_while_open_here_is_one_conflict(dav, mount):
     finally:
         os.close(fd)
     wait_until(lambda: len(conflict_copies(server)) == 1, 60,
-               f"one conflict copy on {server.kind} (changed {how}): {os.listdir(server.root)}\n{m.log_tail(3000)}")
-    time.sleep(1)
+               lambda: f"one conflict copy on {server.kind} (changed {how}): {os.listdir(server.root)}\n{m.log_tail(3000)}")
+    m.wait_uploads_done()   # barrier: a second copy or a late overwrite would be on the server by then
     copies = conflict_copies(server)
     assert len(copies) == 1, copies
     assert stored(server, copies[0]) == b"VERSION one\n"

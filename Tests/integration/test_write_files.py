@@ -44,7 +44,7 @@ def test_create_write_close_one_put_no_get(store_server, store, mount):
     finally:
         os.close(fd)
     wait_server_bytes(server, "new.bin", data)
-    got = wait_puts(server, "new.bin", 1, settle=1.5)
+    got = wait_puts(server, "new.bin", 1, m)
     assert len(got) == 1, f"expected exactly one PUT of /new.bin, got {len(got)}:\n{methods_log(server)}"
     assert not requests_for(server, "new.bin", "GET"), f"a new file was downloaded:\n{methods_log(server)}"
     wait_state(m / "new.bin", {"local", "placeholder"})
@@ -59,7 +59,7 @@ def test_o_excl_on_existing_file(store_server, store, mount):
     with pytest.raises(OSError) as info:
         os.open(m / "hello.txt", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     assert info.value.errno == errno.EEXIST
-    time.sleep(0.5)
+    m.wait_uploads_done()   # barrier: an upload it caused would have been sent by then
     assert (store / "hello.txt").read_bytes() == SEED_FILES["hello.txt"]
     assert not puts(server, "hello.txt")
 
@@ -70,7 +70,7 @@ def test_o_trunc_does_not_download(store_server, store, mount):
     with open(m / "hello.txt", "wb") as f:           # O_WRONLY|O_CREAT|O_TRUNC
         f.write(b"replaced\n")
     wait_server_bytes(server, "hello.txt", b"replaced\n")
-    got = wait_puts(server, "hello.txt", 1)
+    got = wait_puts(server, "hello.txt", 1, m)
     assert len(got) == 1, methods_log(server)
     assert not requests_for(server, "hello.txt", "GET"), f"O_TRUNC downloaded the old content:\n{methods_log(server)}"
 
@@ -108,7 +108,7 @@ def test_truncate(store_server, store, mount, how, size):
             assert os.fstat(f.fileno()).st_size == size
     assert os.stat(m / "data.bin").st_size == size
     wait_server_bytes(server, "data.bin", original[:size])
-    assert len(wait_puts(server, "data.bin", 1)) == 1, methods_log(server)
+    assert len(wait_puts(server, "data.bin", 1, m)) == 1, methods_log(server)
     if size == 0 and how == "truncate":
         # truncate(path, 0) needs no content; an open(O_RDWR) + ftruncate downloads on open (it may read).
         assert not requests_for(server, "data.bin", "GET"), f"truncate to 0 downloaded:\n{methods_log(server)}"
@@ -148,7 +148,7 @@ def test_utimensat_explicit_now_omit_survive_remount(store_server, store, mount)
     assert abs(st.st_atime_ns - time.time_ns()) < 5_000_000_000
     data_times = (st.st_atime_ns, st.st_mtime_ns)
 
-    time.sleep(1.5)  # let anything asynchronous (uploads, PROPPATCH) settle
+    m.wait_uploads_done()   # the uploads are done (times go to the store within the syscall)
     m2 = remount(m, mount, server)
     st = os.stat(m2 / "hello.txt")
     assert close_ns(st.st_atime_ns, a_ns) and close_ns(st.st_mtime_ns, m_ns), \
@@ -180,7 +180,7 @@ def test_utime_of_new_file_after_write_survives(store_server, store, mount):
         f.write(b"copied\n")
     os.utime(m / "copied.txt", ns=(1_234_567_890_000_000_000, 1_234_567_890_000_000_000))
     wait_server_bytes(server, "copied.txt", b"copied\n")
-    time.sleep(1.0)
+    m.wait_uploads_done()   # barrier: the upload is recorded, nothing more will replace the mtime
     assert os.stat(m / "copied.txt").st_mtime_ns == 1_234_567_890_000_000_000
     m2 = remount(m, mount, server)
     assert os.stat(m2 / "copied.txt").st_mtime_ns == 1_234_567_890_000_000_000
@@ -193,7 +193,7 @@ def test_chmod_chown_survive_remount(store_server, store, mount):
     os.chmod(m / "docs", 0o750)
     assert os.stat(m / "hello.txt").st_mode & 0o7777 == 0o600
     ctime_before = os.stat(m / "notes.md").st_ctime_ns
-    time.sleep(0.05)
+    time.sleep(0.05)   # the scenario: the chmod comes measurably later
     os.chmod(m / "notes.md", 0o640)
     assert os.stat(m / "notes.md").st_ctime_ns >= ctime_before, "chmod must not move ctime backwards"
     chown_ok = True
@@ -226,7 +226,7 @@ def test_fsync_uploads_synchronously(store_server, store, mount):
         assert xattr_state(m / "synced.txt") != "modified"
         f.write(b"second\n")
     wait_server_bytes(server, "synced.txt", b"first\nsecond\n")
-    got = wait_puts(server, "synced.txt", 2)
+    got = wait_puts(server, "synced.txt", 2, m)
     assert len(got) == 2, f"fsync + close: expected 2 PUTs, got {len(got)}:\n{methods_log(server)}"
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import os
-import time
 
 import pytest
 
@@ -77,7 +76,7 @@ def test_rename_file_across_dirs_keeps_content_without_upload(store_server, stor
     os.rename(m / "docs/report.txt", m / "other/report-moved.txt")
     assert not (store / "docs/report.txt").exists()
     assert (store / "other/report-moved.txt").read_bytes() == SEED_FILES["docs/report.txt"]
-    time.sleep(1.0)
+    m.wait_idle()   # barrier: an upload or a download it caused would be in the log by then
     assert moves(server), f"no MOVE in the log:\n{methods_log(server)}"
     assert not puts(server, "other/report-moved.txt"), f"rename re-uploaded:\n{methods_log(server)}"
     assert not requests_for(server, "docs/report.txt", "GET"), f"rename downloaded:\n{methods_log(server)}"
@@ -93,7 +92,7 @@ def test_rename_of_a_just_written_file(store_server, store, mount):
         f.write(data)
     os.rename(m / "draft.bin", m / "docs/final.bin")
     wait_server_bytes(server, "docs/final.bin", data)
-    time.sleep(1.0)
+    m.wait_uploads_done()   # barrier: a second upload (under either name) would be in the log by then
     assert not (store / "draft.bin").exists(), f"store: {sorted(server_files(store))}"
     n_puts = len(puts(server, "draft.bin")) + len(puts(server, "docs/final.bin"))
     assert n_puts == 1, f"expected one PUT in all, got {n_puts}:\n{methods_log(server)}"
@@ -108,7 +107,7 @@ def test_rename_directory_across_dirs(store_server, store, mount):
     assert (store / "other/docs-moved/sub/deep.txt").read_bytes() == SEED_FILES["docs/sub/deep.txt"]
     assert sorted(os.listdir(m / "other/docs-moved")) == ["report.txt", "sub"]
     assert (m / "other/docs-moved/sub/deep.txt").read_bytes() == SEED_FILES["docs/sub/deep.txt"]
-    time.sleep(0.5)
+    m.wait_uploads_done()   # barrier: an upload it caused would be in the log by then
     assert moves(server), methods_log(server)
     assert not any(r.method == "PUT" for r in server.requests()), f"dir rename uploaded:\n{methods_log(server)}"
 
@@ -121,7 +120,7 @@ def test_rename_replaces_existing_file(store_server, store, mount):
     assert not (store / "notes.md").exists()
     assert sorted(os.listdir(m.path)) == sorted(os.listdir(store))
     assert (m / "hello.txt").read_bytes() == SEED_FILES["notes.md"]
-    time.sleep(0.5)
+    m.wait_uploads_done()   # barrier: an upload it caused would be in the log by then
     assert not any(r.method == "PUT" for r in server.requests()), methods_log(server)
 
 
@@ -293,7 +292,7 @@ def test_lockfile_pattern_create_close_rename_over_repeatedly(store_server, stor
     for name in names:
         if name in last:
             wait_server_bytes(server, f"g/{name}", last[name], timeout=60)
-    time.sleep(2)
+    m.wait_uploads_done(120)   # barrier: every upload has ended; a stray NAME.lock or copy would be there now
     left = sorted(os.listdir(store / "g"))
     assert left == sorted(names), f"store dir g/ holds {left}\n{methods_log(server, 60)}"
     assert not problems, "\n".join(problems[:10]) + f"\n({len(problems)} problems)\n{m.log_tail(3000)}"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import NOT_ON_STORE_YET, wait_until, xattr_state
+from helpers import NOT_ON_STORE_YET, wait_until, wait_upload_failed, xattr_state
 from write_support import (SEED_FILES, change_on_server, make_store, methods_log, puts, restart_server, sigkill_daemon,
                            wait_server_bytes, wait_state)
 
@@ -62,7 +62,7 @@ def test_conflict_keeps_both_versions(store_server, store, mount, how):
         raise AssertionError(f"{error}\nstore docs/: {os.listdir(store / 'docs')}\n"
                              f"report.txt on the store: {(store / 'docs/report.txt').read_bytes()[:80]!r}\n"
                              f"{methods_log(server)}\n{m.log_tail(3000)}") from None
-    time.sleep(1.0)
+    m.wait_uploads_done()   # barrier: a second copy or a late overwrite would be on the store by then
     copies = conflict_copies()
     assert len(copies) == 1, copies
     assert (store / "docs/report.txt").read_bytes() == theirs, "the server's version was overwritten"
@@ -88,7 +88,8 @@ def test_crash_sigkill_with_unsynced_change_uploads_on_next_mount(store_server, 
         f.write(data)
     with open(m / "hello.txt", "wb") as f:          # O_TRUNC: no download needed
         f.write(b"changed before the crash\n")
-    time.sleep(1.0)
+    wait_upload_failed(m / "crash.bin")              # barrier: each upload was tried, and failed
+    wait_upload_failed(m / "hello.txt")
     assert xattr_state(m / "crash.bin") in NOT_ON_STORE_YET, xattr_state(m / "crash.bin")
     assert xattr_state(m / "hello.txt") in NOT_ON_STORE_YET, xattr_state(m / "hello.txt")
     print(f"user.docfs.error while the server is down: {getxattr(m / 'crash.bin', 'user.docfs.error')!r}")
@@ -135,7 +136,7 @@ def test_stale_unmount_while_daemon_is_zombie(store_server, store, mount):
     server.stop()
     with open(m / "z.bin", "wb") as f:
         f.write(b"zombie test\n")
-    time.sleep(1.0)
+    wait_upload_failed(m / "z.bin")                  # the upload is pending: tried, and failed
     pids = sigkill_daemon(m)
     zombie = [p for p in pids if os.path.exists(f"/proc/{p}")]
     started = time.monotonic()
@@ -166,7 +167,7 @@ def test_server_down_writes_complete_then_upload_when_back(store_server, store, 
         f.write(b"offline edit\n")
     elapsed = time.monotonic() - t0
     assert elapsed < 10, f"writes + close with the server down took {elapsed:.1f} s"
-    time.sleep(1.0)
+    wait_upload_failed(m / "docs/offline.bin")       # barrier: its upload was tried, and failed
     assert xattr_state(m / "docs/offline.bin") in NOT_ON_STORE_YET
 
     restart_server(server)
@@ -195,7 +196,7 @@ def test_unmount_refuses_when_store_unreachable_then_force_keeps_files(store_ser
     data = os.urandom(50_000)
     with open(m / "unsynced.bin", "wb") as f:
         f.write(data)
-    time.sleep(1.0)
+    wait_upload_failed(m / "unsynced.bin")           # the upload is pending: tried, and failed
 
     started = time.monotonic()
     result = m.unmount(timeout=60)

@@ -43,7 +43,7 @@ def test_editor_style_save(store_server, store, mount):
     wait_store_listing(server, "docs", {"report.txt", "sub"})
     assert (m / "docs/report.txt").read_bytes() == new
     assert sorted(os.listdir(m / "docs")) == ["report.txt", "sub"]
-    time.sleep(1.0)
+    m.wait_uploads_done()   # barrier: a late upload would have been sent by then
     assert (store / "docs/report.txt").read_bytes() == new, "a late upload overwrote the saved file"
 
 
@@ -57,7 +57,7 @@ def test_sed_in_place(store_server, store, mount):
     wait_store_listing(server, "", set(os.listdir(store)) - {n for n in os.listdir(store) if n.startswith("sed")})
     assert not [n for n in os.listdir(store) if n.startswith("sed")], sorted(os.listdir(store))
     assert (m / "notes.md").read_bytes() == expected
-    time.sleep(1.0)
+    m.wait_uploads_done()   # barrier: a late upload would have been sent by then
     assert (store / "notes.md").read_bytes() == expected
 
 
@@ -73,7 +73,7 @@ def test_vim_edit(store_server, store, mount):
     wait_server_bytes(server, "docs/report.txt", expected)
     wait_store_listing(server, "docs", before)   # no swap file, no backup left
     assert (m / "docs/report.txt").read_bytes() == expected
-    time.sleep(1.0)
+    m.wait_uploads_done()   # barrier: a late upload would have been sent by then
     assert (store / "docs/report.txt").read_bytes() == expected
 
 

@@ -86,10 +86,12 @@ def wait_server_bytes(server: Server, rel: str, data: bytes, timeout: float = 30
                              f"requests ({summarize(server.requests())}):\n{methods_log(server)}") from None
 
 
-def wait_puts(server: Server, rel: str, count: int = 1, timeout: float = 30, settle: float = 1.0):
+def wait_puts(server: Server, rel: str, count: int, mount, timeout: float = 30):
+    """Waits until `count` PUTs of rel are logged, then until `mount` has no upload pending (a
+    PUT more would be in the log by then); returns the PUTs of rel."""
     wait_until(lambda: len(puts(server, rel)) >= count, timeout,
-               f"{count} PUT(s) of /{rel} in the {server.kind} log (have:\n{methods_log(server)})")
-    time.sleep(settle)
+               lambda: f"{count} PUT(s) of /{rel} in the {server.kind} log (have:\n{methods_log(server)})")
+    mount.wait_uploads_done(timeout)
     return puts(server, rel)
 
 
