@@ -484,18 +484,15 @@ public actor Provider {
     private static func fetch(_ item: Item, upTo limit: Int64? = nil, into copy: LocalCopy, store: any Store,
                               retry: RetryPolicy, trouble: FetchTrouble? = nil, logger: Logger) async throws -> RemoteEntry {
         let entry = try await retry.run({ () async throws(StoreError) -> RemoteEntry in
-            try await store.read(item.path, range: limit.map { 0..<$0 }, ifMatch: nil, into: copy)
+            let entry = try await store.read(item.path, range: limit.map { 0..<$0 }, ifMatch: nil, into: copy)
+            try await confirmDownloadedVersion(entry, of: item, whole: limit == nil, store: store)
+            return entry
         }, beforeRetry: { error in
             logger.info("retrying download", metadata: ["path": "\(item.path)", "error": "\(error)"])
             trouble?.record(error)
             copy.reset()
         })
         try Task.checkCancellation()
-        // The version the listing described must have the size it described: a body longer or
-        // shorter than that, under the same ETag, is corrupt (a proxy, a broken server).
-        if let listed = item.etag, entry.etag == listed, entry.size != item.size {
-            throw FSError.io("download of \(item.path): \(entry.size) bytes for a version listed with \(item.size)")
-        }
         let end = min(limit ?? entry.size, entry.size)
         guard copy.held.contains(0..<end) else {
             throw FSError.io("incomplete download of \(item.path): \(copy.held.count) of \(end) bytes")

@@ -52,6 +52,13 @@ public struct ETag: Sendable, Hashable, CustomStringConvertible {
     public var value: String
     public init(_ value: String) { self.value = value }
     public var description: String { value }
+
+    /// Two ETags name the same version, the weak marker (`W/`) aside: a server may mark a tag
+    /// weak in one answer and not in the next (Apache, for a second after a change).
+    public static func sameVersion(_ a: ETag, _ b: ETag) -> Bool {
+        func strong(_ e: ETag) -> Substring { e.value.hasPrefix("W/") ? e.value.dropFirst(2) : Substring(e.value) }
+        return strong(a) == strong(b)
+    }
 }
 
 /// A half-open byte range `[lowerBound, upperBound)`.

@@ -20,9 +20,4 @@ extension ETag {
     /// strongly (RFC 9110), so a weak one never matches there.
     var isWeak: Bool { value.hasPrefix("W/") }
 
-    /// Two ETags name the same version (the weak marker aside).
-    static func sameVersion(_ a: ETag, _ b: ETag) -> Bool {
-        func strong(_ e: ETag) -> Substring { e.value.hasPrefix("W/") ? e.value.dropFirst(2) : Substring(e.value) }
-        return strong(a) == strong(b)
-    }
 }

@@ -18,6 +18,10 @@ public final class InMemoryStore: Store, Sendable {
         case fail(StoreError)
         /// Deliver only this many bytes, then report success (a server that lies about the length).
         case truncate(after: Int)
+        /// Deliver the file as it is, while another client saves `savedMeanwhile` over it, and
+        /// name the new version in the answer: the old bytes under the new ETag, as a server
+        /// that writes files in place (`rclone serve webdav`) can answer a GET sent during a PUT.
+        case oldBytesUnderTheNewVersion(savedMeanwhile: [UInt8])
     }
 
     private struct File {
@@ -350,13 +354,16 @@ public final class InMemoryStore: Store, Sendable {
             let fault = state.readFaults.isEmpty ? nil : state.readFaults.removeFirst()
             return (file, fault)
         }
-        let entry = ownTimed(Self.entry(path, file))
+        var entry = ownTimed(Self.entry(path, file))
         if let etag = ifMatch, etag != entry.etag { throw .versionMismatch(path) }
         let lower = Int(range?.lowerBound ?? 0)
         var upper = min(Int(range?.upperBound ?? Int64(file.content.count)), file.content.count)
         switch fault {
         case .fail(let error)?: throw error
         case .truncate(let count)?: upper = min(upper, lower + count)
+        case .oldBytesUnderTheNewVersion(let saved)?:
+            _ = addFileWhereAClientCould(path.description, saved, modified: file.modified + 1)
+            entry.etag = state.withLock { state in state.files[path].map { Self.entry(path, $0).etag } } ?? nil
         case nil: break
         }
         // Deliver in chunks, as a network would.

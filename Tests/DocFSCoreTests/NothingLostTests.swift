@@ -74,6 +74,27 @@ struct NothingLostTests {
         #expect(fixture.store.writeCount("gone.txt") == 0, "a read-only open never recreates it")
     }
 
+    /// A server that writes files in place (`rclone serve webdav`) answered a GET sent during
+    /// another client's PUT with the old bytes under the new version's ETag. An append made on
+    /// those bytes, taken for that version, replaced it with no conflict, and the other
+    /// client's save was lost (test_two_mounts[rclone]). The download is checked and made again.
+    @Test func oldBytesUnderANewVersionNeverBecomeTheBaseOfAnEdit() async throws {
+        let fixture = try CoreFixture.writable()
+        fixture.store.addFile("f.txt", Array("V0;".utf8))
+        let item = try await fixture.lookup("f.txt")
+        fixture.store.injectReadFaults([.oldBytesUnderTheNewVersion(savedMeanwhile: Array("V0;A1;".utf8))])
+        let handle = try await fixture.fs.open(item.inode, mode: .init(writable: true, truncate: false))
+        try fixture.write(handle: handle, Array("B1;".utf8), at: try fixture.fs.item(item.inode).size)
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+
+        let kept = ["f.txt"] + conflictCopies(fixture, of: "f")
+        let saved = kept.compactMap { fixture.store.content($0) }.map { String(decoding: $0, as: UTF8.self) }
+        #expect(saved.contains { $0.contains("A1;") }, "the other client's save is on the store: \(saved)")
+        #expect(saved.contains { $0.contains("B1;") }, "and the append made here: \(saved)")
+        #expect(fixture.store.readCount("f.txt") == 2, "the download was made again")
+    }
+
     // Writes made while a conflict copy uploads (item 4): ChangeTests'
     // writingOnAfterAConflictOnFsyncKeepsEveryVersion.
 

@@ -17,10 +17,10 @@ it started from, so every version made from another holds all of that one's reco
   of two versions (an append into another version's middle tears a record).
 
 Stores: `docfs serve`, Apache `mod_dav` and moto (the third client's conditional writes are
-honoured there; Apache's tags are weak for a second after a change, and then its `If-Match`
-never matches) and `rclone serve webdav` and nginx (which ignore `If-Match` on PUT: no third
-client there, two mounts only; nginx lists no ETags, so docfs tells its versions by time and
-size).
+honoured there: with `If-Match`, and on Apache under a WebDAV lock, as docfs writes there,
+since Apache checks `If-Match` before it writes, not with it) and `rclone serve webdav` and
+nginx (which ignore `If-Match` on PUT: no third client there, two mounts only; nginx lists no
+ETags, so docfs tells its versions by time and size).
 """
 from __future__ import annotations
 
@@ -49,7 +49,8 @@ DURATION = float(os.environ.get("DOCFS_TWO_MOUNTS_SECONDS", "60"))
 KILLS = int(os.environ.get("DOCFS_TWO_MOUNTS_KILLS", "1"))
 FILES = ["f0.txt", "f1.txt", "f2.txt"]
 RECORD = re.compile(rb"[A-Z][0-9]{6};")
-OPTIONS = ("--dir-cache-ttl", "1", "--attr-timeout", "0", "--entry-timeout", "0")
+OPTIONS = ("--dir-cache-ttl", "1", "--attr-timeout", "0", "--entry-timeout", "0",
+           *os.environ.get("DOCFS_TWO_MOUNTS_OPTIONS", "").split())
 
 
 def records(content: bytes) -> list[bytes]:
@@ -155,7 +156,16 @@ class ThirdClient(threading.Thread):
             self.stop.wait(self.random.uniform(0.02, 0.1))   # the scenario: a writer's pace
 
 
-def webdav_client(url: str):
+LOCK_BODY = (b'<?xml version="1.0" encoding="utf-8"?><D:lockinfo xmlns:D="DAV:"><D:lockscope><D:exclusive/>'
+             b'</D:lockscope><D:locktype><D:write/></D:locktype><D:owner>third client</D:owner></D:lockinfo>')
+
+
+def webdav_client(url: str, locks: bool = False):
+    """GET and a PUT only over the version read. With `locks` (Apache) that PUT is made under an
+    exclusive WebDAV lock, with the version checked under it, as docfs does there: Apache checks
+    `If-Match` against the file as it stood when the request began, not when it writes, and a
+    PUT held up inside the server (waiting for its lock database) went through over versions
+    saved meanwhile — the lost saves of a clean-clone run were that, not docfs."""
     def get(name):
         try:
             with urllib.request.urlopen(url + urllib.parse.quote(name), timeout=30) as resp:
@@ -165,15 +175,36 @@ def webdav_client(url: str):
                 return None
             raise
 
-    def put(name, data, etag):
-        req = urllib.request.Request(url + urllib.parse.quote(name), data=data, method="PUT", headers={"If-Match": etag})
+    def request(method, name, data=None, headers=None):
+        req = urllib.request.Request(url + urllib.parse.quote(name), data=data, method=method, headers=headers or {})
         try:
             with urllib.request.urlopen(req, timeout=30) as resp:
-                return resp.status in (200, 201, 204)
+                return resp.status, resp.headers
         except urllib.error.HTTPError as error:
-            if error.code == 412:
+            return error.code, error.headers
+
+    def put(name, data, etag):
+        if not locks:
+            return request("PUT", name, data, {"If-Match": etag})[0] in (200, 201, 204)
+        deadline = time.monotonic() + 5
+        while True:
+            status, headers = request("LOCK", name, LOCK_BODY, {"Timeout": "Second-10", "Depth": "0",
+                                                               "Content-Type": "application/xml"})
+            if status in (200, 201):
+                break
+            if status != 423 or time.monotonic() > deadline:
                 return False
-            raise
+            time.sleep(0.02)
+        token = headers["Lock-Token"].strip("<> ")
+        try:
+            if status == 201:
+                return False  # the file was gone: the lock made it
+            current = request("HEAD", name)[1]["ETag"] or ""
+            if current.removeprefix("W/") != etag.removeprefix("W/"):
+                return False
+            return request("PUT", name, data, {"If": f"(<{token}>)"})[0] in (200, 201, 204)
+        finally:
+            request("UNLOCK", name, headers={"Lock-Token": f"<{token}>"})
 
     return get, put
 
@@ -218,7 +249,7 @@ class Store:
             self.root, self.args = root, [server.url]
             # rclone and nginx take a PUT whatever its If-Match says: no client there can write only over
             # the version it read.
-            self.third = webdav_client(server.url) if kind not in ("rclone", "nginx") else None
+            self.third = webdav_client(server.url, locks=kind == "apache") if kind not in ("rclone", "nginx") else None
         self.initial = set(initial.values())
 
     def mount(self, machine: str, number: int) -> tuple[Path, XDG]:
