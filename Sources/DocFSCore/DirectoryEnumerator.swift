@@ -37,14 +37,14 @@ public actor DirectoryEnumerator {
         public static let off = ListAhead(folders: 0)
     }
 
-    private let store: any Store
-    private let catalog: Catalog
-    private let ttl: Double
-    private let retry: RetryPolicy
-    private let logger: Logger
+    let store: any Store
+    let catalog: Catalog
+    let ttl: Double
+    let retry: RetryPolicy
+    let logger: Logger
     private let startedAt = Date().timeIntervalSince1970
     private var inFlight: [Inode: Task<Void, any Error>] = [:]
-    private let listAhead: ListAhead
+    let listAhead: ListAhead
     /// Folders not walked yet one of whose never-listed child folders was listed before an
     /// answer (the second makes the folder walked).
     private var enteredOnce: Set<Inode> = []
@@ -52,13 +52,9 @@ public actor DirectoryEnumerator {
     private var walked: Set<Inode> = []
     /// Folders whose child folders are being listed ahead.
     private var listingAhead: [Inode: Task<Void, Never>] = [:]
-    /// Never-listed folders one name of which was looked up by `stat` (see `noteLookupByName`).
-    private var lookedUpOnce: Set<Inode> = []
-    /// Lookups' listings of one page under way: true when the page held the whole folder and
-    /// it is listed, false when it did not, nil when the listing failed.
-    private var onePageListings: [Inode: Task<Bool?, Never>] = [:]
-    /// Folders one page could not hold: their names are looked up one by one in this mount.
-    private var tooBigForOnePage: Set<Inode> = []
+    /// Never-listed folders whose names are looked up by `stat`, and how far the lookups paid
+    /// for their listings (see `noteLookupByName`).
+    var listingsBoughtByLookups: [Inode: ListingBoughtByLookups] = [:]
     /// Directories whose background refresh was asked for from outside the actor and has not
     /// ended: one request each, however many lookups find them stale meanwhile.
     private nonisolated let refreshRequested = Mutex<Set<Inode>>([])
@@ -67,7 +63,7 @@ public actor DirectoryEnumerator {
     /// Objects above this size are never links (nil: the store's listings show every kind).
     private nonisolated let maximumLinkSize: Int64?
     /// Told about each directory whose listing reached the catalog (`whenListed`).
-    private nonisolated let listedHandler = Mutex<(@Sendable (Item) -> Void)?>(nil)
+    nonisolated let listedHandler = Mutex<(@Sendable (Item) -> Void)?>(nil)
     /// Drops clean copies a listing found gone from the store (`whenCopiesGoneFromStore`).
     private nonisolated let goneHandler = Mutex<(@Sendable ([Inode]) async -> Bool)?>(nil)
 
@@ -163,7 +159,7 @@ public actor DirectoryEnumerator {
         while true {
             if let task = listingAhead.values.first {
                 await task.value
-            } else if let task = onePageListings.values.first {
+            } else if let task = listingsBoughtByLookups.values.lazy.compactMap(\.fetching).first {
                 _ = await task.value
             } else if let task = inFlight.values.first {
                 _ = await task.result
@@ -227,40 +223,6 @@ public actor DirectoryEnumerator {
         }
     }
 
-    /// A lookup by name in `directory`, never listed, on a store that looks names up by `stat`
-    /// (S3: a HEAD per name). From the second such lookup in one folder, the folder is listed
-    /// in the background, when one page (1,000 names) holds all of it: the lookups after that
-    /// are answered from the catalog, so `cat` or `cp` of the files of a small folder by path
-    /// costs one listing, not a HEAD per name. Nothing waits for it: the lookups go on asking
-    /// by name until it is done. A folder that needs more pages costs that one request, is
-    /// left to lookups by name, and is not tried again in this mount. Off with `--list-ahead 0`.
-    public func noteLookupByName(in directory: Item) {
-        guard listAhead.folders > 0, directory.listedAt == nil, inFlight[directory.inode] == nil,
-              onePageListings[directory.inode] == nil, !tooBigForOnePage.contains(directory.inode),
-              !lookedUpOnce.insert(directory.inode).inserted else { return }
-        // After a failed listing, two more lookups by name try again.
-        lookedUpOnce.remove(directory.inode)
-        let handler = listedHandler.withLock { $0 }
-        onePageListings[directory.inode] = Task { [store, catalog, retry, logger] () -> Bool? in
-            let listed: Bool?
-            do {
-                listed = try await Self.list(directory, store: store, catalog: catalog, retry: retry, logger: logger, onePageOnly: true)
-                if listed == true { handler?(directory) }
-            } catch {
-                listed = nil  // the lookups ask by name, and say what failed
-            }
-            self.onePageListingEnded(directory, listed: listed)
-            return listed
-        }
-    }
-
-    private func onePageListingEnded(_ directory: Item, listed: Bool?) {
-        onePageListings[directory.inode] = nil
-        guard listed == false else { return }
-        tooBigForOnePage.insert(directory.inode)
-        logger.debug("a folder looked up by name needs more than one listing page", metadata: ["path": "\(directory.path)"])
-    }
-
     /// Lists `directory` now and waits for it (used by tests and explicit refreshes).
     public func refresh(_ directory: Item) async throws(FSError) {
         // A file is never listed: the store's answer for its path (a folder another client made
@@ -277,12 +239,12 @@ public actor DirectoryEnumerator {
         if let task = inFlight[directory.inode] { return task }
         let handler = listedHandler.withLock { $0 }
         let dropGone = goneHandler.withLock { $0 }
-        let onePage = onePageListings[directory.inode]
+        // A whole listing takes over from lookups paying for one page by page: when the page
+        // under way was the last, the folder is listed, and this listing need not ask again.
+        let pageUnderWay = listingsBoughtByLookups.removeValue(forKey: directory.inode)?.fetching
         let task = Task { [store, catalog, retry, logger] in
             defer { self.finished(directory.inode) }
-            // A lookup's listing of one page is under way: when it held the whole folder, the
-            // folder is listed, and this listing need not ask again.
-            if let onePage, await onePage.value == true { return }
+            if let pageUnderWay, await pageUnderWay.value == .listed { return }
             try await Self.list(directory, store: store, catalog: catalog, retry: retry, logger: logger)
             handler?(directory)
             if let dropGone, let gone = try? catalog.cleanCopiesGoneFromStore(in: directory.inode), !gone.isEmpty, await dropGone(gone) {
@@ -297,40 +259,50 @@ public actor DirectoryEnumerator {
     /// Lists `directory` and applies the listing to the catalog. Nonisolated: it runs off the
     /// actor, so lookups (which only need the actor to start or join a listing) never wait for
     /// a big directory; the catalog write runs on the blocking queue, off the cooperative pool.
-    /// `onePageOnly`: applies nothing and returns false when the first page is not the last.
-    @discardableResult
     private nonisolated static func list(_ directory: Item, store: any Store, catalog: Catalog, retry: RetryPolicy,
-                                         logger: Logger, onePageOnly: Bool = false) async throws -> Bool {
-            do {
-                let probe = SymlinkProbe(store: store, catalog: catalog, logger: logger)
-                let progress = ListingProgress(startedAt: Date().timeIntervalSince1970)
-                var page: PageToken? = nil
-                repeat {
-                    // Each page reaches the catalog as it arrives: a huge folder is never
-                    // held whole in memory, and the catalog grows while the listing runs.
-                    let token = page
-                    let askedAt = Date().timeIntervalSince1970
-                    let result = try await retry.run { () async throws(StoreError) -> ListPage in
-                        try await store.list(directory.path, page: token)
-                    }
-                    if onePageOnly, result.next != nil { return false }
-                    let resolved = try probe.resolve(result.entries, in: directory)
-                    try await Blocking.run { () throws(FSError) in
-                        try catalog.applyListingPage(resolved.entries, kindUnknown: resolved.unknown, of: directory.inode,
-                                                     askedAt: askedAt, progress: progress)
-                    }
-                    page = result.next
-                } while page != nil
-                try await Blocking.run { () throws(FSError) in
-                    try catalog.finishListing(progress, of: directory.inode, listedAt: Date().timeIntervalSince1970)
-                }
-                logger.debug("listed", metadata: ["path": "\(directory.path)", "entries": "\(progress.count)"])
-                return true
-            } catch let error as StoreError {
-                logger.warning("listing failed", metadata: ["path": "\(directory.path)", "error": "\(error)"])
-                throw FSError(error)
-            }
+                                         logger: Logger) async throws {
+        let progress = ListingProgress(startedAt: Date().timeIntervalSince1970)
+        var page: PageToken? = nil
+        repeat {
+            // Each page reaches the catalog as it arrives: a huge folder is never held whole in
+            // memory, and the catalog grows while the listing runs.
+            page = try await listPage(page, of: directory, progress: progress, store: store, catalog: catalog, retry: retry, logger: logger)
+        } while page != nil
+        try await finishListing(directory, progress: progress, catalog: catalog, logger: logger)
     }
+
+    /// Asks the store for the page of `directory`'s listing that `token` names (the first for
+    /// nil) and applies it to the catalog; returns the next page's token, nil after the last.
+    nonisolated static func listPage(_ token: PageToken?, of directory: Item, progress: ListingProgress, store: any Store,
+                                     catalog: Catalog, retry: RetryPolicy, logger: Logger) async throws(FSError) -> PageToken? {
+        do {
+            let askedAt = Date().timeIntervalSince1970
+            let result = try await retry.run { () async throws(StoreError) -> ListPage in
+                try await store.list(directory.path, page: token)
+            }
+            let resolved = try SymlinkProbe(store: store, catalog: catalog, logger: logger).resolve(result.entries, in: directory)
+            try await Blocking.run { () throws(FSError) in
+                try catalog.applyListingPage(resolved.entries, kindUnknown: resolved.unknown, of: directory.inode,
+                                             askedAt: askedAt, progress: progress)
+            }
+            return result.next
+        } catch let error as StoreError {
+            logger.warning("listing failed", metadata: ["path": "\(directory.path)", "error": "\(error)"])
+            throw FSError(error)
+        } catch {
+            throw (error as? FSError) ?? .io("\(error)")
+        }
+    }
+
+    /// The last page was applied: what the listing did not see is gone, and the folder is listed.
+    nonisolated static func finishListing(_ directory: Item, progress: ListingProgress, catalog: Catalog, logger: Logger) async throws(FSError) {
+        try await Blocking.run { () throws(FSError) in
+            try catalog.finishListing(progress, of: directory.inode, listedAt: Date().timeIntervalSince1970)
+        }
+        logger.debug("listed", metadata: ["path": "\(directory.path)", "entries": "\(progress.count)"])
+    }
+
+    func isListing(_ inode: Inode) -> Bool { inFlight[inode] != nil }
 
     private func finished(_ inode: Inode) {
         inFlight[inode] = nil

@@ -276,23 +276,45 @@ struct EnumerationTests {
         #expect(try fixture.fs.item(a.inode).modified == Timestamp(seconds: 5_000))
     }
 
-    @Test func aFolderOnePageCannotHoldIsLookedUpByNameAndTriedOnce() async throws {
+    @Test func lookupsByNameInABigFolderBuyItsListingPageByPage() async throws {
         let store = InMemoryStore(looksUpByStat: true)
-        for name in ["a", "b", "c", "d", "e"] { store.addFile("top/dir/\(name).bin", [1]) }
+        let names = (0..<40).map { String(format: "f%02d.bin", $0) }
+        for name in names { store.addFile("top/dir/\(name)", [1]) }
         let fixture = try CoreFixture(store: store, ttl: 60)
         let dir = try await folderLookedUpByName(fixture)
-        store.pageListings(by: 2)
+        store.pageListings(by: 10)
         let before = (stats: store.statCount, listings: store.listingsAsked)
-        for name in ["a", "b", "c", "d", "e"] {
-            #expect(try await fixture.fs.lookup(parent: dir.inode, name: "\(name).bin").size == 1)
+        var pagesAfter: [Int] = []
+        for name in names {
+            #expect(try await fixture.fs.lookup(parent: dir.inode, name: name).size == 1)
+            await fixture.fs.waitForListings()
+            pagesAfter.append(store.listingsAsked - before.listings)
+        }
+        // The second name asks for the first page, the 8th for the second, the 16th for the
+        // third and the 24th for the last (8 names per page listed): then the folder is listed.
+        #expect(pagesAfter[0] == 0 && pagesAfter[1] == 1 && pagesAfter[6] == 1 && pagesAfter[7] == 2)
+        #expect(pagesAfter[15] == 3 && pagesAfter[23] == 4 && pagesAfter.last == 4)
+        #expect(store.statCount == before.stats + 24)  // the 16 names after the last page: no request
+        #expect(try fixture.fs.lookupIfListed(parent: dir.inode, name: "f39.bin")?.size == 1)
+        #expect(try await fixture.fs.children(of: dir.inode).count == 40)
+        #expect(store.listings(of: "top/dir") == 4)
+    }
+
+    @Test func aFewNamesLookedUpInABigFolderCostOnePageAtMost() async throws {
+        let store = InMemoryStore(looksUpByStat: true)
+        for i in 0..<30 { store.addFile("top/dir/f\(i).bin", [1]) }
+        let fixture = try CoreFixture(store: store, ttl: 60)
+        let dir = try await folderLookedUpByName(fixture)
+        store.pageListings(by: 10)
+        let before = store.listingsAsked
+        for i in 0..<7 {
+            _ = try await fixture.fs.lookup(parent: dir.inode, name: "f\(i).bin")
             await fixture.fs.waitForListings()
         }
-        #expect(store.listingsAsked == before.listings + 1)  // the second lookup's one page, not applied
-        #expect(store.statCount == before.stats + 5)
-        #expect(try fixture.fs.lookupIfListed(parent: dir.inode, name: "a.bin") == nil)  // still not listed
-        // `ls` lists it whole, page by page.
-        #expect(try await fixture.fs.children(of: dir.inode).count == 5)
-        #expect(store.listings(of: "top/dir") == 1 + 3)
+        #expect(store.listingsAsked == before + 1)
+        #expect(try fixture.fs.lookupIfListed(parent: dir.inode, name: "f0.bin") == nil)  // not listed yet
+        // `ls` lists it whole.
+        #expect(try await fixture.fs.children(of: dir.inode).count == 30)
     }
 
     @Test func listingAheadOffLooksEveryNameUpByName() async throws {

@@ -286,6 +286,29 @@ def test_s3_names_of_a_small_folder_looked_up_by_path_cost_one_listing(s3, s3_mo
     assert [(m / "docs" / name).read_bytes() for name in names] == [name.encode() * 1000 for name in names]
 
 
+def test_s3_stat_of_every_name_of_a_big_folder_costs_its_listing_not_a_head_each(s3, s3_mount):
+    """A program that `stat`s every name of a folder of 2,500 keys it never listed (a build, an
+    rsync with a file list): the lookups by name pay for the folder's listing page by page
+    (the second name asks for the first page, every 8 more for the next), so once its 3 pages
+    are in, the other names are answered with no request: dozens of HEADs, not 2,500.
+    (Objects above 4 KiB: a smaller one may be a link, which only a HEAD can tell.)"""
+    n = 2_500
+    s3.put_many({f"many/k{i:05d}.txt": b"%05d" % i * 1000 for i in range(n)}, workers=24)
+    m = s3_mount()
+    start = len(s3.requests())
+    for i in range(n):
+        assert os.stat(m / "many" / f"k{i:05d}.txt").st_size == 5000
+    s3.wait_logged()
+    asked = s3.requests()[start:]
+    heads = [r for r in asked if r.method == "HEAD"]
+    pages = [r for r in asked if r in s3.lists() and r.q().get("prefix") == "many/" and r.q().get("max-keys", "1000") != "1"]
+    assert len(pages) == 3, [str(r)[:120] for r in pages]
+    # 24 names pay for the 3 pages; those asked while a page is on its way add a few more.
+    print(f"{len(heads)} HEADs and {len(pages)} pages for {n} names")
+    assert len(heads) <= 250, f"{len(heads)} HEADs for {n} names"
+    assert xattr_state(m / "many") != "unlisted"
+
+
 def test_s3_lookup_in_a_folder_never_listed_asks_about_one_name(s3, s3_mount):
     """`stat` of one name in a big folder never listed costs a HEAD (plus a 1-key listing of
     `name/` when there is no such object), not the folder's whole listing (mountpoint-s3 does
