@@ -33,7 +33,7 @@ public actor Prefetcher {
             self.hold = hold
         }
 
-        public static let `default` = Policy(files: 0)
+        public static let `default` = Policy(files: 8)
         public static let off = Policy(files: 0)
     }
 
