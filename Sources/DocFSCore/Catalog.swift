@@ -55,7 +55,14 @@ public final class Catalog: Sendable {
     /// A directory and one of its children, read on one connection in one hop: a lookup needs
     /// both, and each separate read is a queue hop and a connection taken from the pool.
     public func directoryAndChild(_ parent: Inode, named name: String) throws(FSError) -> (directory: Item?, child: Item?) {
-        if let directory = cache.item(parent), let child = cache.child(of: parent, named: name) { return (directory, child) }
+        if let directory = cache.item(parent) {
+            // The folder is known: only the name is read.
+            if let child = cache.child(of: parent, named: name) { return (directory, child) }
+            let ticket = cache.ticket()
+            let child = try quickRead { db in try Catalog.child(of: parent, named: name, in: db) }
+            cache.fill(child, ticket: ticket)
+            return (directory, child)
+        }
         let ticket = cache.ticket()
         let found = try quickRead { db -> (directory: Item?, child: Item?) in
             guard let directory = try Catalog.item(parent, in: db) else { return (nil, nil) }
