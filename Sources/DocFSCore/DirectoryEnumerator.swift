@@ -68,6 +68,8 @@ public actor DirectoryEnumerator {
     private nonisolated let maximumLinkSize: Int64?
     /// Told about each directory whose listing reached the catalog (`whenListed`).
     private nonisolated let listedHandler = Mutex<(@Sendable (Item) -> Void)?>(nil)
+    /// Told about the files of each listing page the store has previews of (`whenPreviewsListed`).
+    private nonisolated let previewsHandler = Mutex<(@Sendable (Item, [StorePath]) -> Void)?>(nil)
     /// Drops clean copies a listing found gone from the store (`whenCopiesGoneFromStore`).
     private nonisolated let goneHandler = Mutex<(@Sendable ([Inode]) async -> Bool)?>(nil)
 
@@ -87,6 +89,13 @@ public actor DirectoryEnumerator {
     /// task: it must not wait for anything).
     public nonisolated func whenListed(_ handler: @escaping @Sendable (Item) -> Void) {
         listedHandler.withLock { $0 = handler }
+    }
+
+    /// Calls `handler` with each listing page's files the store says it has previews of
+    /// (`RemoteEntry.hasPreview`), once the page is in the catalog (on the listing's task: it
+    /// must not wait for anything). Thumbnails.swift makes their thumbnails.
+    public nonisolated func whenPreviewsListed(_ handler: @escaping @Sendable (Item, [StorePath]) -> Void) {
+        previewsHandler.withLock { $0 = handler }
     }
 
     /// Calls `handler` with the files a listing found gone from the store while they had clean
@@ -241,10 +250,12 @@ public actor DirectoryEnumerator {
         // After a failed listing, two more lookups by name try again.
         lookedUpOnce.remove(directory.inode)
         let handler = listedHandler.withLock { $0 }
+        let previews = previewsHandler.withLock { $0 }
         onePageListings[directory.inode] = Task { [store, catalog, retry, logger] () -> Bool? in
             let listed: Bool?
             do {
-                listed = try await Self.list(directory, store: store, catalog: catalog, retry: retry, logger: logger, onePageOnly: true)
+                listed = try await Self.list(directory, store: store, catalog: catalog, retry: retry, logger: logger, onePageOnly: true,
+                                             previews: previews)
                 if listed == true { handler?(directory) }
             } catch {
                 listed = nil  // the lookups ask by name, and say what failed
@@ -277,13 +288,14 @@ public actor DirectoryEnumerator {
         if let task = inFlight[directory.inode] { return task }
         let handler = listedHandler.withLock { $0 }
         let dropGone = goneHandler.withLock { $0 }
+        let previews = previewsHandler.withLock { $0 }
         let onePage = onePageListings[directory.inode]
         let task = Task { [store, catalog, retry, logger] in
             defer { self.finished(directory.inode) }
             // A lookup's listing of one page is under way: when it held the whole folder, the
             // folder is listed, and this listing need not ask again.
             if let onePage, await onePage.value == true { return }
-            try await Self.list(directory, store: store, catalog: catalog, retry: retry, logger: logger)
+            try await Self.list(directory, store: store, catalog: catalog, retry: retry, logger: logger, previews: previews)
             handler?(directory)
             if let dropGone, let gone = try? catalog.cleanCopiesGoneFromStore(in: directory.inode), !gone.isEmpty, await dropGone(gone) {
                 try await Self.list(directory, store: store, catalog: catalog, retry: retry, logger: logger)
@@ -300,7 +312,8 @@ public actor DirectoryEnumerator {
     /// `onePageOnly`: applies nothing and returns false when the first page is not the last.
     @discardableResult
     private nonisolated static func list(_ directory: Item, store: any Store, catalog: Catalog, retry: RetryPolicy,
-                                         logger: Logger, onePageOnly: Bool = false) async throws -> Bool {
+                                         logger: Logger, onePageOnly: Bool = false,
+                                         previews: (@Sendable (Item, [StorePath]) -> Void)? = nil) async throws -> Bool {
             do {
                 let probe = SymlinkProbe(store: store, catalog: catalog, logger: logger)
                 let progress = ListingProgress(startedAt: Date().timeIntervalSince1970)
@@ -318,6 +331,10 @@ public actor DirectoryEnumerator {
                     try await Blocking.run { () throws(FSError) in
                         try catalog.applyListingPage(resolved.entries, kindUnknown: resolved.unknown, of: directory.inode,
                                                      askedAt: askedAt, progress: progress)
+                    }
+                    if let previews {
+                        let withPreviews = resolved.entries.filter { $0.hasPreview && $0.kind == .file }.map(\.path)
+                        if !withPreviews.isEmpty { previews(directory, withPreviews) }
                     }
                     page = result.next
                 } while page != nil
