@@ -69,7 +69,11 @@ public actor DirectoryEnumerator {
     /// Told about each directory whose listing reached the catalog (`whenListed`).
     private nonisolated let listedHandler = Mutex<(@Sendable (Item) -> Void)?>(nil)
     /// Told about the files of each listing page the store has previews of (`whenPreviewsListed`).
-    private nonisolated let previewsHandler = Mutex<(@Sendable (Item, [StorePath]) -> Void)?>(nil)
+    private nonisolated let previewsHandler = Mutex<PreviewsHandler?>(nil)
+
+    /// Given a listing page's files with previews and when the listing started; returns once
+    /// their thumbnails are written or its patience ran out (see `whenPreviewsListed`).
+    public typealias PreviewsHandler = @Sendable (Item, [StorePath], ContinuousClock.Instant) async -> Void
     /// Drops clean copies a listing found gone from the store (`whenCopiesGoneFromStore`).
     private nonisolated let goneHandler = Mutex<(@Sendable ([Inode]) async -> Bool)?>(nil)
 
@@ -92,9 +96,11 @@ public actor DirectoryEnumerator {
     }
 
     /// Calls `handler` with each listing page's files the store says it has previews of
-    /// (`RemoteEntry.hasPreview`), once the page is in the catalog (on the listing's task: it
-    /// must not wait for anything). Thumbnails.swift makes their thumbnails.
-    public nonisolated func whenPreviewsListed(_ handler: @escaping @Sendable (Item, [StorePath]) -> Void) {
+    /// (`RemoteEntry.hasPreview`), once the page is in the catalog, on the listing's task: the
+    /// listing ends when it returns, so a folder's first `readdir` can wait (boundedly: the
+    /// handler's own deadline) for the thumbnails a file manager asks for right after it.
+    /// Thumbnails.swift makes them.
+    public nonisolated func whenPreviewsListed(_ handler: @escaping PreviewsHandler) {
         previewsHandler.withLock { $0 = handler }
     }
 
@@ -313,10 +319,11 @@ public actor DirectoryEnumerator {
     @discardableResult
     private nonisolated static func list(_ directory: Item, store: any Store, catalog: Catalog, retry: RetryPolicy,
                                          logger: Logger, onePageOnly: Bool = false,
-                                         previews: (@Sendable (Item, [StorePath]) -> Void)? = nil) async throws -> Bool {
+                                         previews: PreviewsHandler? = nil) async throws -> Bool {
             do {
                 let probe = SymlinkProbe(store: store, catalog: catalog, logger: logger)
                 let progress = ListingProgress(startedAt: Date().timeIntervalSince1970)
+                let started = ContinuousClock.now
                 var page: PageToken? = nil
                 repeat {
                     // Each page reaches the catalog as it arrives: a huge folder is never
@@ -334,7 +341,7 @@ public actor DirectoryEnumerator {
                     }
                     if let previews {
                         let withPreviews = resolved.entries.filter { $0.hasPreview && $0.kind == .file }.map(\.path)
-                        if !withPreviews.isEmpty { previews(directory, withPreviews) }
+                        if !withPreviews.isEmpty { await previews(directory, withPreviews, started) }
                     }
                     page = result.next
                 } while page != nil

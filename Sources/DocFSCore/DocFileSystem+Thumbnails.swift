@@ -14,8 +14,8 @@ extension DocFileSystem {
         let thumbnails = Thumbnails(store: store, catalog: catalog, settings: settings, logger: logger)
         if store.capabilities.previews {
             // Weakly: the enumerator outlives nothing it is told about.
-            enumerator.whenPreviewsListed { [weak thumbnails] directory, paths in
-                thumbnails?.listed(directory, withPreviews: paths)
+            enumerator.whenPreviewsListed { [weak thumbnails] directory, paths, started in
+                await thumbnails?.listed(directory, withPreviews: paths, listingStarted: started)
             }
         }
         thumbnails.startWatchingCopies()

@@ -11,9 +11,12 @@
 //   would run a thumbnailer, which it then does not: GIO, GNOME's thumbnail factory, KDE and
 //   tumbler all look there first. Only `large` is written: one request a file, and the size GIO
 //   and Nautilus look for first; the standard forbids a 256 px picture in `normal`.
-// - In the background, off FUSE's threads, `concurrency` at a time, at most `perListing` files
-//   of one listing and `queued` in all; never for a file whose copy is local (the file manager
-//   makes that one itself, from the local bytes), never twice at once for one file.
+// - Off FUSE's threads, `concurrency` at a time, at most `perListing` files of one listing and
+//   `queued` in all; never for a file whose copy is local (the file manager makes that one
+//   itself, from the local bytes), never twice at once for one file. The listing waits for
+//   them up to `listingWait` after it started, so a folder's first `readdir` answers once its
+//   thumbnails are there: a file manager looks for them right after, and makes (or, in its own
+//   process, downloads for) those it does not find. The rest go on in the background.
 // - When a copy becomes local (a fetch done, a pin, a change written here), the failure
 //   markers file managers left for it (`thumbnails/fail/APP/MD5(uri).png`: GNOME records a
 //   thumbnailer refused by `--no-fetch-for` as failed, and never tries that file again) are
@@ -40,13 +43,17 @@ public actor Thumbnails {
         public var perListing: Int
         /// Files waiting at most, over all listings.
         public var queued: Int
+        /// How long after its start a listing waits for its files' thumbnails (see `listed`).
+        public var listingWait: Duration
 
-        public init(mountPoint: String, cacheHome: String, concurrency: Int = 4, perListing: Int = 500, queued: Int = 2000) {
+        public init(mountPoint: String, cacheHome: String, concurrency: Int = 4, perListing: Int = 500, queued: Int = 2000,
+                    listingWait: Duration = .seconds(3)) {
             self.mountPoint = mountPoint.count > 1 && mountPoint.hasSuffix("/") ? String(mountPoint.dropLast()) : mountPoint
             self.cacheHome = cacheHome
             self.concurrency = max(1, concurrency)
             self.perListing = max(0, perListing)
             self.queued = max(0, queued)
+            self.listingWait = listingWait
         }
     }
 
@@ -114,15 +121,27 @@ public actor Thumbnails {
     }
 
     /// A page of `directory`'s listing reached the catalog; `paths` are its files the store has
-    /// previews of. Returns at once (called on the listing's task).
-    nonisolated func listed(_ directory: Item, withPreviews paths: [StorePath]) {
+    /// previews of. Queues those that need a thumbnail, and returns once they are written, or
+    /// `listingWait` after the listing started (the rest are written in the background). A file
+    /// manager asks for thumbnails right after `readdir`: one it finds none for it makes itself,
+    /// and one that thumbnails in its own process (Nemo's and Caja's for small images, PCManFM)
+    /// would download the file for it. Only a folder's first listing has a caller waiting.
+    nonisolated func listed(_ directory: Item, withPreviews paths: [StorePath], listingStarted: ContinuousClock.Instant) async {
         let wanted = paths.filter { Self.isPreviewed($0.name) }
         guard !wanted.isEmpty else { return }
-        Task { await self.consider(Array(wanted.prefix(settings.perListing)), in: directory.inode) }
+        let queued = await consider(Array(wanted.prefix(settings.perListing)), in: directory.inode)
+        let deadline = listingStarted + settings.listingWait
+        while await isPending(any: queued), ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(20))
+        }
     }
 
-    /// Queues the files among `paths` that need a thumbnail.
-    private func consider(_ paths: [StorePath], in directory: Inode) async {
+    private func isPending(any inodes: [Inode]) -> Bool {
+        inodes.contains { pending.contains($0) }
+    }
+
+    /// Queues the files among `paths` that need a thumbnail; returns those queued.
+    private func consider(_ paths: [StorePath], in directory: Inode) async -> [Inode] {
         let catalog = self.catalog
         let settings = self.settings
         let skip = pending
@@ -133,15 +152,16 @@ public actor Thumbnails {
                 return item.inode
             }
         }
-        var queued = 0
+        var queued: [Inode] = []
         for inode in candidates where waiting.count < settings.queued && pending.insert(inode).inserted {
             waiting.append(inode)
-            queued += 1
+            queued.append(inode)
         }
         let path = (try? catalog.item(directory))?.path.description ?? "?"
-        logger.debug("thumbnails considered", metadata: ["directory": "\(path)", "previews": "\(paths.count)", "queued": "\(queued)"])
+        logger.debug("thumbnails considered", metadata: ["directory": "\(path)", "previews": "\(paths.count)", "queued": "\(queued.count)"])
         counts.withLock { $0.considered += 1 }
         startMore()
+        return queued
     }
 
     /// A placeholder file without a valid `large` thumbnail.
@@ -184,7 +204,14 @@ public actor Thumbnails {
         let path = ThumbnailFile.path(forURI: uri, size: .large, cacheHome: settings.cacheHome)
         do {
             let png = try ThumbnailFile.tagged(Array(preview), uri: uri, mtime: ThumbnailFile.mtime(now.modified), size: now.size)
-            try await Blocking.run { () throws(FSError) in try ThumbnailFile.write(png, to: path) }
+            let cacheHome = settings.cacheHome
+            try await Blocking.run { () throws(FSError) in
+                try ThumbnailFile.write(png, to: path)
+                // A file manager that asked before the preview came ran its thumbnailer, which
+                // `--no-fetch-for` refused: its failure marker is stale now (GIO prefers the
+                // thumbnail anyway, other readers may not).
+                ThumbnailFile.removeFailureMarkers(forURI: uri, cacheHome: cacheHome)
+            }
         } catch {
             logger.debug("thumbnail not written", metadata: ["path": "\(item.path)", "error": "\(error)"])
             return false

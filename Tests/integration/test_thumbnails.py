@@ -38,17 +38,21 @@ def previewing_serve(tmp_path):
     yield from _serving(PreviewingDocfsServer, tmp_path)
 
 
-def png(width: int, height: int, seed: int, text: dict[str, str] | None = None) -> bytes:
-    """A small RGB PNG, a gradient that differs per seed (a "photo")."""
+def png_of(width: int, height: int, pixel, text: dict[str, str] | None = None) -> bytes:
+    """An RGB PNG whose pixel (x, y) is `pixel(x, y)`, with tEXt chunks `text`."""
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-    rows = b"".join(b"\0" + b"".join(bytes(((x * 5 + seed * 29) % 256, (y * 7 + seed * 3) % 256, (x + y + seed) % 256))
-                                      for x in range(width)) for y in range(height))
+    rows = b"".join(b"\0" + b"".join(bytes(pixel(x, y)) for x in range(width)) for y in range(height))
     body = chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
     for key, value in (text or {}).items():
         body += chunk(b"tEXt", key.encode("latin-1") + b"\0" + value.encode("latin-1"))
     body += chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
     return b"\x89PNG\r\n\x1a\n" + body
+
+
+def png(width: int, height: int, seed: int, text: dict[str, str] | None = None) -> bytes:
+    """A small gradient that differs per seed (a "photo")."""
+    return png_of(width, height, lambda x, y: ((x * 5 + seed * 29) % 256, (y * 7 + seed * 3) % 256, (x + y + seed) % 256), text)
 
 
 def text_chunks(data: bytes) -> dict[str, str]:
@@ -120,6 +124,13 @@ def test_forty_photos_get_thumbnails_from_previews_and_none_is_downloaded(tmp_pa
     m = mount(server.url)
     folder = m / "Photos"
 
+    # A file manager that looked before docfs had the thumbnail ran its thumbnailer, refused
+    # (`--no-fetch-for`): GNOME recorded a failure. The thumbnail docfs writes makes it stale.
+    fail = xdg.cache_home / "thumbnails" / "fail" / "gnome-thumbnail-factory"
+    fail.mkdir(parents=True)
+    stale = fail / thumbnail_path(xdg.cache_home, "fail", folder / names[0]).name
+    stale.write_bytes(png(1, 1, 0, {"Thumb::URI": file_uri(folder / names[0]), "Thumb::MTime": "0"}))
+
     # Listing the folder is all a file manager does before it looks for thumbnails.
     assert sorted(os.listdir(folder)) == sorted(names + ["notes.txt"])
     files = [folder / name for name in names]
@@ -149,6 +160,7 @@ def test_forty_photos_get_thumbnails_from_previews_and_none_is_downloaded(tmp_pa
         width, height = struct.unpack(">II", data[16:24])
         assert max(width, height) <= 256
     assert not list((xdg.cache_home / "thumbnails" / "large").glob(".docfs-*")), "a temporary file was left"
+    assert not stale.exists(), "the failure marker of a file with a thumbnail was left"
 
     # GIO, which Nautilus, Nemo and Caja ask, finds each and calls it valid.
     info = gio_thumbnail_info(files, xdg.cache_home)
