@@ -7,7 +7,8 @@
 //
 // Kept in a cache directory, one PNG per version and size: the key is the file's ETag (inode,
 // size and mtime) with the size, so a changed file gets a new preview and an unchanged one is
-// made once. At most `concurrency` tools run at once; each gets `toolSeconds` and is killed
+// made once; a version the tool could not read (exited non-zero) is marked `.unreadable` there
+// and answered 404 at once after that. At most `concurrency` tools run at once; each gets `toolSeconds` and is killed
 // after that. The tool reads the file through the descriptor the server opened (beneath the
 // root, no symlink followed), as `/proc/PID/fd/N`: never a path string of the served tree.
 
@@ -23,9 +24,10 @@ import Logging
 
 /// Why a preview could not be made (each knows its HTTP status).
 enum PreviewError: Error {
-    /// No tool for this kind of file on this machine.
+    /// No tool for this kind of file on this machine, or the tool could not read this version
+    /// (not an image after all, a damaged one): remembered, not tried again.
     case noPreview
-    /// The tool failed, or ran out of time.
+    /// The tool could not be run, or ran out of time.
     case toolFailed(String)
 
     var davError: DAVError {
@@ -87,11 +89,17 @@ final class ServedPreviews: Sendable {
         guard let kind = kind(of: name), info.isRegularFile else { throw PreviewError.noPreview }
         let side = max(16, min(side, Self.largestSide))
         let cached = cachePath(info: info, side: side)
-        if let bytes = try await blocking({ Self.readFile(cached) }) { return bytes }
+        // A version the tool could not read is not given to it again.
+        let unreadable = cached + ".unreadable"
+        let known: @Sendable () throws -> [UInt8]? = {
+            if access(unreadable, F_OK) == 0 { throw PreviewError.noPreview }
+            return Self.readFile(cached)
+        }
+        if let bytes = try await blocking(known) { return bytes }
         await slots.acquire()
         defer { Task { await slots.release() } }
         // Made meanwhile by a request for the same preview that held a slot first.
-        if let bytes = try await blocking({ Self.readFile(cached) }) { return bytes }
+        if let bytes = try await blocking(known) { return bytes }
         let tool = kind == .image ? imageTool! : videoTool!
         let temporary = cached + ".tmp-\(getpid())-\(UInt64.random(in: 0 ... .max))"
         let input = "/proc/\(getpid())/fd/\(file.fd)"
@@ -102,7 +110,13 @@ final class ServedPreviews: Sendable {
         return try await blocking { () throws -> [UInt8] in
             Self.makeDirectories(for: cached)
             defer { unlink(temporary) }
-            try Self.run(arguments, seconds: Self.toolSeconds)
+            do {
+                try Self.run(arguments, seconds: Self.toolSeconds)
+            } catch ToolRun.exited(let status) {
+                logger.debug("no preview: \(tool) exited with status \(status)")
+                close(open(unreadable, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600))
+                throw PreviewError.noPreview
+            }
             guard let bytes = Self.readFile(temporary), bytes.count > 8 else { throw PreviewError.toolFailed("\(tool) wrote no image") }
             if rename(temporary, cached) != 0 { logger.debug("preview not kept: rename failed (errno \(errno))") }
             return bytes
@@ -173,11 +187,15 @@ final class ServedPreviews: Sendable {
             }
             usleep(10_000)
         }
-        // Exited normally with status 0 (`WIFEXITED && WEXITSTATUS == 0`).
-        guard status & 0x7f == 0, (status >> 8) & 0xff == 0 else {
-            throw PreviewError.toolFailed("\(arguments[0]) failed (wait status \(status))")
-        }
+        // Exited normally with status 0 (`WIFEXITED && WEXITSTATUS == 0`); killed: a failure.
+        guard status & 0x7f == 0 else { throw PreviewError.toolFailed("\(arguments[0]) was killed (wait status \(status))") }
+        guard (status >> 8) & 0xff == 0 else { throw ToolRun.exited(Int((status >> 8) & 0xff)) }
     }
+}
+
+/// A tool that ran and said no (its exit status): it cannot read this file.
+enum ToolRun: Error {
+    case exited(Int)
 }
 
 /// At most `count` preview tools at once: each takes a core for a while.

@@ -58,6 +58,7 @@ struct WebDAVPreviewTests {
         defer { directory.remove() }
         try directory.write("photo.png", Self.png(width: 600, height: 300))
         try directory.write("notes.txt", "text")
+        try directory.write("broken.png", "not an image")
         var configuration = WebDAVServerConfiguration(root: directory.path, host: "127.0.0.1", port: 0)
         configuration.previewCacheDirectory = directory.path + "-previews"
         defer { try? FileManager.default.removeItem(atPath: directory.path + "-previews") }
@@ -73,7 +74,8 @@ struct WebDAVPreviewTests {
         try await withWebDAVStore("http://127.0.0.1:\(port)/") { store in
             #expect(store.capabilities.previews)
             let entries = try await store.list(.root, page: nil).entries
-            #expect(Dictionary(uniqueKeysWithValues: entries.map { ($0.name, $0.hasPreview) }) == ["photo.png": true, "notes.txt": false])
+            #expect(Dictionary(uniqueKeysWithValues: entries.map { ($0.name, $0.hasPreview) })
+                    == ["photo.png": true, "notes.txt": false, "broken.png": true])
             let photo = try StorePath("/photo.png"), notes = try StorePath("/notes.txt")
             let preview = try await store.preview(of: photo, side: 256)
             let bytes = [UInt8](preview)
@@ -83,9 +85,17 @@ struct WebDAVPreviewTests {
             // Kept: the same answer again, from the cache, one file per version and size.
             let again = try await store.preview(of: photo, side: 256)
             #expect(again == preview)
-            let kept = FileManager.default.enumerator(atPath: directory.path + "-previews")?.compactMap { $0 as? String }.filter { $0.hasSuffix(".png") }
+            let kept = FileManager.default.enumerator(atPath: directory.path + "-previews")?.compactMap { $0 as? String }
+                .filter { $0.hasSuffix(".png") }
             #expect(kept?.count == 1)
             await #expect(throws: StoreError.self) { try await store.preview(of: notes, side: 256) }
+            // A file the tool cannot read: no preview (404), remembered for this version.
+            let broken = try StorePath("/broken.png")
+            await #expect(throws: StoreError.notFound(broken)) { try await store.preview(of: broken, side: 256) }
+            let marked = FileManager.default.enumerator(atPath: directory.path + "-previews")?.compactMap { $0 as? String }
+                .filter { $0.hasSuffix(".unreadable") }
+            #expect(marked?.count == 1)
+            await #expect(throws: StoreError.notFound(broken)) { try await store.preview(of: broken, side: 256) }
         }
     }
 
