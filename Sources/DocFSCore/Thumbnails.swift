@@ -94,28 +94,29 @@ public actor Thumbnails {
     }
 
     /// The file's URI beneath the mount point.
-    nonisolated func uri(of item: Item) -> String {
+    nonisolated static func uri(of item: Item, settings: Settings) -> String {
         ThumbnailFile.uri(ofPath: item.path.isRoot ? settings.mountPoint : settings.mountPoint + item.path.description)
     }
 
-    /// Starts removing failure markers of files whose copies become local. Call once.
+    /// Starts removing failure markers of files whose copies become local. Call once. Costs
+    /// nothing while no file manager ever recorded a failure (no `thumbnails/fail` folder).
     nonisolated func startWatchingCopies() {
-        becameLocalFeed.start(watching: catalog, isWanted: { true }) { [weak self] inodes in
+        let fail = settings.cacheHome + "/thumbnails/fail"
+        becameLocalFeed.start(watching: catalog, isWanted: { access(fail, F_OK) == 0 }) { [weak self] inodes in
             await self?.removeFailureMarkers(of: inodes)
         }
     }
 
-    private func removeFailureMarkers(of inodes: Set<Inode>) async {
+    private nonisolated func removeFailureMarkers(of inodes: Set<Inode>) async {
         let catalog = self.catalog
-        let cacheHome = settings.cacheHome
-        let uris: [String] = inodes.compactMap { inode in
-            guard let item = try? catalog.item(inode), item.kind == .file,
-                  [.local, .modified, .uploading].contains(item.state) else { return nil }
-            return uri(of: item)
-        }
-        guard !uris.isEmpty else { return }
+        let settings = self.settings
         let removed = await Blocking.run { () -> Int in
-            uris.reduce(0) { $0 + ThumbnailFile.removeFailureMarkers(forURI: $1, cacheHome: cacheHome) }
+            // One read for the batch: a pin of a big folder makes one of every file.
+            guard let items = try? catalog.items(Array(inodes)) else { return 0 }
+            return items.values.reduce(0) { count, item in
+                guard item.kind == .file, [.local, .modified, .uploading].contains(item.state) else { return count }
+                return count + ThumbnailFile.removeFailureMarkers(forURI: Self.uri(of: item, settings: settings), cacheHome: settings.cacheHome)
+            }
         }
         if removed > 0 { logger.debug("thumbnail failure markers removed", metadata: ["count": "\(removed)"]) }
     }
@@ -167,7 +168,7 @@ public actor Thumbnails {
     /// A placeholder file without a valid `large` thumbnail.
     nonisolated static func needsThumbnail(_ item: Item, settings: Settings) -> Bool {
         guard item.kind == .file, item.state == .placeholder, item.size > 0 else { return false }
-        let uri = ThumbnailFile.uri(ofPath: settings.mountPoint + item.path.description)
+        let uri = Self.uri(of: item, settings: settings)
         let path = ThumbnailFile.path(forURI: uri, size: .large, cacheHome: settings.cacheHome)
         return !ThumbnailFile.isValid(at: path, uri: uri, mtime: ThumbnailFile.mtime(item.modified))
     }
@@ -200,7 +201,7 @@ public actor Thumbnails {
         // What the mount shows now: the listing may have been refreshed while the preview came.
         guard let now = try? catalog.item(inode), now.etag == item.etag, now.modified == item.modified,
               now.state == .placeholder else { return false }
-        let uri = uri(of: now)
+        let uri = Self.uri(of: now, settings: settings)
         let path = ThumbnailFile.path(forURI: uri, size: .large, cacheHome: settings.cacheHome)
         do {
             let png = try ThumbnailFile.tagged(Array(preview), uri: uri, mtime: ThumbnailFile.mtime(now.modified), size: now.size)
