@@ -71,9 +71,10 @@ public actor DirectoryEnumerator {
     /// Told about the files of each listing page the store has previews of (`whenPreviewsListed`).
     private nonisolated let previewsHandler = Mutex<PreviewsHandler?>(nil)
 
-    /// Given a listing page's files with previews and when the listing started; returns once
-    /// their thumbnails are written or its patience ran out (see `whenPreviewsListed`).
-    public typealias PreviewsHandler = @Sendable (Item, [StorePath], ContinuousClock.Instant) async -> Void
+    /// Given a listing page's files with previews and, when a caller waits for the listing (a
+    /// folder's first `readdir`), when the listing started; returns once their thumbnails are
+    /// written or its patience ran out, at once when no one waits (see `whenPreviewsListed`).
+    public typealias PreviewsHandler = @Sendable (Item, [StorePath], ContinuousClock.Instant?) async -> Void
     /// Drops clean copies a listing found gone from the store (`whenCopiesGoneFromStore`).
     private nonisolated let goneHandler = Mutex<(@Sendable ([Inode]) async -> Bool)?>(nil)
 
@@ -143,7 +144,7 @@ public actor DirectoryEnumerator {
         }
         noteDescent(into: directory)
         do {
-            try await listing(directory).value
+            try await listing(directory, awaitingThumbnails: true).value
         } catch {
             throw (error as? FSError) ?? .io("\(error)")
         }
@@ -290,7 +291,10 @@ public actor DirectoryEnumerator {
         }
     }
 
-    private func listing(_ directory: Item) -> Task<Void, any Error> {
+    /// `awaitingThumbnails`: a caller waits for this listing, and a file manager asks for the
+    /// folder's thumbnails right after it (Thumbnails.swift); listings ahead of a walk, in the
+    /// background or for a lookup do not wait for them.
+    private func listing(_ directory: Item, awaitingThumbnails: Bool = false) -> Task<Void, any Error> {
         if let task = inFlight[directory.inode] { return task }
         let handler = listedHandler.withLock { $0 }
         let dropGone = goneHandler.withLock { $0 }
@@ -301,7 +305,8 @@ public actor DirectoryEnumerator {
             // A lookup's listing of one page is under way: when it held the whole folder, the
             // folder is listed, and this listing need not ask again.
             if let onePage, await onePage.value == true { return }
-            try await Self.list(directory, store: store, catalog: catalog, retry: retry, logger: logger, previews: previews)
+            try await Self.list(directory, store: store, catalog: catalog, retry: retry, logger: logger, previews: previews,
+                                awaitingThumbnails: awaitingThumbnails)
             handler?(directory)
             if let dropGone, let gone = try? catalog.cleanCopiesGoneFromStore(in: directory.inode), !gone.isEmpty, await dropGone(gone) {
                 try await Self.list(directory, store: store, catalog: catalog, retry: retry, logger: logger)
@@ -319,7 +324,7 @@ public actor DirectoryEnumerator {
     @discardableResult
     private nonisolated static func list(_ directory: Item, store: any Store, catalog: Catalog, retry: RetryPolicy,
                                          logger: Logger, onePageOnly: Bool = false,
-                                         previews: PreviewsHandler? = nil) async throws -> Bool {
+                                         previews: PreviewsHandler? = nil, awaitingThumbnails: Bool = false) async throws -> Bool {
             do {
                 let probe = SymlinkProbe(store: store, catalog: catalog, logger: logger)
                 let progress = ListingProgress(startedAt: Date().timeIntervalSince1970)
@@ -341,7 +346,7 @@ public actor DirectoryEnumerator {
                     }
                     if let previews {
                         let withPreviews = resolved.entries.filter { $0.hasPreview && $0.kind == .file }.map(\.path)
-                        if !withPreviews.isEmpty { await previews(directory, withPreviews, started) }
+                        if !withPreviews.isEmpty { await previews(directory, withPreviews, awaitingThumbnails ? started : nil) }
                     }
                     page = result.next
                 } while page != nil

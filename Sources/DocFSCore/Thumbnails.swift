@@ -13,10 +13,11 @@
 //   and Nautilus look for first; the standard forbids a 256 px picture in `normal`.
 // - Off FUSE's threads, `concurrency` at a time, at most `perListing` files of one listing and
 //   `queued` in all; never for a file whose copy is local (the file manager makes that one
-//   itself, from the local bytes), never twice at once for one file. The listing waits for
-//   them up to `listingWait` after it started, so a folder's first `readdir` answers once its
-//   thumbnails are there: a file manager looks for them right after, and makes (or, in its own
-//   process, downloads for) those it does not find. The rest go on in the background.
+//   itself, from the local bytes), never twice at once for one file. A listing a caller waits
+//   for (a folder's first `readdir`) waits for them up to `listingWait` after it started, so
+//   it answers once the thumbnails are there: a file manager looks for them right after, and
+//   makes (or, in its own process, downloads for) those it does not find. The rest, and those
+//   of listings no one waits for (a walk's listings ahead, refreshes), go on in the background.
 // - When a copy becomes local (a fetch done, a pin, a change written here), the failure
 //   markers file managers left for it (`thumbnails/fail/APP/MD5(uri).png`: GNOME records a
 //   thumbnailer refused by `--no-fetch-for` as failed, and never tries that file again) are
@@ -126,11 +127,13 @@ public actor Thumbnails {
     /// `listingWait` after the listing started (the rest are written in the background). A file
     /// manager asks for thumbnails right after `readdir`: one it finds none for it makes itself,
     /// and one that thumbnails in its own process (Nemo's and Caja's for small images, PCManFM)
-    /// would download the file for it. Only a folder's first listing has a caller waiting.
-    nonisolated func listed(_ directory: Item, withPreviews paths: [StorePath], listingStarted: ContinuousClock.Instant) async {
+    /// would download the file for it. `listingStarted` is nil when no caller waits for the
+    /// listing (a walk's listings ahead, a background refresh): then it returns at once.
+    nonisolated func listed(_ directory: Item, withPreviews paths: [StorePath], listingStarted: ContinuousClock.Instant?) async {
         let wanted = paths.filter { Self.isPreviewed($0.name) }
         guard !wanted.isEmpty else { return }
         let queued = await consider(Array(wanted.prefix(settings.perListing)), in: directory.inode)
+        guard let listingStarted else { return }
         let deadline = listingStarted + settings.listingWait
         while await isPending(any: queued), ContinuousClock.now < deadline {
             try? await Task.sleep(for: .milliseconds(20))
