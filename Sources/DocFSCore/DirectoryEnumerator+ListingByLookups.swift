@@ -65,11 +65,12 @@ extension DirectoryEnumerator {
         }
         bought.lookups += 1
         if bought.pageDue {
+            let previews = previewsHandler.withLock { $0 }
             bought.fetching = Task { [store, catalog, retry, logger, token = bought.next, progress = bought.progress] in
                 let outcome: ListingBoughtByLookups.PageOutcome
                 do {
                     if let next = try await Self.listPage(token, of: directory, progress: progress, store: store, catalog: catalog,
-                                                          retry: retry, logger: logger) {
+                                                          retry: retry, logger: logger, previews: previews) {
                         outcome = .more(next)
                     } else {
                         try await Self.finishListing(directory, progress: progress, catalog: catalog, logger: logger)

@@ -64,6 +64,13 @@ public actor DirectoryEnumerator {
     private nonisolated let maximumLinkSize: Int64?
     /// Told about each directory whose listing reached the catalog (`whenListed`).
     nonisolated let listedHandler = Mutex<(@Sendable (Item) -> Void)?>(nil)
+    /// Told about the files of each listing page the store has previews of (`whenPreviewsListed`).
+    nonisolated let previewsHandler = Mutex<PreviewsHandler?>(nil)
+
+    /// Given a listing page's files with previews and, when a caller waits for the listing (a
+    /// folder's first `readdir`), when the listing started; returns once their thumbnails are
+    /// written or its patience ran out, at once when no one waits (see `whenPreviewsListed`).
+    public typealias PreviewsHandler = @Sendable (Item, [StorePath], ContinuousClock.Instant?) async -> Void
     /// Drops clean copies a listing found gone from the store (`whenCopiesGoneFromStore`).
     private nonisolated let goneHandler = Mutex<(@Sendable ([Inode]) async -> Bool)?>(nil)
 
@@ -83,6 +90,15 @@ public actor DirectoryEnumerator {
     /// task: it must not wait for anything).
     public nonisolated func whenListed(_ handler: @escaping @Sendable (Item) -> Void) {
         listedHandler.withLock { $0 = handler }
+    }
+
+    /// Calls `handler` with each listing page's files the store says it has previews of
+    /// (`RemoteEntry.hasPreview`), once the page is in the catalog, on the listing's task: the
+    /// listing ends when it returns, so a folder's first `readdir` can wait (boundedly: the
+    /// handler's own deadline) for the thumbnails a file manager asks for right after it.
+    /// Thumbnails.swift makes them.
+    public nonisolated func whenPreviewsListed(_ handler: @escaping PreviewsHandler) {
+        previewsHandler.withLock { $0 = handler }
     }
 
     /// Calls `handler` with the files a listing found gone from the store while they had clean
@@ -124,7 +140,7 @@ public actor DirectoryEnumerator {
         }
         noteDescent(into: directory)
         do {
-            try await listing(directory).value
+            try await listing(directory, awaitingThumbnails: true).value
         } catch {
             throw (error as? FSError) ?? .io("\(error)")
         }
@@ -235,17 +251,22 @@ public actor DirectoryEnumerator {
         }
     }
 
-    private func listing(_ directory: Item) -> Task<Void, any Error> {
+    /// `awaitingThumbnails`: a caller waits for this listing, and a file manager asks for the
+    /// folder's thumbnails right after it (Thumbnails.swift); listings ahead of a walk, in the
+    /// background or for a lookup do not wait for them.
+    private func listing(_ directory: Item, awaitingThumbnails: Bool = false) -> Task<Void, any Error> {
         if let task = inFlight[directory.inode] { return task }
         let handler = listedHandler.withLock { $0 }
         let dropGone = goneHandler.withLock { $0 }
+        let previews = previewsHandler.withLock { $0 }
         // A whole listing takes over from lookups paying for one page by page: when the page
         // under way was the last, the folder is listed, and this listing need not ask again.
         let pageUnderWay = listingsBoughtByLookups.removeValue(forKey: directory.inode)?.fetching
         let task = Task { [store, catalog, retry, logger] in
             defer { self.finished(directory.inode) }
             if let pageUnderWay, await pageUnderWay.value == .listed { return }
-            try await Self.list(directory, store: store, catalog: catalog, retry: retry, logger: logger)
+            try await Self.list(directory, store: store, catalog: catalog, retry: retry, logger: logger, previews: previews,
+                                awaitingThumbnails: awaitingThumbnails)
             handler?(directory)
             if let dropGone, let gone = try? catalog.cleanCopiesGoneFromStore(in: directory.inode), !gone.isEmpty, await dropGone(gone) {
                 try await Self.list(directory, store: store, catalog: catalog, retry: retry, logger: logger)
@@ -260,21 +281,27 @@ public actor DirectoryEnumerator {
     /// actor, so lookups (which only need the actor to start or join a listing) never wait for
     /// a big directory; the catalog write runs on the blocking queue, off the cooperative pool.
     private nonisolated static func list(_ directory: Item, store: any Store, catalog: Catalog, retry: RetryPolicy,
-                                         logger: Logger) async throws {
+                                         logger: Logger, previews: PreviewsHandler? = nil, awaitingThumbnails: Bool = false) async throws {
         let progress = ListingProgress(startedAt: Date().timeIntervalSince1970)
+        let waiting = awaitingThumbnails ? ContinuousClock.now : nil
         var page: PageToken? = nil
         repeat {
             // Each page reaches the catalog as it arrives: a huge folder is never held whole in
             // memory, and the catalog grows while the listing runs.
-            page = try await listPage(page, of: directory, progress: progress, store: store, catalog: catalog, retry: retry, logger: logger)
+            page = try await listPage(page, of: directory, progress: progress, store: store, catalog: catalog, retry: retry, logger: logger,
+                                      previews: previews, awaitingSince: waiting)
         } while page != nil
         try await finishListing(directory, progress: progress, catalog: catalog, logger: logger)
     }
 
     /// Asks the store for the page of `directory`'s listing that `token` names (the first for
     /// nil) and applies it to the catalog; returns the next page's token, nil after the last.
+    /// The page's files the store has previews of go to `previews` (Thumbnails.swift) once the
+    /// page is in the catalog; `awaitingSince`: a caller waits for this listing, since then, and
+    /// so does the page for their thumbnails (boundedly), nil: no one waits for them.
     nonisolated static func listPage(_ token: PageToken?, of directory: Item, progress: ListingProgress, store: any Store,
-                                     catalog: Catalog, retry: RetryPolicy, logger: Logger) async throws(FSError) -> PageToken? {
+                                     catalog: Catalog, retry: RetryPolicy, logger: Logger, previews: PreviewsHandler? = nil,
+                                     awaitingSince: ContinuousClock.Instant? = nil) async throws(FSError) -> PageToken? {
         do {
             let askedAt = Date().timeIntervalSince1970
             let result = try await retry.run { () async throws(StoreError) -> ListPage in
@@ -284,6 +311,10 @@ public actor DirectoryEnumerator {
             try await Blocking.run { () throws(FSError) in
                 try catalog.applyListingPage(resolved.entries, kindUnknown: resolved.unknown, of: directory.inode,
                                              askedAt: askedAt, progress: progress)
+            }
+            if let previews {
+                let withPreviews = resolved.entries.filter { $0.hasPreview && $0.kind == .file }.map(\.path)
+                if !withPreviews.isEmpty { await previews(directory, withPreviews, awaitingSince) }
             }
             return result.next
         } catch let error as StoreError {

@@ -37,6 +37,8 @@ public final class DocFileSystem: Sendable {
     let prefetching: Bool
     /// Changes of shown state, for the daemon's events socket (`followStates`).
     let stateFeed = StateFeed()
+    /// Thumbnails from the store's previews, and failure markers removed (`startThumbnails`; nil: off).
+    let thumbnails = Mutex<Thumbnails?>(nil)
     /// How long a caller blocked in `open()` or `read()` waits for content (`--io-timeout`);
     /// nil: as long as the store's own deadlines allow.
     let ioTimeout: Duration?

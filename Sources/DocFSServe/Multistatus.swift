@@ -4,11 +4,13 @@ struct PropfindEntry {
     let href: String
     let name: String
     let info: FileInfo
+    /// ownCloud's `has-preview` of a file (nil: the server makes no previews, and says nothing).
+    var hasPreview: Bool? = nil
 }
 
 enum Multistatus {
     static func propfind(_ entries: [PropfindEntry]) -> String {
-        var xml = "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<D:multistatus xmlns:D=\"DAV:\">\n"
+        var xml = "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<D:multistatus xmlns:D=\"DAV:\" xmlns:oc=\"http://owncloud.org/ns\">\n"
         for entry in entries {
             xml += "<D:response><D:href>\(escape(entry.href))</D:href><D:propstat><D:prop>"
             xml += "<D:displayname>\(escape(entry.name))</D:displayname>"
@@ -18,6 +20,7 @@ enum Multistatus {
                 xml += "<D:resourcetype/>"
                 xml += "<D:getcontentlength>\(entry.info.size)</D:getcontentlength>"
                 xml += "<D:getcontenttype>\(escape(ContentType.forName(entry.name)))</D:getcontenttype>"
+                if let hasPreview = entry.hasPreview { xml += "<oc:has-preview>\(hasPreview)</oc:has-preview>" }
             }
             xml += "<D:getlastmodified>\(entry.info.lastModified)</D:getlastmodified>"
             xml += "<D:creationdate>\(HTTPDate.iso8601(seconds: entry.info.modificationSeconds))</D:creationdate>"

@@ -42,9 +42,13 @@ struct WebDAVHandler: Sendable {
     let auth: BasicAuth?
     /// The largest PUT body accepted; nil: no limit.
     let maxUpload: Int64?
+    /// Thumbnails of images and videos (nil: none made; PROPFIND then says nothing of them).
+    let previews: ServedPreviews?
     let locks = PathLocks()
 
-    init(directory: ServedDirectory, logger: Logger, origin: ServedOrigin, auth: BasicAuth? = nil, maxUpload: Int64? = nil) {
+    init(directory: ServedDirectory, logger: Logger, origin: ServedOrigin, auth: BasicAuth? = nil, maxUpload: Int64? = nil,
+         previews: ServedPreviews? = nil) {
+        self.previews = previews
         self.directory = directory
         self.logger = logger
         self.origin = origin
@@ -93,6 +97,7 @@ struct WebDAVHandler: Sendable {
         let davPath = try DAVPath(percentEncoded: request.uri.path)
         switch request.method {
         case .options: return options()
+        case .get where request.uri.queryParameters["preview"] == "1": return try await preview(request, davPath)
         case .get: return try await get(request, davPath, isHead: false)
         case .head: return try await get(request, davPath, isHead: true)
         case .put: return try await put(request, davPath)
@@ -196,6 +201,31 @@ struct WebDAVHandler: Sendable {
             try await writer.finish(nil)
         }
         return Response(status: status, headers: headers, body: body)
+    }
+
+    /// ownCloud's preview request, `GET FILE?preview=1&x=W&y=H&a=1`: a PNG fitting the larger
+    /// of W and H (ServedPreviews.swift), never the file itself.
+    private func preview(_ request: Request, _ davPath: DAVPath) async throws -> Response {
+        guard let previews else { throw DAVError(.notFound, "this server makes no previews") }
+        let directory = self.directory
+        let (file, info) = try await blocking { () throws -> (OpenFile?, FileInfo) in
+            try directory.openForReading(davPath, wantDescriptor: true)
+        }
+        guard let file, previews.canPreview(name: davPath.name, info: info) else { throw DAVError(.notFound, "no preview for this file") }
+        let parameters = request.uri.queryParameters
+        let side = max(Int(parameters["x"].map(String.init) ?? "") ?? 256, Int(parameters["y"].map(String.init) ?? "") ?? 256)
+        let png: [UInt8]
+        do {
+            png = try await previews.preview(of: file, name: davPath.name, info: info, side: side)
+        } catch let error as PreviewError {
+            throw error.davError
+        }
+        var headers = HTTPFields()
+        headers[.contentType] = "image/png"
+        headers[.eTag] = info.etag
+        headers[.lastModified] = info.lastModified
+        headers[.contentLength] = String(png.count)
+        return Response(status: .ok, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(bytes: png)))
     }
 
     private func directoryListing(_ davPath: DAVPath, headers: HTTPFields, isHead: Bool) async throws -> Response {
@@ -449,12 +479,14 @@ struct WebDAVHandler: Sendable {
         let entries = try await blocking { () throws -> [PropfindEntry] in
             guard let info = try directory.info(davPath) else { throw DAVError(.notFound, "no such resource") }
             try ServedDirectory.refuseSymlink(info)
-            var entries = [PropfindEntry(href: davPath.href(isDirectory: info.isDirectory), name: davPath.name, info: info)]
+            var entries = [PropfindEntry(href: davPath.href(isDirectory: info.isDirectory), name: davPath.name, info: info,
+                                         hasPreview: previews?.canPreview(name: davPath.name, info: info))]
             guard depth == 1, info.isDirectory else { return entries }
             // Symlinks, devices and entries that vanished meanwhile are left out of the listing.
             for entry in try directory.entries(davPath) {
                 let child = davPath.appending(entry.name)
-                entries.append(PropfindEntry(href: child.href(isDirectory: entry.info.isDirectory), name: entry.name, info: entry.info))
+                entries.append(PropfindEntry(href: child.href(isDirectory: entry.info.isDirectory), name: entry.name, info: entry.info,
+                                             hasPreview: previews?.canPreview(name: entry.name, info: entry.info)))
             }
             return entries
         }

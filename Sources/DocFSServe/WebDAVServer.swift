@@ -29,6 +29,8 @@ public struct WebDAVServerConfiguration: Sendable {
     public var maxUpload: Int64?
     /// More names a `Host` may give (`name` or `name:port`), for a reverse proxy or port forward.
     public var allowedHosts: [String] = []
+    /// Where previews of images and videos are kept (ServedPreviews.swift); nil: no previews.
+    public var previewCacheDirectory: String?
 
     public init(root: String, host: String = "127.0.0.1", port: Int = 0, requestLogPath: String? = nil,
                 credentials: BasicCredentials? = nil, tlsCertificatePath: String? = nil, tlsKeyPath: String? = nil,
@@ -75,7 +77,8 @@ public final class WebDAVServer: Sendable {
             directory: directory, logger: logger,
             origin: ServedOrigin(scheme: configuration.scheme, host: configuration.host, allowedHosts: configuration.allowedHosts),
             auth: configuration.credentials.map(BasicAuth.init),
-            maxUpload: configuration.maxUpload
+            maxUpload: configuration.maxUpload,
+            previews: configuration.previewCacheDirectory.flatMap { ServedPreviews(cacheDirectory: $0, logger: self.logger) }
         )
         let builder = try makeServerBuilder()
         let logger = self.logger

@@ -28,9 +28,14 @@ public struct RemoteEntry: Sendable, Equatable {
     /// How many names the store gives this file (hard links, where the store has them: the
     /// local directory store); 1 elsewhere.
     public var links: Int
+    /// The store says it can make a preview of this file (`Store.preview(of:side:)`): Nextcloud's
+    /// and ownCloud's `has-preview` property, which `docfs serve` answers too. Asked for only
+    /// where this is true, so a server that would ignore a preview request and send the whole
+    /// file is never asked.
+    public var hasPreview: Bool
 
     public init(path: StorePath, kind: Kind, size: Int64, modified: Double, etag: ETag? = nil, mode: UInt32? = nil,
-                owner: UInt32? = nil, group: UInt32? = nil, carriesOwnTime: Bool = false, links: Int = 1) {
+                owner: UInt32? = nil, group: UInt32? = nil, carriesOwnTime: Bool = false, links: Int = 1, hasPreview: Bool = false) {
         self.path = path
         self.kind = kind
         self.size = size
@@ -41,6 +46,7 @@ public struct RemoteEntry: Sendable, Equatable {
         self.group = group
         self.carriesOwnTime = carriesOwnTime
         self.links = links
+        self.hasPreview = hasPreview
     }
 
     public var name: String { path.name }

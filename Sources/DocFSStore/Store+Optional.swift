@@ -1,3 +1,5 @@
+import Foundation
+
 /// What a store may carry beyond content: symlinks and POSIX attributes. The defaults say
 /// "not supported", so a store that cannot represent them needs no code; the core then keeps
 /// attributes in its catalog only and refuses symlinks with `EPERM`.
@@ -71,6 +73,11 @@ extension Store {
 extension Store {
     /// A store that leaves nothing unfinished on the server after a crash records nothing.
     public func keepUnfinishedWork(in directory: String) async {}
+
+    /// Previews: only a store whose server makes them (S3 and a local directory have none).
+    public func preview(of path: StorePath, side: Int) async throws(StoreError) -> Data {
+        throw .notSupported("previews")
+    }
 }
 
 extension RemoteEntry {

@@ -1,3 +1,5 @@
+import Foundation
+
 /// The one protocol every remote side of docfs speaks.
 ///
 /// It is deliberately small (list, stat, read, write, mkdir, delete, move) so that a local
@@ -81,6 +83,12 @@ public protocol Store: Sendable {
     /// runs and must finish or undo even after a crash (S3: multipart uploads under way), and
     /// undoes what an earlier run recorded there and never finished. Default: nothing.
     func keepUnfinishedWork(in directory: String) async
+
+    /// A small picture of the file at `path` (an image or a video), made by the store, fitting in
+    /// `side` × `side` pixels, as PNG bytes: so a file manager shows a thumbnail of a placeholder
+    /// without its content being downloaded. Only for entries whose listing said `hasPreview`.
+    /// Default (and `capabilities.previews` false): `.notSupported`, see Store+Optional.swift.
+    func preview(of path: StorePath, side: Int) async throws(StoreError) -> Data
 }
 
 /// When an upload may go ahead.
@@ -118,9 +126,12 @@ public struct StoreCapabilities: Sendable, Equatable {
     /// the old one (S3: CopyObject, DeleteObject), so that a client killed between them leaves
     /// the file under both names.
     public var renamesByCopying: Bool
+    /// Whether the store makes previews of images and videos (`preview(of:side:)`) for the
+    /// entries its listings mark `hasPreview` (WebDAV: Nextcloud, ownCloud, `docfs serve`).
+    public var previews: Bool
 
     public init(canWrite: Bool, canRename: Bool, hasRangeReads: Bool, symlinkDiscovery: SymlinkDiscovery = .inListings,
-                looksUpByStat: Bool = false, streamsUploads: Bool = false, renamesByCopying: Bool = false) {
+                looksUpByStat: Bool = false, streamsUploads: Bool = false, renamesByCopying: Bool = false, previews: Bool = false) {
         self.canWrite = canWrite
         self.canRename = canRename
         self.hasRangeReads = hasRangeReads
@@ -128,6 +139,7 @@ public struct StoreCapabilities: Sendable, Equatable {
         self.looksUpByStat = looksUpByStat
         self.streamsUploads = streamsUploads
         self.renamesByCopying = renamesByCopying
+        self.previews = previews
     }
 }
 

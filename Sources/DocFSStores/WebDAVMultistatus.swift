@@ -23,6 +23,10 @@ struct WebDAVResponse: Sendable, Equatable {
     /// The status of each `propstat` block, in order (a PROPPATCH answer says per property
     /// whether it was kept).
     var propstatStatuses: [Int] = []
+    /// Nextcloud's / ownCloud's `has-preview` (`true`): the server makes previews of this file.
+    var hasPreview = false
+    /// `hasPreview` was said in Nextcloud's namespace (whose preview endpoint differs from ownCloud's).
+    var previewFromNextcloud = false
 
     /// A name locked before anything was written to it (a LOCK of an unmapped URL), on a
     /// server that keeps such names as RFC 2518's lock-null resources (Apache): listed, but with
@@ -126,6 +130,8 @@ private struct MultistatusHandler: XMLPushHandler {
     private var propstatETag: String?
     private var propstatStatus: Int?
     private var propstatPosix = PosixProperties()
+    private var propstatHasPreview = false
+    private var propstatPreviewFromNextcloud = false
     private var inProp = false
     private var inResourceType = false
     private var text: [UInt8] = []
@@ -158,6 +164,8 @@ private struct MultistatusHandler: XMLPushHandler {
             propstatETag = nil
             propstatStatus = nil
             propstatPosix = PosixProperties()
+            propstatHasPreview = false
+            propstatPreviewFromNextcloud = false
         case "prop": inProp = true
         case "resourcetype": inResourceType = true
         case "collection": if inResourceType { propstatIsCollection = true }
@@ -196,6 +204,13 @@ private struct MultistatusHandler: XMLPushHandler {
             if inProp { propstatPosix.set(name.local, to: value) }
             return
         }
+        if name.local == "has-preview", let namespace = name.namespace, PreviewProperty.namespaces.contains(namespace) {
+            if inProp, value == "true" || value == "1" {
+                propstatHasPreview = true
+                if name.namespace == PreviewProperty.nextcloud { propstatPreviewFromNextcloud = true }
+            }
+            return
+        }
         guard name.namespace == Self.dav else { return }
         switch name.local {
         case "href":
@@ -222,6 +237,8 @@ private struct MultistatusHandler: XMLPushHandler {
                 if let propstatModified { current?.lastModified = propstatModified }
                 if let propstatETag { current?.etag = propstatETag }
                 current?.posix.merge(propstatPosix)
+                if propstatHasPreview { current?.hasPreview = true }
+                if propstatPreviewFromNextcloud { current?.previewFromNextcloud = true }
             }
         case "response":
             count += 1

@@ -43,6 +43,9 @@ public final class WebDAVStore: Store {
     let versionSources = VersionSources()
     /// Who hears what the store learns about its server (WebDAVStore+Traits.swift).
     let traitWatch = TraitWatch()
+    /// A listing said `has-preview` in Nextcloud's namespace: previews come from its own
+    /// endpoint (WebDAVStore+Previews.swift).
+    let saidNextcloud = Atomic<Bool>(false)
 
     /// Deadline of a metadata call (PROPFIND, MKCOL, DELETE, MOVE, HEAD), body included.
     static let metadataTimeout: TimeAmount = .seconds(30)
@@ -55,7 +58,7 @@ public final class WebDAVStore: Store {
 
     static let propfindBody = """
         <?xml version="1.0" encoding="utf-8"?>
-        <D:propfind xmlns:D="DAV:" xmlns:P="\(PosixProperties.namespace)"><D:prop><D:resourcetype/><D:getcontentlength/><D:getlastmodified/><D:getetag/>\(PosixProperties.propfindNames)</D:prop></D:propfind>
+        <D:propfind xmlns:D="DAV:" xmlns:P="\(PosixProperties.namespace)" \(PreviewProperty.declarations)><D:prop><D:resourcetype/><D:getcontentlength/><D:getlastmodified/><D:getetag/>\(PosixProperties.propfindNames)\(PreviewProperty.propfindNames)</D:prop></D:propfind>
         """
 
     /// - Parameters:
@@ -88,7 +91,7 @@ public final class WebDAVStore: Store {
     }
 
     public var capabilities: StoreCapabilities {
-        StoreCapabilities(canWrite: true, canRename: true, hasRangeReads: true, streamsUploads: true)
+        StoreCapabilities(canWrite: true, canRename: true, hasRangeReads: true, streamsUploads: true, previews: true)
     }
 
     /// The wire URL of `path` (a collection's ends with `/`).
@@ -106,11 +109,13 @@ public final class WebDAVStore: Store {
         let size = response.isCollection ? 0 : max(0, response.contentLength ?? 0)
         // A special file is an empty resource marked so (WebDAVStore+SpecialFiles.swift).
         let special = size == 0 && !response.isCollection ? response.posix.special : nil
+        if response.previewFromNextcloud, !saidNextcloud.load(ordering: .relaxed) { saidNextcloud.store(true, ordering: .relaxed) }
         return RemoteEntry(path: path,
                            kind: response.isCollection ? .directory : special.map { .special($0) } ?? .file,
                            size: response.isCollection ? 0 : max(0, response.contentLength ?? 0),
                            modified: response.posix.modified(forVersion: etag) ?? response.lastModified.flatMap(HTTPDate.parse) ?? 0,
-                           etag: etag, mode: response.posix.mode)
+                           etag: etag, mode: response.posix.mode,
+                           hasPreview: !response.isCollection && special == nil && response.hasPreview)
     }
 
     /// ETags as `"…"` (or `W/"…"`): some servers send them unquoted in PROPFIND and quoted in

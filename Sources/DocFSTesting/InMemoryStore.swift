@@ -67,6 +67,9 @@ public final class InMemoryStore: Store, Sendable {
         var written: [(path: StorePath, content: [UInt8])] = []
         var attributes: [StorePath: StoreAttributes] = [:]
         var log: [String] = []
+        /// Previews the store "makes" (`previews: true`), by path, and how many were asked for.
+        var previews: [StorePath: [UInt8]] = [:]
+        var previewsAsked = 0
     }
 
     /// Whether a listing shows when each version was stored rather than the file's own time.
@@ -78,10 +81,11 @@ public final class InMemoryStore: Store, Sendable {
     /// listing shows `LastModified`: the file's own time (S3's `x-amz-meta-mtime`) only shows
     /// in `stat` and `read`.
     /// `streamsUploads` makes it take uploads of content still being written, as a WebDAV server does.
+    /// `previews` makes it a store that makes previews (of the files given one with `addPreview`).
     public init(symlinkDiscovery: SymlinkDiscovery = .inListings, looksUpByStat: Bool = false, listsStoredTimes: Bool = false,
-                streamsUploads: Bool = false) {
+                streamsUploads: Bool = false, previews: Bool = false) {
         capabilities = StoreCapabilities(canWrite: true, canRename: true, hasRangeReads: true, symlinkDiscovery: symlinkDiscovery,
-                                         looksUpByStat: looksUpByStat, streamsUploads: streamsUploads)
+                                         looksUpByStat: looksUpByStat, streamsUploads: streamsUploads, previews: previews)
         self.listsStoredTimes = listsStoredTimes
     }
 
@@ -134,6 +138,23 @@ public final class InMemoryStore: Store, Sendable {
     }
 
     /// A symbolic link made by another client of the store.
+    /// Gives the file at `path` a preview: listings say `hasPreview`, `preview(of:side:)` answers `png`.
+    public func addPreview(_ path: String, _ png: [UInt8]) {
+        let path = try! StorePath(path)
+        state.withLock { $0.previews[path] = png }
+    }
+
+    /// How many previews were asked for.
+    public var previewsAsked: Int { state.withLock { $0.previewsAsked } }
+
+    public func preview(of path: StorePath, side: Int) async throws(StoreError) -> Data {
+        try state.withLock { state throws(StoreError) -> Data in
+            state.previewsAsked += 1
+            guard let png = state.previews[path] else { throw .notFound(path) }
+            return Data(png)
+        }
+    }
+
     public func addSymlink(_ path: String, target: String) {
         addFile(path, Array(target.utf8))
         state.withLock { $0.files[try! StorePath(path)]?.isSymlink = true }
@@ -313,6 +334,7 @@ public final class InMemoryStore: Store, Sendable {
                 var entry = Self.entry(path, file)
                 if file.isSymlink, capabilities.symlinkDiscovery != .inListings { entry.kind = .file }
                 if listsStoredTimes { entry.modified = Self.storedTime(ofVersion: file.version) }
+                entry.hasPreview = capabilities.previews && state.previews[path] != nil
                 entries.append(entry)
             }
             for path in state.directories where path.parent == directory {

@@ -65,6 +65,9 @@ struct MountCommand: AsyncParsableCommand {
                                valueName: "files"))
     var prefetch: Int = Prefetcher.Policy.default.files
 
+    @Flag(help: "Write no thumbnails from the store's previews, and leave file managers' thumbnail failure markers alone (see doc/desktop.md).")
+    var noThumbnails = false
+
     @Option(help: "Where local copies are kept (default: $XDG_CACHE_HOME/docfs).")
     var cacheDir: String?
 
@@ -288,6 +291,13 @@ struct MountCommand: AsyncParsableCommand {
         } catch {
             await StoreLocator.shutdownIfNeeded(store)
             fail("cannot take over what the last mount left: \(error)")
+        }
+        // Thumbnails of placeholders from the store's previews, in the cache every file manager
+        // looks in first, and failure markers of files made local removed (Thumbnails.swift).
+        if !noThumbnails {
+            let home = environment["HOME"] ?? NSHomeDirectory()
+            let cacheHome = environment["XDG_CACHE_HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? home + "/.cache"
+            filesystem.startThumbnails(Thumbnails.Settings(mountPoint: path, cacheHome: cacheHome))
         }
         filesystem.startListingTheTop()
         // File managers' emblems follow state changes through this socket (Sources/desktop).

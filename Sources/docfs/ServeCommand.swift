@@ -61,6 +61,12 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("allow-host"), help: ArgumentHelp("Also accept requests whose Host is NAME (any port) or NAME:PORT, e.g. the public name behind a reverse proxy. Repeatable. Loopback names and --host are always accepted.", valueName: "NAME[:PORT]"))
     var allowHost: [String] = []
 
+    @Flag(name: .customLong("no-previews"), help: "Make no previews of images and videos (PROPFIND then says nothing of them).")
+    var noPreviews = false
+
+    @Option(name: .customLong("preview-cache"), help: ArgumentHelp("Where previews of images (made with gdk-pixbuf-thumbnailer) and videos (ffmpegthumbnailer), where installed, are kept: one PNG per file version and size (default: $XDG_CACHE_HOME/docfs/previews).", valueName: "DIR"))
+    var previewCache: String?
+
     func validate() throws {
         var st = stat()
         guard stat(dir, &st) == 0 else {
@@ -99,6 +105,13 @@ struct ServeCommand: AsyncParsableCommand {
         }
     }
 
+    /// `$XDG_CACHE_HOME/docfs/previews`, else `~/.cache/docfs/previews`.
+    static func defaultPreviewCache() -> String {
+        if let cache = getenv("XDG_CACHE_HOME").map({ String(cString: $0) }), cache.hasPrefix("/") { return cache + "/docfs/previews" }
+        let home = getenv("HOME").map { String(cString: $0) } ?? "/tmp"
+        return home + "/.cache/docfs/previews"
+    }
+
     func run() async throws {
         var logger = Logger(label: "docfs.serve")
         logger.logLevel = logLevel
@@ -118,6 +131,7 @@ struct ServeCommand: AsyncParsableCommand {
             tlsCertificatePath: tlsCert, tlsKeyPath: tlsKey, maxUpload: limit
         )
         configuration.allowedHosts = allowHost
+        if !noPreviews { configuration.previewCacheDirectory = previewCache ?? Self.defaultPreviewCache() }
         let server = WebDAVServer(configuration: configuration, logger: logger)
         let dir = self.dir
         let host = self.host

@@ -51,7 +51,7 @@ def is_mounted(path):
 class Server:
     def __init__(self, docfs, store):
         self.port = free_port()
-        self.proc = subprocess.Popen([docfs, "serve", store, "--port", str(self.port)],
+        self.proc = subprocess.Popen([docfs, "serve", store, "--port", str(self.port), "--no-previews"],
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         line = self.proc.stdout.readline()
         if "serving" not in line:

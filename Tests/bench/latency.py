@@ -78,7 +78,7 @@ class FarDocfsServe(DocfsServe):
     def __init__(self, docfs, store, work, proxy_port):
         WebDAVServer.__init__(self, store, work)
         self.log = os.path.join(work, "docfs-serve-requests.log")
-        self.proc = track(subprocess.Popen([docfs, "serve", store, "--port", str(self.port), "--request-log", self.log,
+        self.proc = track(subprocess.Popen([docfs, "serve", store, "--port", str(self.port), "--no-previews", "--request-log", self.log,
                                             "--allow-host", f"127.0.0.1:{proxy_port}"],
                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         wait_until(lambda: port_open(self.port), 30, "docfs serve to listen")

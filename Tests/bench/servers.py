@@ -62,7 +62,7 @@ class DocfsServe(WebDAVServer):
     def __init__(self, docfs, store, work):
         super().__init__(store, work)
         self.log = os.path.join(work, "docfs-serve-requests.log")
-        self.proc = track(subprocess.Popen([docfs, "serve", store, "--port", str(self.port), "--request-log", self.log],
+        self.proc = track(subprocess.Popen([docfs, "serve", store, "--port", str(self.port), "--no-previews", "--request-log", self.log],
                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         wait_until(lambda: port_open(self.port), 30, "docfs serve to listen")
 

@@ -248,9 +248,15 @@ class DocfsServer(Server):
     kind = "docfs-serve"
     LINE = re.compile(r"docfs serve: serving .* at (https?://\S+)")
 
+    #: Whether it makes previews of images and videos (`has-preview`): off, so that a mount
+    #: fetches no preview a test does not count on (a preview GET's logged path is the file's,
+    #: with `?preview=1`); test_thumbnails.py turns them on, kept in the server's workdir.
+    previews = False
+
     def start(self):
+        previews = ["--preview-cache", str(self.workdir / "previews")] if self.previews else ["--no-previews"]
         self._spawn([docfs_bin(), "serve", str(self.root), "--port", "0", "--host", "127.0.0.1",
-                     "--request-log", str(self.log_path)])
+                     "--request-log", str(self.log_path), *previews])
 
         def listening():
             if not self.alive():

@@ -32,8 +32,9 @@ def restart_server(server: Server, timeout: float = 30) -> Server:
     assert server.port, "the server never ran: no port to reuse"
     wait_until(lambda: not port_open(server.port), 10, f"port {server.port} to be free")
     if isinstance(server, DocfsServer):
+        previews = ["--preview-cache", str(server.workdir / "previews")] if server.previews else ["--no-previews"]
         cmd = [docfs_bin(), "serve", str(server.root), "--port", str(server.port), "--host", "127.0.0.1",
-               "--request-log", str(server.log_path)]
+               "--request-log", str(server.log_path), *previews]
     elif isinstance(server, RcloneServer):
         cmd = ["rclone", "serve", "webdav", str(server.root), "--addr", f"127.0.0.1:{server.port}",
                "-v", "--log-file", str(server.log_path), "--config", str(server.workdir / "rclone.conf")]

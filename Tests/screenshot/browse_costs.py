@@ -43,7 +43,7 @@ def main() -> int:
     env = dict(os.environ, XDG_STATE_HOME=str(work / "state"), XDG_CACHE_HOME=str(work / "cache"))
     store, log, mountpoint = work / "store", work / "requests.log", work / "mnt"
     sizes = make_mixed_tree(store)
-    server = subprocess.Popen([args.docfs, "serve", str(store), "--host", "127.0.0.1", "--port", "0", "--request-log", str(log)],
+    server = subprocess.Popen([args.docfs, "serve", str(store), "--host", "127.0.0.1", "--port", "0", "--no-previews", "--request-log", str(log)],
                               stdout=open(work / "serve.out", "wb"), stderr=subprocess.STDOUT, start_new_session=True)
     mounted = False
     rclone = None

@@ -119,7 +119,7 @@ def main() -> int:
         store = work / "store"
         sizes = make_mixed_tree(store)
         log = work / "requests.log"
-        server = subprocess.Popen([args.docfs, "serve", str(store), "--host", "127.0.0.1", "--port", "0", "--request-log", str(log)],
+        server = subprocess.Popen([args.docfs, "serve", str(store), "--host", "127.0.0.1", "--port", "0", "--no-previews", "--request-log", str(log)],
                                   stdout=open(work / "serve.out", "wb"), stderr=subprocess.STDOUT, start_new_session=True)
         started.append(server)
         for _ in range(100):

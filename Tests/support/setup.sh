@@ -7,13 +7,14 @@
 # (php-sabre-dav under php-cli's `php -S`): the tests start each as a process of their own on a
 # free port, so their services are kept from starting at install; the file manager extensions'
 # Python support (python3-nautilus, nemo-python, python3-caja) and Nemo under Xvfb driven by
-# xdotool: Tests/desktop)
+# xdotool: Tests/desktop; gdk-pixbuf-thumbnailer from libgdk-pixbuf2.0-bin, with which `docfs serve`
+# makes previews: test_thumbnails.py)
 # and Python's pytest. Idempotent; silent when everything is there.
 set -euo pipefail
 
 packages=(fuse3 libfuse3-dev pkg-config rclone s3fs attr libglib2.0-bin strace apache2
           nginx-light libnginx-mod-http-dav-ext lighttpd lighttpd-mod-webdav php-cli php-sqlite3 php-sabre-dav
-          python3-nautilus nemo-python python3-caja nemo xvfb xdotool dbus)
+          python3-nautilus nemo-python python3-caja nemo xvfb xdotool dbus libgdk-pixbuf2.0-bin)
 
 missing=()
 for p in "${packages[@]}"; do

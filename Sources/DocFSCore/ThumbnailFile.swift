@@ -1,0 +1,231 @@
+// ThumbnailFile: a thumbnail as the freedesktop Thumbnail Managing Standard wants it, so that
+// every file manager (GIO's `thumbnail::path`, GNOME's thumbnail factory, KDE, tumbler) finds it
+// before it would run a thumbnailer: `$XDG_CACHE_HOME/thumbnails/SIZE/MD5(URI).png`, the URI
+// being the file's `file://` URI written as GLib's `g_filename_to_uri` writes it, and the PNG
+// carrying `Thumb::URI` and `Thumb::MTime` (the mtime the mount shows, in whole seconds), which
+// a file manager checks before it trusts the thumbnail, plus `Thumb::Size` and `Software`.
+// Written atomically (a temporary file in the same folder, 0600, then renamed), so a reader
+// never sees half a thumbnail. Nothing here does network I/O; tested against GIO itself.
+
+import Crypto
+import DocFSStore
+import Foundation
+
+public enum ThumbnailFile {
+    /// The sizes of the standard: the largest side of the thumbnail in pixels, and its folder.
+    public enum Size: String, Sendable, CaseIterable {
+        case normal
+        case large
+        public var pixels: Int { self == .normal ? 128 : 256 }
+    }
+
+    /// What the Software chunk says.
+    public static let software = "docfs"
+
+    /// `file://` and the path percent-encoded as GLib's `g_filename_to_uri` does (every byte
+    /// but `A-Za-z0-9` and `!$&'()*+,-./:=@_~` as `%XX`, upper case): a thumbnail is found by the
+    /// MD5 of exactly this string.
+    public static func uri(ofPath path: String) -> String {
+        var uri = "file://"
+        for byte in path.utf8 {
+            if isKeptInURI(byte) {
+                uri.unicodeScalars.append(Unicode.Scalar(byte))
+            } else {
+                uri += "%" + hexDigit(byte >> 4) + hexDigit(byte & 0xF)
+            }
+        }
+        return uri
+    }
+
+    private static func isKeptInURI(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+            return true
+        default:
+            return "!$&'()*+,-./:=@_~".utf8.contains(byte)
+        }
+    }
+
+    private static func hexDigit(_ value: UInt8) -> String {
+        String(UnicodeScalar(value < 10 ? value + 48 : value + 55))
+    }
+
+    /// `MD5(uri).png`, in lower-case hex.
+    public static func name(forURI uri: String) -> String {
+        Insecure.MD5.hash(data: Array(uri.utf8)).map { byte in (byte < 16 ? "0" : "") + String(byte, radix: 16) }.joined() + ".png"
+    }
+
+    /// `$XDG_CACHE_HOME/thumbnails/SIZE/MD5(uri).png`.
+    public static func path(forURI uri: String, size: Size, cacheHome: String) -> String {
+        cacheHome + "/thumbnails/" + size.rawValue + "/" + name(forURI: uri)
+    }
+
+    /// The mtime the standard records: the whole seconds of `st_mtime` (rounded down, as the
+    /// kernel's `tv_sec` is).
+    public static func mtime(_ modified: Timestamp) -> Int64 { modified.parts.seconds }
+
+    /// `png` with the standard's text chunks, right after its header; chunks of the same
+    /// keywords it had (a server's thumbnailer writes its own `Thumb::URI`) are left out.
+    /// Throws `.notPNG` for anything else than a PNG whose chunks are whole.
+    public static func tagged(_ png: [UInt8], uri: String, mtime: Int64, size: Int64) throws(PNGText.Failure) -> [UInt8] {
+        try PNGText.replacingText(in: png, with: [("Thumb::URI", uri), ("Thumb::MTime", String(mtime)),
+                                                 ("Thumb::Size", String(size)), ("Software", software)])
+    }
+
+    /// Whether the thumbnail at `path` is one a file manager takes for the file `uri` of this
+    /// `mtime`: it exists, and its `Thumb::URI` and `Thumb::MTime` say so.
+    public static func isValid(at path: String, uri: String, mtime: Int64) -> Bool {
+        guard let data = FileManager.default.contents(atPath: path),
+              let text = try? PNGText.textChunks(of: Array(data)) else { return false }
+        return text["Thumb::URI"] == uri && text["Thumb::MTime"] == String(mtime)
+    }
+
+    /// Writes `bytes` to `path` atomically (a temporary file beside it, mode 0600, renamed over
+    /// it), making its folders (0700) as needed.
+    public static func write(_ bytes: [UInt8], to path: String) throws(FSError) {
+        let folder = (path as NSString).deletingLastPathComponent
+        do {
+            try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true,
+                                                    attributes: [.posixPermissions: 0o700])
+        } catch {
+            throw .io("cannot make \(folder): \(error)")
+        }
+        let temporary = folder + "/.docfs-" + UUID().uuidString + ".png"
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw .io("cannot write \(temporary): errno \(errno)") }
+        var offset = 0
+        var failure: Int32 = 0
+        bytes.withUnsafeBytes { raw in
+            while offset < raw.count {
+                let n = Foundation.write(fd, raw.baseAddress! + offset, raw.count - offset)
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    failure = errno
+                    return
+                }
+                offset += n
+            }
+        }
+        close(fd)
+        guard failure == 0, rename(temporary, path) == 0 else {
+            let code = failure == 0 ? errno : failure
+            unlink(temporary)
+            throw .io("cannot write \(path): errno \(code)")
+        }
+    }
+
+    /// Removes the failure markers file managers left for `uri`
+    /// (`$XDG_CACHE_HOME/thumbnails/fail/APP/MD5(uri).png`, one folder per application): a
+    /// thumbnailer refused while the file was a placeholder is tried again now that it is local.
+    /// Returns how many went.
+    @discardableResult
+    public static func removeFailureMarkers(forURI uri: String, cacheHome: String) -> Int {
+        let fail = cacheHome + "/thumbnails/fail"
+        guard let applications = try? FileManager.default.contentsOfDirectory(atPath: fail) else { return 0 }
+        let name = name(forURI: uri)
+        var removed = 0
+        for application in applications where unlink(fail + "/" + application + "/" + name) == 0 {
+            removed += 1
+        }
+        return removed
+    }
+}
+
+/// PNG's text chunks (`tEXt`): read them, and write a PNG with new ones. A PNG is a signature
+/// and chunks of `length, type, data, CRC-32 of type and data`.
+public enum PNGText {
+    public enum Failure: Error, Equatable {
+        /// Not a PNG, or one cut short.
+        case notPNG
+    }
+
+    static let signature: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]
+
+    /// Whether `bytes` begin as a PNG does.
+    public static func isPNG(_ bytes: [UInt8]) -> Bool { bytes.starts(with: signature) }
+
+    struct Chunk {
+        var type: [UInt8]
+        var data: ArraySlice<UInt8>
+        var typeName: String { String(decoding: type, as: UTF8.self) }
+        /// The keyword of a text chunk (`tEXt`, `zTXt`, `iTXt`), nil for other chunks.
+        var textKeyword: String? {
+            guard ["tEXt", "zTXt", "iTXt"].contains(typeName), let end = data.firstIndex(of: 0) else { return nil }
+            return String(decoding: data[data.startIndex..<end], as: UTF8.self)
+        }
+    }
+
+    static func chunks(of png: [UInt8]) throws(Failure) -> [Chunk] {
+        guard isPNG(png) else { throw .notPNG }
+        var chunks: [Chunk] = []
+        var offset = signature.count
+        while offset < png.count {
+            guard offset + 12 <= png.count else { throw .notPNG }
+            let length = png[offset..<offset + 4].reduce(0) { $0 << 8 | Int($1) }
+            guard length <= png.count - offset - 12 else { throw .notPNG }
+            let type = Array(png[offset + 4..<offset + 8])
+            chunks.append(Chunk(type: type, data: png[offset + 8..<offset + 8 + length]))
+            offset += 12 + length
+            if type == Array("IEND".utf8) { break }
+        }
+        guard chunks.first?.typeName == "IHDR", chunks.last?.typeName == "IEND" else { throw .notPNG }
+        return chunks
+    }
+
+    /// The `tEXt` chunks of `png`, keyword to text (Latin-1).
+    public static func textChunks(of png: [UInt8]) throws(Failure) -> [String: String] {
+        var text: [String: String] = [:]
+        for chunk in try chunks(of: png) where chunk.typeName == "tEXt" {
+            guard let end = chunk.data.firstIndex(of: 0) else { continue }
+            let keyword = String(chunk.data[chunk.data.startIndex..<end].map { Character(Unicode.Scalar($0)) })
+            text[keyword] = String(chunk.data[(end + 1)...].map { Character(Unicode.Scalar($0)) })
+        }
+        return text
+    }
+
+    /// `png` with `entries` as `tEXt` chunks after `IHDR`; text chunks of the same keywords are
+    /// dropped. Keywords and texts must be Latin-1 (a `file://` URI as the standard writes it is ASCII).
+    public static func replacingText(in png: [UInt8], with entries: [(keyword: String, text: String)]) throws(Failure) -> [UInt8] {
+        let keywords = Set(entries.map(\.keyword))
+        var out = signature
+        for chunk in try chunks(of: png) {
+            if let keyword = chunk.textKeyword, keywords.contains(keyword) { continue }
+            append(chunk.type, chunk.data, to: &out)
+            if chunk.typeName == "IHDR" {
+                for entry in entries {
+                    let data = latin1(entry.keyword) + [0] + latin1(entry.text)
+                    append(Array("tEXt".utf8), data[...], to: &out)
+                }
+            }
+        }
+        return out
+    }
+
+    private static func latin1(_ text: String) -> [UInt8] {
+        text.unicodeScalars.map { $0.value < 256 ? UInt8($0.value) : UInt8(ascii: "?") }
+    }
+
+    private static func append(_ type: [UInt8], _ data: ArraySlice<UInt8>, to out: inout [UInt8]) {
+        let length = UInt32(data.count)
+        out += [UInt8(length >> 24), UInt8(length >> 16 & 0xFF), UInt8(length >> 8 & 0xFF), UInt8(length & 0xFF)]
+        out += type
+        out += data
+        let crc = CRC32.checksum(type + Array(data))
+        out += [UInt8(crc >> 24), UInt8(crc >> 16 & 0xFF), UInt8(crc >> 8 & 0xFF), UInt8(crc & 0xFF)]
+    }
+}
+
+/// CRC-32 as PNG (and zlib) compute it: polynomial 0xEDB88320, reflected, inverted.
+enum CRC32 {
+    private static let table: [UInt32] = (0..<256).map { index in
+        var value = UInt32(index)
+        for _ in 0..<8 { value = value & 1 == 1 ? 0xEDB8_8320 ^ (value >> 1) : value >> 1 }
+        return value
+    }
+
+    static func checksum(_ bytes: [UInt8]) -> UInt32 {
+        var crc: UInt32 = 0xFFFF_FFFF
+        for byte in bytes { crc = table[Int((crc ^ UInt32(byte)) & 0xFF)] ^ (crc >> 8) }
+        return crc ^ 0xFFFF_FFFF
+    }
+}
