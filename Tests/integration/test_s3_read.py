@@ -270,10 +270,14 @@ def test_s3_names_of_a_small_folder_looked_up_by_path_cost_one_listing(s3, s3_mo
     assert os.stat(m / "docs" / names[1]).st_size == 6000
     wait_until(lambda: any(r.q().get("prefix") == "docs/" and r.q().get("max-keys", "1000") != "1"
                            for r in s3.lists()[-5:]), 10, "the folder's listing")
-    # Barrier: the listing reached the catalog (the folder is no longer `unlisted`).
-    wait_until(lambda: xattr_state(m / "docs") != "unlisted", 10, "the folder's listing to reach the catalog")
+    # Barrier: a readdir joins the listing under way (it asks for nothing of its own) and
+    # returns once the folder is listed. (The folder's state counts the names already looked
+    # up, so it says nothing of the listing.)
+    assert sorted(os.listdir(m / "docs")) == sorted(names)
     s3.wait_logged()
     listed = len(s3.requests())
+    pages = [r for r in s3.requests()[start:] if r in s3.lists() and r.q().get("prefix") == "docs/" and r.q().get("max-keys", "1000") != "1"]
+    assert len(pages) == 1, f"the readdir listed the folder again: {[str(r)[:120] for r in pages]}"
     for name in names[2:]:
         assert os.stat(m / "docs" / name).st_size == 6000
     with pytest.raises(FileNotFoundError):
