@@ -258,15 +258,8 @@ class DelayProxy:
             os.close(fd)
 
     def stop(self):
-        from procs import untrack
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        untrack(self.proc)
+        from procs import end
+        end(self.proc)
 
 
 def kind_of(method, target):

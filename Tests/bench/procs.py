@@ -3,7 +3,7 @@ tracked, every mount point it mounts is remembered, and `cleanup()` (run at exit
 on SIGTERM) unmounts what is still mounted and terminates what is still running, by PID only.
 Also the small helpers every part uses: ports, polling, dropping caches, peak memory.
 """
-import atexit, os, signal, socket, subprocess, sys, time
+import atexit, signal, socket, subprocess, sys, time
 
 _processes = []
 _mounts = []
@@ -41,18 +41,24 @@ def force_unmount(path):
         subprocess.run(["umount", "-l", path], capture_output=True)
 
 
+def end(proc, sig=signal.SIGTERM):
+    """Ends a process the bench started (by PID): `sig`, then SIGKILL after 10 s; untracked."""
+    if proc is not None and proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+    untrack(proc)
+
+
 def cleanup():
     for path in list(reversed(_mounts)):
         force_unmount(path)
         forget_mount(path)
     for proc in list(reversed(_processes)):
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        untrack(proc)
+        end(proc)
 
 
 def _on_signal(number, _frame):

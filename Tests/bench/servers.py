@@ -10,9 +10,9 @@ Every server keeps its content where the bench can see it: the WebDAV servers se
 directory (`store`), SeaweedFS is reached with boto3 (`has_size`). `stop()` ends only the
 process this module started.
 """
-import glob, os, re, shutil, signal, subprocess, time, urllib.request
+import glob, os, re, shutil, subprocess, urllib.request
 
-from procs import free_port, free_ports, port_open, wait_until, track, untrack
+from procs import end, free_port, free_ports, port_open, wait_until, track
 
 ACCESS_KEY, SECRET_KEY, REGION = "testing", "testing", "us-east-1"
 
@@ -46,14 +46,7 @@ class WebDAVServer:
         return []
 
     def stop(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        untrack(self.proc)
+        end(self.proc)
 
 
 class DocfsServe(WebDAVServer):
@@ -206,14 +199,7 @@ class Seaweed:
                        if line.startswith("SeaweedFS_s3_request_total")))
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        untrack(self.proc)
+        end(self.proc)
         # Its gRPC sockets go to /tmp whatever TMPDIR says, and stay there.
         for path in (p for port in self.ports.values() for p in glob.glob(f"/tmp/seaweedfs-*-{port}.sock")):
             os.unlink(path)
