@@ -94,17 +94,21 @@ extension Catalog {
 
     /// Ends a listing whose pages were all applied: removes the children it did not show and
     /// records `listedAt` as the folder's listing time.
-    public func finishListing(_ progress: ListingProgress, of directory: Inode, listedAt: Double) throws(FSError) {
+    /// `lookupsFollow`: a caller waits for this listing (a lookup, a readdir), and the folder's
+    /// rows are read into the cache of rows at once (`rememberChildren`); a listing ahead of a
+    /// walk or a refresh in the background leaves them to the reads that come.
+    public func finishListing(_ progress: ListingProgress, of directory: Inode, listedAt: Double,
+                              lookupsFollow: Bool = false) throws(FSError) {
         let moving = self.moving
         try write { db in try Catalog.finish(listing: progress, of: directory, listedAt: listedAt, moving: moving, in: db) }
-        try rememberChildren(of: directory)
+        if lookupsFollow { try rememberChildren(of: directory) }
     }
 
     /// Reads the folder and its children (as many as the cache of rows holds) into that cache in
     /// one query: a listing's write dropped the cache, and the lookups that follow a listing
-    /// (`ls -l`, a `stat` of every name) would each read the folder's row and the name's on a
-    /// reader connection — two statements and a row set-up each, most of the CPU of a cold
-    /// `stat` of 5,000 names.
+    /// (a `stat` of every name) would each read the folder's row and the name's on a reader
+    /// connection — two statements and a row set-up each, most of the CPU of a cold `stat` of
+    /// 5,000 names.
     private func rememberChildren(of directory: Inode) throws(FSError) {
         let ticket = cache.ticket()
         let rows = try read { db in

@@ -73,7 +73,7 @@ extension DirectoryEnumerator {
                                                           retry: retry, logger: logger, previews: previews) {
                         outcome = .more(next)
                     } else {
-                        try await Self.finishListing(directory, progress: progress, catalog: catalog, logger: logger)
+                        try await Self.finishListing(directory, progress: progress, catalog: catalog, logger: logger, lookupsFollow: true)
                         outcome = .listed
                     }
                 } catch {

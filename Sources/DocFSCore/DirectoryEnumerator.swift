@@ -140,7 +140,7 @@ public actor DirectoryEnumerator {
         }
         noteDescent(into: directory)
         do {
-            try await listing(directory, awaitingThumbnails: true).value
+            try await listing(directory, awaited: true).value
         } catch {
             throw (error as? FSError) ?? .io("\(error)")
         }
@@ -251,10 +251,11 @@ public actor DirectoryEnumerator {
         }
     }
 
-    /// `awaitingThumbnails`: a caller waits for this listing, and a file manager asks for the
-    /// folder's thumbnails right after it (Thumbnails.swift); listings ahead of a walk, in the
-    /// background or for a lookup do not wait for them.
-    private func listing(_ directory: Item, awaitingThumbnails: Bool = false) -> Task<Void, any Error> {
+    /// `awaited`: a caller waits for this listing (a folder's first readdir or lookup): a file
+    /// manager asks for the folder's thumbnails right after it (Thumbnails.swift), and lookups
+    /// of its names follow (the folder's rows are read into the cache of rows). Listings ahead
+    /// of a walk or in the background do neither.
+    private func listing(_ directory: Item, awaited: Bool = false) -> Task<Void, any Error> {
         if let task = inFlight[directory.inode] { return task }
         let handler = listedHandler.withLock { $0 }
         let dropGone = goneHandler.withLock { $0 }
@@ -266,7 +267,7 @@ public actor DirectoryEnumerator {
             defer { self.finished(directory.inode) }
             if let pageUnderWay, await pageUnderWay.value == .listed { return }
             try await Self.list(directory, store: store, catalog: catalog, retry: retry, logger: logger, previews: previews,
-                                awaitingThumbnails: awaitingThumbnails)
+                                awaited: awaited)
             handler?(directory)
             if let dropGone, let gone = try? catalog.cleanCopiesGoneFromStore(in: directory.inode), !gone.isEmpty, await dropGone(gone) {
                 try await Self.list(directory, store: store, catalog: catalog, retry: retry, logger: logger)
@@ -281,9 +282,9 @@ public actor DirectoryEnumerator {
     /// actor, so lookups (which only need the actor to start or join a listing) never wait for
     /// a big directory; the catalog write runs on the blocking queue, off the cooperative pool.
     private nonisolated static func list(_ directory: Item, store: any Store, catalog: Catalog, retry: RetryPolicy,
-                                         logger: Logger, previews: PreviewsHandler? = nil, awaitingThumbnails: Bool = false) async throws {
+                                         logger: Logger, previews: PreviewsHandler? = nil, awaited: Bool = false) async throws {
         let progress = ListingProgress(startedAt: Date().timeIntervalSince1970)
-        let waiting = awaitingThumbnails ? ContinuousClock.now : nil
+        let waiting = awaited ? ContinuousClock.now : nil
         var page: PageToken? = nil
         repeat {
             // Each page reaches the catalog as it arrives: a huge folder is never held whole in
@@ -291,7 +292,7 @@ public actor DirectoryEnumerator {
             page = try await listPage(page, of: directory, progress: progress, store: store, catalog: catalog, retry: retry, logger: logger,
                                       previews: previews, awaitingSince: waiting)
         } while page != nil
-        try await finishListing(directory, progress: progress, catalog: catalog, logger: logger)
+        try await finishListing(directory, progress: progress, catalog: catalog, logger: logger, lookupsFollow: awaited)
     }
 
     /// Asks the store for the page of `directory`'s listing that `token` names (the first for
@@ -326,9 +327,10 @@ public actor DirectoryEnumerator {
     }
 
     /// The last page was applied: what the listing did not see is gone, and the folder is listed.
-    nonisolated static func finishListing(_ directory: Item, progress: ListingProgress, catalog: Catalog, logger: Logger) async throws(FSError) {
+    nonisolated static func finishListing(_ directory: Item, progress: ListingProgress, catalog: Catalog, logger: Logger,
+                                          lookupsFollow: Bool) async throws(FSError) {
         try await Blocking.run { () throws(FSError) in
-            try catalog.finishListing(progress, of: directory.inode, listedAt: Date().timeIntervalSince1970)
+            try catalog.finishListing(progress, of: directory.inode, listedAt: Date().timeIntervalSince1970, lookupsFollow: lookupsFollow)
         }
         logger.debug("listed", metadata: ["path": "\(directory.path)", "entries": "\(progress.count)"])
     }
