@@ -193,7 +193,12 @@ public actor Thumbnails {
 
     /// Fetches the preview of `inode` and writes its thumbnail; false when none was written.
     private nonisolated func makeThumbnail(of inode: Inode) async -> Bool {
-        guard let item = try? catalog.item(inode), Self.needsThumbnail(item, settings: settings) else { return false }
+        let (catalog, settings) = (self.catalog, self.settings)
+        // The catalog and the thumbnail already there are read off the cooperative pool.
+        guard let item = await Blocking.run({ () -> Item? in
+            guard let item = try? catalog.item(inode), Self.needsThumbnail(item, settings: settings) else { return nil }
+            return item
+        }) else { return false }
         let preview: Data
         do {
             preview = try await store.preview(of: item.path, side: ThumbnailFile.Size.large.pixels)
