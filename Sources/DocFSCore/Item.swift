@@ -122,3 +122,15 @@ extension Item {
         size == other.size && modified == other.modified && etag == other.etag
     }
 }
+
+extension Item {
+    /// The mode, time and owner an upload gives the store, where the store carries them.
+    public var storeAttributes: StoreAttributes {
+        StoreAttributes(mode: mode, modified: modified, owner: owner, group: group)
+    }
+
+    /// Whether `other` has the attributes `storeAttributes` gives the store.
+    public func sameAttributes(as other: Item) -> Bool {
+        mode == other.mode && modified == other.modified && owner == other.owner && group == other.group
+    }
+}

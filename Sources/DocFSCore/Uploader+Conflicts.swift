@@ -116,7 +116,7 @@ extension Uploader {
             guard destination != item.path else {
                 // Folders made again: upload under the item's own path, creating it.
                 let entry = try await store.write(destination, fromLocalFile: snapshot, condition: .mustNotExist,
-                                                  attributes: StoreAttributes(mode: item.mode, modified: item.modified, owner: item.owner, group: item.group))
+                                                  attributes: item.storeAttributes)
                 if try await !provider.uploaded(copy, commit: commit, as: entry) { enqueue(item.inode) }
                 return .done
             }
@@ -162,7 +162,7 @@ extension Uploader {
     func writeUnlessFolderGone(_ item: Item, from snapshot: String, condition: WriteCondition) async throws(StoreError) -> RemoteEntry? {
         do {
             return try await store.write(item.path, fromLocalFile: snapshot, condition: condition,
-                                         attributes: StoreAttributes(mode: item.mode, modified: item.modified, owner: item.owner, group: item.group))
+                                         attributes: item.storeAttributes)
         } catch .notFound, .notADirectory {
             return nil
         }

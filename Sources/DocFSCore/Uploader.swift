@@ -357,11 +357,13 @@ public actor Uploader {
                 // A folder above it was deleted (or became a file) on the store meanwhile.
                 return await keepWhereFoldersWent(item, copy, commit: commit, snapshot: snapshot)
             }
-            let confirmed = await withAttributesChangedDuringUpload(of: item, copy, commit: commit, uploaded: entry, snapshot: snapshot)
+            let (confirmed, given) = await withAttributesChangedDuringUpload(of: item, copy, commit: commit, uploaded: entry,
+                                                                             snapshot: snapshot)
             logger.debug("upload confirmed", metadata: ["path": "\(item.path)", "commit": "\(commit)", "etag": "\(confirmed.etag?.value ?? "-")"])
             sent.forget(inode)
             if try await provider.uploaded(copy, commit: commit, as: confirmed) {
                 logger.info("uploaded", metadata: ["path": "\(item.path)", "bytes": "\(confirmed.size)"])
+                await pushAttributesChanged(since: given)
             } else {
                 // Committed again while uploading: the newer content goes next.
                 enqueue(inode)
@@ -394,9 +396,11 @@ public actor Uploader {
         do throws(FSError) {
             switch outcome {
             case .stored(let entry, let commit):
-                let confirmed = await withStoredAttributes(of: copy.inode, entry)
+                let (confirmed, given) = await withStoredAttributes(of: copy.inode, entry)
                 do {
-                    try await provider.uploaded(copy, commit: commit, as: confirmed)
+                    if try await provider.uploaded(copy, commit: commit, as: confirmed), let given {
+                        await pushAttributesChanged(since: given)
+                    }
                 } catch {
                     // As an upload whose end the journal cannot take: the next attempt finds
                     // its own version on the store and settles with no conflict copy.
@@ -424,16 +428,15 @@ public actor Uploader {
     /// The item's mode and times, given to what a stream stored as an upload gives them
     /// (`Store.write(_:fromLocalFile:condition:attributes:)`), unless the store sent them with
     /// the content and they did not change since; the entry as the store has it then.
-    private func withStoredAttributes(of inode: Inode, _ entry: RemoteEntry) async -> RemoteEntry {
-        guard let item = try? catalog.item(inode) else { return entry }
-        if entry.mode != nil, entry.mode == item.mode, entry.owner == item.owner, entry.group == item.group { return entry }
-        let attributes = StoreAttributes(mode: item.mode, modified: item.modified, owner: item.owner, group: item.group)
+    private func withStoredAttributes(of inode: Inode, _ entry: RemoteEntry) async -> (RemoteEntry, given: Item?) {
+        guard let item = try? catalog.item(inode) else { return (entry, nil) }
+        if entry.mode != nil, entry.mode == item.mode, entry.owner == item.owner, entry.group == item.group { return (entry, item) }
         do {
-            guard try await store.setAttributes(entry.path, attributes) else { return entry }
-            return entry.versionAfterAttributes(try await store.stat(entry.path))
+            guard try await store.setAttributes(entry.path, item.storeAttributes) else { return (entry, nil) }
+            return (entry.versionAfterAttributes(try await store.stat(entry.path)), item)
         } catch {
             logger.info("cannot give a streamed upload its attributes", metadata: ["path": "\(entry.path)", "error": "\(error)"])
-            return entry
+            return (entry, nil)
         }
     }
 
@@ -447,25 +450,35 @@ public actor Uploader {
     /// sent (`sameContent`): the attributes and the look are two requests after the write, and
     /// another client's version stored in between, taken as ours, would be the base the next
     /// upload overwrites unconditionally (model seed 600517).
+    /// Returns the entry to record, and the item whose attributes the store was given.
     private func withAttributesChangedDuringUpload(of uploaded: Item, _ copy: LocalCopy, commit: UInt64,
-                                                   uploaded entry: RemoteEntry, snapshot: String) async -> RemoteEntry {
-        guard copy.life.committed == commit, let now = try? catalog.item(uploaded.inode),
-              now.mode != uploaded.mode || now.modified != uploaded.modified || now.owner != uploaded.owner || now.group != uploaded.group
-        else { return entry }
+                                                   uploaded entry: RemoteEntry, snapshot: String) async -> (RemoteEntry, given: Item) {
+        guard copy.life.committed == commit, let now = try? catalog.item(uploaded.inode), !now.sameAttributes(as: uploaded)
+        else { return (entry, uploaded) }
         do {
-            guard try await store.setAttributes(uploaded.path, StoreAttributes(mode: now.mode, modified: now.modified, owner: now.owner,
-                                                                                group: now.group)) else { return entry }
+            // A store that carries no attributes has nothing more to be given.
+            guard try await store.setAttributes(uploaded.path, now.storeAttributes) else { return (entry, now) }
             let after = try await store.stat(uploaded.path)
             guard await sameContent(after, as: entry, snapshot: snapshot) else {
                 logger.info("the store took another version right after this upload: it is met as a conflict",
                             metadata: ["path": "\(uploaded.path)", "etag": "\(after.etag?.value ?? "-")"])
-                return entry
+                return (entry, now)
             }
-            return after
+            return (after, now)
         } catch {
             logger.info("store did not take attributes", metadata: ["path": "\(uploaded.path)", "error": "\(error)"])
-            return entry
+            return (entry, uploaded)
         }
+    }
+
+    /// A chmod or utimensat that came after the look above and before the upload was recorded
+    /// saw the upload under way and left its attributes to it (`recordAttributes`): once the
+    /// item is recorded clean, they go as any change of a clean item's attributes goes. (Its
+    /// catalog write comes before this read, or its own look comes after the record and finds
+    /// the item clean: one of the two sends them.)
+    private func pushAttributesChanged(since given: Item) async {
+        guard let now = try? catalog.item(given.inode), !now.hasUnsyncedChanges, !now.sameAttributes(as: given) else { return }
+        await AttributeSync.push(now.storeAttributes, of: now, to: store, catalog: catalog, provider: provider, logger: logger)
     }
 
     /// Whether `after`, what the store showed of the item after this upload (`written`) and a

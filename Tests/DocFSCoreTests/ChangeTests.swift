@@ -260,6 +260,31 @@ struct ChangeTests {
         #expect(kept.modified == Timestamp(seconds: 1_600_000_000))
     }
 
+    /// A chmod that lands as an upload ends: after the uploader looked for attributes changed
+    /// on the way, before it recorded the upload. The chmod still saw the upload under way and
+    /// left its mode to it, so neither sent it, and a later listing put the store's old mode
+    /// back (a group-only file read by everyone on a shared mount). Raced at many offsets.
+    @Test func aChmodAsAnUploadEndsReachesTheStore() async throws {
+        let fixture = try CoreFixture.writable()
+        for round in 0..<120 {
+            let name = "f\(round).txt"
+            let (opened, gate) = AsyncStream<Void>.makeStream()
+            fixture.store.holdWrites { for await _ in opened { return } }
+            let item = try await fixture.createFile(name, [UInt8(round % 256)])
+            for _ in 0..<500 where try fixture.fs.item(item.inode).state != .uploading {
+                try await Task.sleep(for: .milliseconds(2))
+            }
+            let mode = UInt32(0o600 | (round % 8) << 3)
+            gate.yield()
+            gate.finish()
+            for _ in 0..<(round % 40) { await Task.yield() }
+            _ = try await fixture.fs.setAttributes(of: item.inode, .init(mode: mode), handle: nil)
+            await fixture.settle()
+            #expect(fixture.store.attributes(of: name)?.mode == mode, "round \(round)")
+            #expect(try fixture.fs.item(item.inode).mode == mode)
+        }
+    }
+
     /// Model seed 600517: the attributes changed during an upload go to the store after it,
     /// and the version read back then was taken as the upload's own. Another client's version
     /// stored between those requests became the base of the next upload, which replaced it.
