@@ -55,14 +55,14 @@ struct CrashRecovery {
                 unlink(copyPath)
             }
             if item.onStore {
-                try catalog.recordEvicted(item.inode)
+                try LocalCopy.recordEvicted(item.inode, in: catalog)
                 reverted.append(item)
             } else {
                 // Never on the store: the unsaved copy is all there is of it.
                 try catalog.removeItem(item.inode)
             }
         }
-        try catalog.resetTransientStates()
+        try LocalCopy.resetAfterRestart(catalog)
         // Pinned copies stay (`docfs pin`); one whose file is gone is a placeholder again, and
         // after a machine crash every one is (no download is flushed to disk: it may be torn;
         // the pinned folder's refresh downloads them again).
@@ -71,7 +71,7 @@ struct CrashRecovery {
             if !machineRestarted, access(cacheDirectory + "/" + id, F_OK) == 0 {
                 pinned.insert(id)
             } else {
-                try catalog.recordEvicted(inode)
+                try LocalCopy.recordEvicted(inode, in: catalog)
             }
         }
         let keep = Set(try catalog.itemsPendingUpload().map(\.id)).union(pinned)
@@ -93,7 +93,7 @@ struct CrashRecovery {
                 var life = CopyLife(content: .present, base: nil, startedFromNothing: true)
                 life.changed()
                 life.committedChanges()
-                try catalog.recordCopy(created.inode, life)
+                try LocalCopy.record(life, of: created.inode, in: catalog)
                 guard rename(copyPath, cacheDirectory + "/" + created.id) == 0 else {
                     throw .local(errno: errno, "cannot keep the unsaved copy of \(item.path): \(String(cString: strerror(errno)))")
                 }

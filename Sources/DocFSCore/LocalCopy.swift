@@ -170,19 +170,6 @@ public final class LocalCopy: ContentSink, Sendable {
         }
     }
 
-    /// Applies `event` and records it with `record` (a catalog write that persists the life
-    /// together with other columns), under the copy's lock.
-    public func update<Result>(_ event: (inout CopyLife) -> Result,
-                               recording record: (CopyLife) throws(FSError) -> Void) throws(FSError) -> Result {
-        try state.withLock { (state) throws(FSError) -> Result in
-            var life = state.life
-            let result = event(&life)
-            try record(life)
-            state.life = life
-            return result
-        }
-    }
-
     // MARK: Local changes
 
     /// Writes the user's bytes at `offset`. The first change since a commit is recorded in
@@ -307,7 +294,8 @@ public final class LocalCopy: ContentSink, Sendable {
     /// copy's `HeldLog` before they land. Any other change (a truncate) needs a complete copy
     /// (`DocFileSystem.provideForChange`).
     private func beginChange(writing range: ByteRange? = nil) throws(FSError) -> Int32 {
-        try state.withLock { (state) throws(FSError) -> Int32 in
+        try unshareAhead()
+        return try state.withLock { (state) throws(FSError) -> Int32 in
             guard !state.discarded else { throw .stale }
             if state.fetcher != nil || state.draining != nil {
                 guard let range else { throw .io("\(path) is changed before all its content is local") }
@@ -366,6 +354,10 @@ public final class LocalCopy: ContentSink, Sendable {
     /// `write`, under `landing`.
     private func land(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(StoreError) {
         let range = offset..<(offset + Int64(bytes.count))
+        do { try unshareAhead() } catch {
+            if case .local(let code, let message) = error { throw .localIO(errno: code, message: message) }
+            throw .localIO(errno: EIO, message: "\(error)")
+        }
         let acquired: Result<(descriptor: Int32, pieces: [ByteRange])?, FSError> = state.withLock { state in
             Result { () throws(FSError) -> (descriptor: Int32, pieces: [ByteRange])? in
                 guard !state.discarded else { return nil }
@@ -409,7 +401,8 @@ public final class LocalCopy: ContentSink, Sendable {
     /// Counts one more user of the descriptor and returns it; nil when the copy is gone.
     /// `forChange`: the call changes the file, which an upload's snapshot must not see.
     private func acquireDescriptor(forChange: Bool = false) throws(FSError) -> Int32? {
-        try state.withLock { (state) throws(FSError) -> Int32? in
+        if forChange { try unshareAhead() }
+        return try state.withLock { (state) throws(FSError) -> Int32? in
             guard !state.discarded else { return nil }
             if forChange { try unshare(&state) }
             state.users += 1
@@ -417,7 +410,7 @@ public final class LocalCopy: ContentSink, Sendable {
         }
     }
 
-    fileprivate func releaseDescriptor(_ descriptor: Int32) {
+    func releaseDescriptor(_ descriptor: Int32) {
         Self.close(state.withLock { $0.releaseDescriptor(descriptor) })
     }
 

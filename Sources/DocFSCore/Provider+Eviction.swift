@@ -34,10 +34,7 @@ extension Provider {
         }
         if item.hasUnsyncedChanges { throw .busy("\(item.path): it has changes the store does not have yet") }
         // A pinned copy kept from an earlier mount, never opened since.
-        if item.state == .local {
-            unlink(copyPath(for: item))
-            try catalog.recordEvicted(item.inode)
-        }
+        if item.state == .local { try LocalCopy.evict(at: copyPath(for: item), of: item.inode, in: catalog) }
     }
 
     /// A released clean copy stays for the retention policy: until `evictDelay` has passed
@@ -85,13 +82,11 @@ extension Provider {
             providing[inode]?.fetch.cancel()
             providing[inode] = nil
         }
-        copy.discard()
         presentCopies.withLock { copies in
             if copies[inode] === copy { copies[inode] = nil }
         }
-        guard !copy.life.removed else { return }
         do {
-            try catalog.recordEvicted(inode)
+            try copy.evict()
         } catch {
             logger.warning("cannot record eviction; trying again", metadata: ["inode": "\(inode)", "error": "\(error)"])
             recordEvictionLater(inode, after: .seconds(1))
@@ -112,7 +107,7 @@ extension Provider {
     private func recordEvictionAgain(_ inode: Inode, delay: Duration) {
         guard !isShutDown, providing[inode] == nil else { return }
         do {
-            try catalog.recordEvicted(inode)
+            try LocalCopy.recordEvicted(inode, in: catalog)
         } catch {
             recordEvictionLater(inode, after: min(delay * 2, .seconds(30)))
         }

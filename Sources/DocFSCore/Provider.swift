@@ -220,19 +220,14 @@ public actor Provider {
     /// was committed meanwhile (writes still open are sent after their own close).
     @discardableResult
     public func uploaded(_ copy: LocalCopy, commit: UInt64, as entry: RemoteEntry) throws(FSError) -> Bool {
-        let action = try copy.update({ $0.uploaded(commit, etag: entry.etag) },
-                                     recording: { (life) throws(FSError) in try catalog.recordUploaded(copy.inode, life, etag: entry.etag) })
-        _ = perform(action, on: copy)
+        _ = perform(try copy.uploaded(commit, etag: entry.etag), on: copy)
         let life = copy.life
         return life.removed || life.committed == life.uploaded
     }
 
     /// The store had moved on; commit `commit` of `copy` is on the store as `conflictCopy`.
     public func conflictKept(_ copy: LocalCopy, commit: UInt64, conflictCopy: String, storeVersion: RemoteEntry?) throws(FSError) {
-        let action = try copy.update({ $0.conflictKept(commit) }, recording: { (life) throws(FSError) in
-            try catalog.recordConflictKept(copy.inode, life, conflictCopy: conflictCopy, storeVersion: storeVersion)
-        })
-        _ = perform(action, on: copy)
+        _ = perform(try copy.conflictKept(commit, as: conflictCopy, storeVersion: storeVersion), on: copy)
     }
 
     /// The store gave the item a new version without a new content (attributes set): a copy
@@ -287,8 +282,7 @@ public actor Provider {
                 evict(entry.copy)
             } else {
                 // A pinned copy kept from an earlier mount, not adopted yet.
-                unlink(copyPath(for: item))
-                do { try catalog.recordEvicted(inode) } catch {
+                do { try LocalCopy.evict(at: copyPath(for: item), of: inode, in: catalog) } catch {
                     logger.warning("cannot drop the row of a file the store no longer has", metadata: ["path": "\(item.path)", "error": "\(error)"])
                 }
             }
@@ -433,10 +427,7 @@ public actor Provider {
         if case .writer(let opened) = intent, item.onStore { base = opened.etag }
         let life = CopyLife(content: fetchNeeded ? .fetching : .present, base: base, startedFromNothing: !item.onStore, pinned: pinned)
         let copy = try LocalCopy(path: path, inode: item.inode, catalog: catalog, life: life)
-        do { try catalog.beginCopy(item.inode, life) } catch {
-            copy.discard()
-            throw error
-        }
+        try copy.begin()
         let streamed = intent.isStreamed && item.size > streaming.wholeFileLimit && item.etag != nil
         logger.debug("providing", metadata: ["path": "\(item.path)", "base": "\(life.base?.value ?? "-")", "fetch": "\(fetchNeeded)",
                                              "streamed": "\(streamed)"])
@@ -458,10 +449,7 @@ public actor Provider {
                 let entry = streamed
                     ? try await Self.fetchHead(of: item, into: copy, store: store, retry: retry, streaming: streaming, trouble: trouble, logger: logger)
                     : try await Self.fetch(item, into: copy, store: store, retry: retry, trouble: trouble, logger: logger)
-                let partial = copy.isSparse
-                try copy.update({ $0.fetched(etag: entry.etag) }, recording: { (life) throws(FSError) in
-                    try catalog.recordFetched(item.inode, life, entry: entry, askedAt: askedAt, partial: partial)
-                })
+                try copy.fetched(entry, askedAt: askedAt)
                 if entry.etag != item.etag, item.etag != nil {
                     logger.info("content changed on the store since listing", metadata: ["path": "\(item.path)"])
                 }
@@ -515,14 +503,7 @@ public actor Provider {
                 copy.attach(RangeFetcher(store: store, path: item.path, version: version, size: entry.size, fetched: 0,
                                          copy: copy, policy: streaming, retry: retry, logger: logger))
             }
-            let partial = copy.isSparse
-            try copy.update({ $0.fetched(etag: version) }, recording: { (life) throws(FSError) in
-                if learned {
-                    try catalog.recordFetched(item.inode, life, entry: entry, partial: partial)
-                } else {
-                    try catalog.recordCopy(item.inode, life, partial: partial)
-                }
-            })
+            try copy.fetchedOnDemand(version, entry: entry, learned: learned)
         } catch {
             logger.error("cannot prepare a local copy", metadata: ["path": "\(item.path)", "error": "\(error)"])
             return Task { throw error }

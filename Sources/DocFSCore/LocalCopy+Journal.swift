@@ -1,0 +1,100 @@
+import DocFSStore
+import Foundation
+
+/// The catalog's copy columns (state, base, commits, on the store, partial) are written here
+/// and in `LocalCopy.update`, nowhere else: each event of a copy's life is recorded with the
+/// columns it changes, under the copy's lock. A copy that has no `LocalCopy` in memory (kept
+/// pinned from an earlier mount, left by a crash) is recorded through the static functions.
+extension LocalCopy {
+    /// The copy begins: its life is recorded. Fails with `notFound` when the row is gone (a
+    /// listing dropped the item meanwhile), and the copy is discarded.
+    func begin() throws(FSError) {
+        do {
+            try catalog.beginCopy(inode, life)
+        } catch {
+            discard()
+            throw error
+        }
+    }
+
+    /// A download of `entry` finished (the whole file, or its head for a streamed one).
+    func fetched(_ entry: RemoteEntry, askedAt: Double) throws(FSError) {
+        let partial = isSparse
+        try update({ $0.fetched(etag: entry.etag) }, recording: { (life) throws(FSError) in
+            try catalog.recordFetched(inode, life, entry: entry, askedAt: askedAt, partial: partial)
+        })
+    }
+
+    /// The copy is version `version`, its bytes fetched as they are read. `learned`: the store
+    /// answered `entry` just now and the item takes it; otherwise the row's metadata stays.
+    func fetchedOnDemand(_ version: ETag, entry: RemoteEntry, learned: Bool) throws(FSError) {
+        let partial = isSparse
+        try update({ $0.fetched(etag: version) }, recording: { (life) throws(FSError) in
+            if learned {
+                try catalog.recordFetched(inode, life, entry: entry, partial: partial)
+            } else {
+                try catalog.recordCopy(inode, life, partial: partial)
+            }
+        })
+    }
+
+    /// The store confirmed commit `commit` as version `etag`; returns the action that follows.
+    func uploaded(_ commit: UInt64, etag: ETag?) throws(FSError) -> CopyLife.Action {
+        try update({ $0.uploaded(commit, etag: etag) }, recording: { (life) throws(FSError) in
+            try catalog.recordUploaded(inode, life, etag: etag)
+        })
+    }
+
+    /// Commit `commit` went to the store as `conflictCopy`; the item shows `storeVersion`.
+    func conflictKept(_ commit: UInt64, as conflictCopy: String, storeVersion: RemoteEntry?) throws(FSError) -> CopyLife.Action {
+        try update({ $0.conflictKept(commit) }, recording: { (life) throws(FSError) in
+            try catalog.recordConflictKept(inode, life, conflictCopy: conflictCopy, storeVersion: storeVersion)
+        })
+    }
+
+    /// Deletes the copy and records its item a placeholder again (an item the store no longer
+    /// has goes with it), unless the item was removed. The file goes even when the record
+    /// fails (a full disk): the caller records it again later (`recordEvicted`).
+    func evict() throws(FSError) {
+        discard()
+        guard !life.removed else { return }
+        try catalog.recordEvicted(inode)
+    }
+
+    /// Records that `inode` has no copy any more: a placeholder, or no row when the store does
+    /// not have it. For a copy deleted earlier, or one with no `LocalCopy` in memory.
+    static func recordEvicted(_ inode: Inode, in catalog: Catalog) throws(FSError) {
+        try catalog.recordEvicted(inode)
+    }
+
+    /// Deletes the copy at `path` that no `LocalCopy` holds (kept pinned from an earlier mount,
+    /// or left by a crash) and records its item as `recordEvicted` does.
+    static func evict(at path: String, of inode: Inode, in catalog: Catalog) throws(FSError) {
+        unlink(path)
+        HeldLog.remove(copyPath: path)
+        try catalog.recordEvicted(inode)
+    }
+
+    /// After a restart no copy is open: see `Catalog.resetTransientStates`.
+    static func resetAfterRestart(_ catalog: Catalog) throws(FSError) {
+        try catalog.resetTransientStates()
+    }
+
+    /// Records `life` for the copy of a file made by crash recovery (its unsaved writes).
+    static func record(_ life: CopyLife, of inode: Inode, in catalog: Catalog) throws(FSError) {
+        try catalog.recordCopy(inode, life)
+    }
+
+    /// Applies `event` and records it with `record` (a catalog write that persists the life
+    /// together with other columns), under the copy's lock.
+    private func update<Result>(_ event: (inout CopyLife) -> Result,
+                                recording record: (CopyLife) throws(FSError) -> Void) throws(FSError) -> Result {
+        try state.withLock { (state) throws(FSError) -> Result in
+            var life = state.life
+            let result = event(&life)
+            try record(life)
+            state.life = life
+            return result
+        }
+    }
+}
