@@ -3,71 +3,53 @@ import Foundation
 import Logging
 import Synchronization
 
-/// The filesystem as the FUSE adapter sees it, in FUSE-free terms: items by inode, open
-/// handles, reads and writes, attributes and namespace changes. It ties the catalog
-/// (metadata), the enumerator (listings), the provider (local copies) and the uploader
-/// (changes going back) together. Everything that may touch the network is `async`; what only
-/// touches the catalog or a local copy is synchronous and cheap.
-///
-/// This file holds the wiring; each concern is an extension in a file of its own:
-/// `+Lookup`, `+Opening`, `+Content` (read, write, flush, fsync, release), `+Attributes`,
-/// `+Namespace`, `+HardLinks`, `+Lifecycle` (start, shutdown), `+ExtendedAttributes` and
-/// `+Steering` (pin, evict); the open handles are `OpenFiles`.
+/// The filesystem as the FUSE adapter sees it, in FUSE-free terms, tying catalog, enumerator,
+/// provider and uploader together. What may touch the network is `async`; the rest is cheap.
+/// Each concern is an extension in a file of its own (`+Lookup`, `+Opening`, `+Content`, ...).
 public final class DocFileSystem: Sendable {
     let catalog: Catalog
     let provider: Provider
     let enumerator: DirectoryEnumerator
     let uploader: Uploader
-    /// New files uploaded while they are written (nil: the store cannot, or it is off).
     let uploadStreams: UploadStreams?
     /// Downloads pinned files a listing shows new or changed on the store.
     let pinnedRefresher: PinnedRefresher
-    /// The settling of changes a killed daemon left under way, while it runs.
+    /// Settling of changes a killed daemon left under way, while it runs.
     let settlingChangesCutShort = Mutex<Task<Void, Never>?>(nil)
     public let readOnly: Bool
     let store: any Store
     let cacheDirectory: String
-    /// Tells a machine crash from a daemon's at the next start (none: no state directory, as in
-    /// tests that never restart).
+    /// Tells a machine crash from a daemon's at the next start (nil without a state directory).
     let sessionMarker: SessionMarker?
     let logger: Logger
     let openFiles = OpenFiles()
-    /// Reads the next small files of a folder a reader walks (off unless asked for).
+    /// Off unless asked for.
     let prefetcher: Prefetcher
     let prefetching: Bool
-    /// Changes of shown state, for the daemon's events socket (`followStates`).
+    /// For the daemon's events socket (`followStates`).
     let stateFeed = StateFeed()
-    /// Thumbnails from the store's previews, and failure markers removed (`startThumbnails`; nil: off).
+    /// Nil: off.
     let thumbnails = Mutex<Thumbnails?>(nil)
-    /// How long a caller blocked in `open()` or `read()` waits for content (`--io-timeout`);
-    /// nil: as long as the store's own deadlines allow.
+    /// `--io-timeout` for callers blocked in `open()` or `read()`; nil: the store's own deadlines.
     let ioTimeout: Duration?
-    /// How store calls that a caller waits for are retried (listings, lookups, fetches).
+    /// For store calls a caller waits for.
     let retry: RetryPolicy
 
 
-    /// How a file is opened.
     public struct OpenMode: Sendable, Equatable {
         public var writable: Bool
         public var truncate: Bool
-        /// Whether this open (and reads through its handle) may download content. False for
-        /// processes that should see only what is local (thumbnailers, indexers: the FUSE
-        /// layer's `FetchPolicy` decides): they get `fetchRefused` and cost the store nothing.
+        /// False for processes that should see only what is local (thumbnailers, indexers): they get
+        /// `fetchRefused` and cost the store nothing.
         public var mayFetch: Bool
-        /// The version of which the kernel still caches pages, and keeps them for this open
-        /// if the store still has it (the FUSE layer's `keep_cache`). A reader's open then
-        /// only asks the store for the version (no content): a close-then-reopen whose reads
-        /// the page cache answers costs no download (file managers open an image 2-3 times).
+        /// The version the kernel still caches pages of (`keep_cache`): if the store still has it, a
+        /// reader's open fetches no content (file managers open an image 2-3 times).
         public var cachedVersion: ETag?
-        /// A writer's open (not truncating) of a large file fetches nothing at open: its reads
-        /// fetch ranges, its commit what its writes did not cover, all of the version it opened
-        /// (`Provider.OpenIntent.writer`). `touch`, which opens a file for writing and only sets
-        /// its times, downloaded all of it. Only for opens from outside (FUSE): a caller inside
-        /// docfs that opens to write at once has nothing to gain.
+        /// A writer's open (not truncating) of a large file fetches nothing at open, only ranges of
+        /// the version it opened as needed (`touch` would otherwise download it all). FUSE opens only.
         public var fetchOnFirstUse: Bool
-        /// O_APPEND: every write lands at the end of the copy, whatever offset it carries. The
-        /// kernel computes an append's offset from the size it cached, which is the catalog's
-        /// at the last lookup: the version the open fetched may be longer.
+        /// O_APPEND: writes land at the copy's end, whatever offset the kernel computed from its
+        /// cached size (the fetched version may be longer).
         public var append: Bool
         public init(writable: Bool, truncate: Bool, mayFetch: Bool = true, cachedVersion: ETag? = nil, fetchOnFirstUse: Bool = false,
                     append: Bool = false) {
@@ -81,7 +63,7 @@ public final class DocFileSystem: Sendable {
         public static let read = OpenMode(writable: false, truncate: false)
     }
 
-    /// What a setattr changes; nil leaves a value alone.
+    /// Nil leaves a value alone.
     public struct AttributeChanges: Sendable {
         public var mode: UInt32?
         public var owner: UInt32?
@@ -117,8 +99,7 @@ public final class DocFileSystem: Sendable {
         self.retry = retry
         self.provider = Provider(store: store, catalog: catalog, cacheDirectory: cacheDirectory, retry: retry, streaming: streaming,
                                  ioTimeout: ioTimeout, retention: retention, logger: logger)
-        // Files held ahead could not be evicted while held, and would push `--cache-max` over its
-        // bound: a mount with one reads nothing ahead (for now).
+        // Files held ahead cannot be evicted, so would break `--cache-max`: such a mount reads nothing ahead.
         let prefetch = retention.cacheMax == nil ? prefetch : .off
         self.prefetcher = Prefetcher(catalog: catalog, provider: provider, policy: prefetch, logger: logger)
         self.prefetching = prefetch.files > 0
@@ -138,8 +119,8 @@ public final class DocFileSystem: Sendable {
         enumerator.whenCopiesGoneFromStore { [provider] gone in await provider.dropCopiesGoneFromStore(gone) }
     }
 
-    /// Calls `handler` with each pinned file whose copy a listing's refresh replaced with the
-    /// store's newer version (its size and times may have changed under the kernel's cache).
+    /// Called for each pinned file whose copy a refresh replaced with a newer version (its size
+    /// and times may have changed under the kernel's cache).
     public func whenPinnedCopyRefreshed(_ handler: @escaping @Sendable (Inode) -> Void) {
         pinnedRefresher.refreshed.withLock { $0 = handler }
     }

@@ -1,30 +1,27 @@
 import DocFSStore
 import Synchronization
 
-/// The streamed uploads of a mount (see `StreamedUpload`): which copy starts one, and which are
-/// not settled yet. A write on the FUSE thread asks `consider` (a lock and a few comparisons;
-/// the catalog only when a stream starts); the uploader settles each stream before it uploads
-/// the copy, and before a rename or unlink touches its path (`Uploader.exclusively`), so the
-/// part a stream left on the store is always known as ours before the namespace moves.
+/// A mount's streamed uploads. A FUSE write asks `consider` (a lock; the catalog only when a
+/// stream starts). The uploader settles each stream before uploading the copy and before a
+/// rename or unlink touches its path, so what a stream left on the store is known as ours
+/// before the namespace moves.
 public final class UploadStreams: Sendable {
     private let store: any Store
     private let catalog: Catalog
     public let policy: StreamedUpload.Policy
     private let state = Mutex(State())
-    /// Told the item of each stream that ended: its settling is the uploader's (`whenEnded`).
+    /// The uploader settles each ended stream (`whenEnded`).
     private let ended = Mutex<(@Sendable (Inode) -> Void)?>(nil)
 
     private struct State {
-        /// Streams whose outcome nobody applied yet, by item.
+        /// Not applied yet, by item.
         var unsettled: [Inode: StreamedUpload] = [:]
-        /// Of those, the ones still sending.
         var sending = 0
-        /// Paths a namespace operation holds (`Uploader.exclusively`): no stream starts there.
+        /// Held by namespace operations: no stream starts there.
         var held: [Int: [StorePath]] = [:]
         /// Bumped by every namespace operation: a path read before one may be stale.
         var generation = 0
 
-        /// Whether a stream of `inode` may start, as far as the streams under way go.
         func admits(_ inode: Inode, _ policy: StreamedUpload.Policy) -> Bool {
             !stopped && sending < policy.maximumStreams && unsettled[inode] == nil
         }
@@ -37,20 +34,17 @@ public final class UploadStreams: Sendable {
         self.policy = policy
     }
 
-    /// After a write to `copy`: starts its stream if it is a new file that just became long
-    /// enough, written in order, and nothing holds its path.
+    /// Starts a stream for a new file just long enough, written in order, whose path is not held.
     func consider(_ copy: LocalCopy) {
         guard copy.mayStream(policy), hasRoom(for: copy.inode) else { return }
         let generation = state.withLock { $0.generation }
         guard let item = try? catalog.item(copy.inode) else { return }
         let path = item.path
-        // Mode and owners as they are now (a store that sends them with the content does; a
-        // change before the end is pushed when the stream is settled). Times are the store's.
+        // Mode and owners as they are now (a later change is pushed at settling). Times are the store's.
         let attributes = StoreAttributes(mode: item.mode, owner: item.owner, group: item.group)
         let store = store
-        // Started and registered in one step, which a namespace operation's `hold` cannot fall
-        // into: either it finds the stream (and settles it), or the stream sees its paths (or
-        // the path it read went stale meanwhile) and does not start.
+        // Started and registered in one step: a `hold` either finds the stream (and settles it), or
+        // the stream sees the held or stale path and does not start.
         state.withLock { state in
             guard state.admits(copy.inode, policy), state.generation == generation,
                   !state.held.values.contains(where: { Uploader.overlaps(path, $0) }) else { return }
@@ -68,36 +62,31 @@ public final class UploadStreams: Sendable {
         }
     }
 
-    /// Calls `handler` with the item of each stream that ended (the uploader settles it).
     func whenEnded(_ handler: @escaping @Sendable (Inode) -> Void) {
         ended.withLock { $0 = handler }
     }
 
-    /// Whether a stream that a commit completed is still to be settled: an upload under way.
+    /// A completed stream still to be settled: an upload under way.
     var hasCompletedUnsettled: Bool {
         state.withLock { $0.unsettled.values.contains { $0.sealedCommit != nil } }
     }
 
-    /// How far the stream of `inode` got while it is sending (see `StreamedUpload.progress`).
     func progress(of inode: Inode) -> (sent: Int64, total: Int64, complete: Bool)? {
         state.withLock { $0.unsettled[inode] }?.progress
     }
 
-    /// Whether a stream of `inode` could start now (before the catalog is asked for its path:
-    /// while `maximumStreams` are sending, the writes of other files ask nothing).
+    /// Checked before the catalog is asked: while `maximumStreams` send, other writes ask nothing.
     private func hasRoom(for inode: Inode) -> Bool {
         state.withLock { $0.admits(inode, policy) }
     }
 
-    /// The stream of `inode`'s copy is being settled: it no longer counts.
     func settled(_ stream: StreamedUpload) {
         state.withLock { state in
             if state.unsettled[stream.inode] === stream { state.unsettled[stream.inode] = nil }
         }
     }
 
-    /// A namespace operation (`holder`) touches `paths`: no stream starts there until `release`;
-    /// returns the unsettled streams of those paths (and below them).
+    /// No stream starts on `paths` until `release`; returns the unsettled streams at or below them.
     func hold(_ holder: Int, _ paths: [StorePath]) -> [StreamedUpload] {
         state.withLock { state in
             state.held[holder] = paths
