@@ -3,19 +3,13 @@ import Foundation
 import GRDB
 import Synchronization
 
-/// A listing applied to the catalog page by page, each page in its own transaction, so a huge
-/// folder is never held whole in memory; `finishListing` removes what the store no longer has.
-/// A listing describes the store and never moves a local copy: it updates `etag` but never
-/// `baseEtag`, so an upload from the copy still meets a newer version as a conflict. A row
-/// with a local copy below it that vanished or changed kind stays (not on the store) until the
-/// copy is resolved. Names compare by bytes. An unchanged folder's refresh writes no row but
-/// the folder's listing time.
+/// Applied page by page, each in its own transaction, so a huge folder is never whole in memory.
+/// A listing never moves a copy's `baseEtag`, so its upload meets a newer version as a conflict;
+/// a row holding a local copy stays until the copy is resolved. Names compare by bytes.
 public final class ListingProgress: Sendable {
-    /// Each name seen, by its bytes, and whether as a folder: where a name is both (S3 `a` and
-    /// `a/`) the folder wins, whatever the page. A `NameSet`, as a dictionary was 7 MiB at 100,000.
+    /// Where a name is both file and folder (S3 `a`, `a/`), the folder wins. A `NameSet` for memory.
     fileprivate let seen = Mutex(SeenNames())
-    /// Rows whose version docfs learned after this are newer than the listing; a vanished row
-    /// goes only if older.
+    /// Rows docfs learned of after this are newer than the listing.
     public let startedAt: Double
 
     public init(startedAt: Double) {
@@ -29,7 +23,6 @@ struct SeenNames {
     var names = NameSet()
     var isFolder: [Bool] = []
 
-    /// Nil if it was not shown.
     func shownAsFolder(_ name: String) -> Bool? {
         names.index(of: name).map { isFolder[$0] }
     }
@@ -41,7 +34,7 @@ struct SeenNames {
 }
 
 extension Catalog {
-    /// A complete listing given at once: one page, then `finishListing`, in one transaction.
+    /// One page, then `finishListing`, in one transaction.
     public func applyListing(of directory: Inode, entries: [RemoteEntry], kindUnknown: Set<FileName> = [],
                              listedAt: Double, askedAt: Double? = nil) throws(FSError) {
         let progress = ListingProgress(startedAt: askedAt ?? listedAt)
@@ -60,7 +53,6 @@ extension Catalog {
         }
     }
 
-    /// What `DirectoryEnumerator` lists ahead of a tree walk.
     public func foldersNeverListed(in directory: Inode, after name: String, limit: Int) throws(FSError) -> [Item] {
         try read { db in
             try Row.fetchAll(db.cachedStatement(sql: """
@@ -70,8 +62,7 @@ extension Catalog {
         }.map(Catalog.item(from:))
     }
 
-    /// Removes the children the listing did not show and records `listedAt`. `lookupsFollow`: a
-    /// caller waits, so the folder's rows are read into the cache at once.
+    /// `lookupsFollow`: a caller waits, so the folder's rows are read into the cache at once.
     public func finishListing(_ progress: ListingProgress, of directory: Inode, listedAt: Double,
                               lookupsFollow: Bool = false) throws(FSError) {
         let moving = self.moving
@@ -79,8 +70,7 @@ extension Catalog {
         if lookupsFollow { try rememberChildren(of: directory) }
     }
 
-    /// One query reads the folder and its children into the cache the listing's write dropped:
-    /// the lookups that follow would otherwise each cost two statements.
+    /// One query refills the cache the listing's write dropped, for the lookups that follow.
     private func rememberChildren(of directory: Inode) throws(FSError) {
         let ticket = cache.ticket()
         let rows = try read { db in
@@ -109,7 +99,7 @@ extension Catalog {
                 }
             }
             guard first else { continue }
-            // Most names of a first listing are new: an existence check costs a fraction of a whole row.
+            // Most names of a first listing are new: an existence check is cheaper than a row.
             let arguments: StatementArguments = [Int64(bitPattern: directory), entry.name]
             let exists = try Int64.fetchOne(db.cachedStatement(sql: "SELECT inode FROM item WHERE parent = ? AND name = ?"),
                                             arguments: arguments) != nil
@@ -124,7 +114,7 @@ extension Catalog {
                 continue
             }
             if let row, kindUnknown.contains(key) {
-                // An unconfirmed kind keeps what the catalog knows; it is confirmed at the next lookup.
+                // An unconfirmed kind keeps what the catalog knows until the next lookup.
                 try updateKeepingKind(row, to: entry, in: db)
                 continue
             }
@@ -134,8 +124,7 @@ extension Catalog {
                 continue
             }
             if let row {
-                // The kind changed on the store. What holds a local copy stays (its upload becomes a conflict
-                // copy); the rest is replaced.
+                // What holds a local copy stays (its upload becomes a conflict copy); the rest is replaced.
                 if try holdsLocalCopies(db, row) {
                     try db.cachedExecute(sql: "UPDATE item SET onStore = 0 WHERE inode = ? AND kind != ?",
                                    arguments: [row["inode"] as Int64, Item.Kind.directory.rawValue])
@@ -156,15 +145,13 @@ extension Catalog {
         }
     }
 
-    /// A special file made here on a store that cannot mark one is listed as an empty file: the
-    /// catalog knows better while it is still docfs's empty version.
+    /// A special file made here on a store that cannot mark one lists as an empty file.
     private static func keepsSpecialKind(_ row: Row, _ entry: RemoteEntry) -> Bool {
         guard case .file = entry.kind, entry.size == 0, let etag = entry.etag?.value,
               let kind = Item.Kind(rawValue: row["kind"]), kind.specialType != nil else { return false }
         return (row["kindKnownFor"] as String?) == etag
     }
 
-    /// One entry per name: the folder where a name is both, else the first.
     private static func foldersFirst(_ entries: [RemoteEntry]) -> [RemoteEntry] {
         var byName: [FileName: Int] = [:]
         var unique: [RemoteEntry] = []
@@ -181,9 +168,7 @@ extension Catalog {
         return unique
     }
 
-    /// Takes the store's size, time and version but keeps the kind and the version it was
-    /// confirmed for (a changed version is one to confirm). A row with a local copy learns the
-    /// version as `update` does.
+    /// Keeps the kind and the version it was confirmed for (a changed version is one to confirm).
     private static func updateKeepingKind(_ row: Row, to entry: RemoteEntry, in db: Database) throws {
         guard (row["kind"] as Int) != Item.Kind.directory.rawValue else { return }
         if hasLocalCopy(row) {
@@ -208,8 +193,7 @@ extension Catalog {
         let time = Timestamp(seconds: entry.modified).nanoseconds
         // A refresh of an unchanged folder writes nothing.
         if matches(row, entry), !entry.carriesOwnTime || (row["modifiedNs"] as Int64) == time { return }
-        // A time set here stays until the content changes; the store's stored-at time never replaces
-        // it, the item's own one (`x-amz-meta-mtime`) does.
+        // A time set here stays until the content changes, unless the store sends the item's own time.
         try db.cachedExecute(sql: """
             UPDATE item SET size = ?, modifiedNs = CASE WHEN NOT ? AND etag IS NOT NULL AND etag = ? THEN modifiedNs ELSE ? END,
                 etag = ?, symlinkTarget = ?, mode = COALESCE(?, mode), onStore = 1, kindKnownFor = ?, rdev = ?,
@@ -220,9 +204,8 @@ extension Catalog {
                              storeOwner(of: entry), storeGroup(of: entry), entry.links, row["inode"] as Int64])
     }
 
-    /// The store's version moves; the copy's base does not. A file made here and not uploaded yet
-    /// stays "not on the store": the listed entry is someone else's, which its upload must not
-    /// replace. `confirmingKind`: the listing vouches for the kind in this version.
+    /// The copy's base does not move. A file not uploaded yet stays "not on the store": the
+    /// listed entry is someone else's, which its upload must not replace.
     private static func updateUnderLocalCopy(_ row: Row, to entry: RemoteEntry, confirmingKind: Bool, in db: Database) throws {
         let dirty = hasLocalChanges(row)
         try db.cachedExecute(sql: """
@@ -238,7 +221,6 @@ extension Catalog {
 
     private static func finish(listing progress: ListingProgress, of directory: Inode, listedAt: Double, moving: MovingItems,
                                in db: Database) throws {
-        // Read with a cursor, not as a whole folder in memory.
         var vanished: [Row] = []
         let rows = try Row.fetchCursor(db.cachedStatement(sql: "SELECT * FROM item WHERE parent = ?"), arguments: [Int64(bitPattern: directory)])
         try progress.seen.withLock { seen in
@@ -251,14 +233,12 @@ extension Catalog {
             }
         }
         for row in vanished {
-            // A removal or rename cut short by a kill: the store may have made it or not
-            // (`InterruptedChanges` asks), so its absence here says nothing yet.
+            // A removal or rename cut short by a kill: its absence here says nothing yet.
             if try Bool.fetchOne(db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM changeUnderWay WHERE inode = ?)"),
                                  arguments: [row["inode"] as Int64]) == true {
                 continue
             }
-            // Never drop what holds a local copy: its upload (if any) recreates it, and a clean copy's
-            // row goes at its eviction.
+            // Never drop what holds a local copy: its upload recreates it; a clean copy's row goes at eviction.
             if try holdsLocalCopies(db, row) {
                 if (row["kind"] as Int) != Item.Kind.directory.rawValue {
                     try db.cachedExecute(sql: "UPDATE item SET onStore = 0 WHERE inode = ?", arguments: [row["inode"] as Int64])
@@ -270,7 +250,7 @@ extension Catalog {
         try db.cachedExecute(sql: "UPDATE item SET listedAt = ? WHERE inode = ?", arguments: [listedAt, Int64(bitPattern: directory)])
     }
 
-    /// Each with the version it was confirmed for: the same version needs no new look. Per page.
+    /// The same version needs no new look. Per page.
     public func knownKinds(in directory: Inode, named names: [String]) throws(FSError) -> [FileName: (version: ETag, kind: RemoteEntry.Kind)] {
         try read { db in
             var known: [FileName: (version: ETag, kind: RemoteEntry.Kind)] = [:]

@@ -3,12 +3,10 @@ import Foundation
 import GRDB
 import Synchronization
 
-/// The SQLite database of items, so placeholders and unsynced changes survive an unmount, a
-/// crash and a restart. One per store, under `$XDG_STATE_HOME/docfs/`. Inodes are
-/// `AUTOINCREMENT` row ids, never reused, so a remembered inode never names another item.
+/// Placeholders and unsynced changes survive a crash here. Inodes are `AUTOINCREMENT` row ids,
+/// never reused, so a remembered inode never names another item.
 public final class Catalog: Sendable {
     let db: DatabasePool
-    /// Rows read recently (every write below invalidates what it touched).
     let cache = CatalogCache()
     private let writeTransactions = Atomic<Int>(0)
     private let databaseLookups = Atomic<Int>(0)
@@ -32,7 +30,7 @@ public final class Catalog: Sendable {
 
     public func item(_ inode: Inode) throws(FSError) -> Item? {
         if let cached = cache.item(inode) { return cached }
-        // Cached statements: compiling one (GRDB authorizes every column) costs more than running it.
+        // Cached statements: compiling one costs more than running it.
         let ticket = cache.ticket()
         let item = try quickRead { db in try Catalog.item(inode, in: db) }
         cache.fill(item, ticket: ticket)
@@ -47,7 +45,7 @@ public final class Catalog: Sendable {
         return child
     }
 
-    /// Both in one hop: each separate read is a queue hop and a pooled connection.
+    /// One hop: each separate read is a queue hop and a pooled connection.
     public func directoryAndChild(_ parent: Inode, named name: String) throws(FSError) -> (directory: Item?, child: Item?) {
         if let directory = cache.item(parent) {
             if let child = cache.child(of: parent, named: name) { return (directory, child) }
@@ -86,10 +84,10 @@ public final class Catalog: Sendable {
         return children
     }
 
-    /// Through a cursor. A listing also fills the cache, so the lookups that follow hit memory.
+    /// A listing also fills the cache, so the lookups that follow hit memory.
     public func forEachChild(of parent: Inode, _ body: (Item) -> Void) throws(FSError) {
         let ticket = cache.ticket()
-        // Handed to the cache a few hundred at a time, so the listing's peak holds no second copy.
+        // In batches, so the listing's peak holds no second copy.
         var seen: [Item] = []
         seen.reserveCapacity(Self.fillChunk)
         try read { db in
@@ -110,13 +108,13 @@ public final class Catalog: Sendable {
 
     private static let fillChunk = 256
 
-    /// For tests of what an open and close cost.
+    /// For tests.
     public var transactionsWritten: Int { writeTransactions.load(ordering: .relaxed) }
 
-    /// Single-item reads that missed the cache (for tests).
+    /// For tests.
     public var itemReadsFromDatabase: Int { databaseLookups.load(ordering: .relaxed) }
 
-    /// SQLite's `total_changes()` of the writing connection (for tests and the bench).
+    /// For tests and the bench.
     public func rowsWritten() throws(FSError) -> Int {
         try write(invalidating: .nothing) { db in db.totalChangesCount }
     }
@@ -133,7 +131,6 @@ public final class Catalog: Sendable {
 
     // MARK: Writing
 
-    /// The names of one file, on a store with hard links.
     public func files(withVersion etag: ETag) throws(FSError) -> [Item] {
         try read { db in
             try Row.fetchAll(db, sql: "SELECT \(Catalog.itemColumns) FROM item WHERE etag = ? AND kind = ? LIMIT 1000",
@@ -147,7 +144,6 @@ public final class Catalog: Sendable {
         }
     }
 
-    /// After a fetch: the ETag may be new.
     public func updateMetadata(of inode: Inode, from entry: RemoteEntry) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
             try db.cachedExecute(sql: """
@@ -160,7 +156,7 @@ public final class Catalog: Sendable {
         }
     }
 
-    /// `folderChanged`: when the user made it, the parent's mtime and ctime follow; nil leaves them.
+    /// `folderChanged`: the parent's mtime and ctime follow; nil leaves them.
     public func createItem(in parent: Inode, name: String, kind: Item.Kind, size: Int64 = 0, modified: Timestamp,
                            etag: ETag? = nil, mode: UInt32?, owner: UInt32? = nil, group: UInt32? = nil,
                            state: ItemState, onStore: Bool, listedAt: Double? = nil, symlinkTarget: String? = nil,
@@ -184,7 +180,7 @@ public final class Catalog: Sendable {
         return item
     }
 
-    /// Removes the subtree too. `folderChanged`: as for `createItem`.
+    /// Removes the subtree too.
     public func removeItem(_ inode: Inode, folderChanged: Timestamp? = nil) throws(FSError) {
         let removedNames = self.removedNames
         try write { db in
@@ -197,8 +193,7 @@ public final class Catalog: Sendable {
         }
     }
 
-    /// Moves an item (and every path below it), replacing what was there. Inode and identifier
-    /// stay. The item's ctime and both folders' times become `changed`.
+    /// Replaces what was there; inode and identifier stay.
     public func moveItem(_ inode: Inode, to parent: Inode, name: String, changed: Timestamp) throws(FSError) {
         let removedNames = self.removedNames
         try write { db in
@@ -218,8 +213,8 @@ public final class Catalog: Sendable {
             try db.cachedExecute(sql: "UPDATE item SET parent = ?, name = ?, path = ?, changedNs = ?, versionAt = ? WHERE inode = ?",
                            arguments: [Int64(bitPattern: parent), name, newPath, changed.nanoseconds, Date().timeIntervalSince1970,
                                        Int64(bitPattern: inode)])
-            // substr counts code points, hence unicodeScalars. The subtree is the path range from
-            // "old/" to "old0" ('0' follows '/'), which the path index finds without a scan.
+            // substr counts code points. The subtree is the path range "old/" to "old0" ('0' follows '/'),
+            // which the index finds without a scan.
             try db.cachedExecute(sql: """
                 UPDATE item SET path = ? || substr(path, ?) WHERE path > ? AND path < ?
                 """, arguments: [newPath, oldPath.unicodeScalars.count + 1, oldPath + "/", oldPath + "0"])
@@ -227,17 +222,15 @@ public final class Catalog: Sendable {
     }
 
     private static func touchFolder(_ db: Database, _ folder: Inode, at time: Timestamp) throws {
-        // An access time never set follows the modification time: it keeps the old one.
+        // An unset atime follows the mtime: keep the old one.
         try db.cachedExecute(sql: """
             UPDATE item SET accessedNs = COALESCE(accessedNs, modifiedNs), modifiedNs = ?, changedNs = ? WHERE inode = ?
             """, arguments: [time.nanoseconds, time.nanoseconds, Int64(bitPattern: folder)])
     }
 
-    /// Attributes pushed gave a new version without a content change: a copy based on the old
-    /// version is based on the new one.
+    /// A copy based on the old version is based on the new one.
     public func recordVersion(of inode: Inode, etag: ETag?) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
-            // Attributes do not change an item's kind.
             try db.cachedExecute(sql: """
                 UPDATE item SET kindKnownFor = CASE WHEN kindKnownFor = etag THEN COALESCE(?, etag) ELSE kindKnownFor END,
                     baseEtag = CASE WHEN baseEtag = etag THEN COALESCE(?, etag) ELSE baseEtag END,
@@ -246,7 +239,6 @@ public final class Catalog: Sendable {
         }
     }
 
-    /// Nil message: it no longer fails.
     public func recordUploadError(of inode: Inode, _ message: String?, trouble: UploadTrouble = .failed) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
             try db.cachedExecute(sql: "UPDATE item SET uploadError = ?, uploadTrouble = ? WHERE inode = ?",
@@ -254,12 +246,11 @@ public final class Catalog: Sendable {
         }
     }
 
-    /// chmod/chown/utimensat; nil leaves a value. They are news (`versionAt`): a store answer asked
-    /// before them does not put the old values back.
+    /// Nil leaves a value. They are news (`versionAt`): an older store answer does not undo them.
     public func setAttributes(of inode: Inode, mode: UInt32? = nil, owner: UInt32? = nil, group: UInt32? = nil,
                               modified: Timestamp? = nil, accessed: Timestamp? = nil, changed: Timestamp) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
-            // An unset atime follows the mtime: pin it before that moves (UTIME_OMIT must keep it).
+            // An unset atime follows the mtime: pin it first (UTIME_OMIT must keep it).
             try db.cachedExecute(sql: """
                 UPDATE item SET mode = COALESCE(?, mode), owner = COALESCE(?, owner), "group" = COALESCE(?, "group"),
                     accessedNs = COALESCE(?, accessedNs, modifiedNs), modifiedNs = COALESCE(?, modifiedNs), changedNs = ?,
@@ -270,7 +261,6 @@ public final class Catalog: Sendable {
         }
     }
 
-    /// A directory made here is complete: it is empty.
     public func markListed(_ inode: Inode, at time: Double) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
             try db.cachedExecute(sql: "UPDATE item SET listedAt = ? WHERE inode = ?", arguments: [time, Int64(bitPattern: inode)])
@@ -279,8 +269,7 @@ public final class Catalog: Sendable {
 
     // MARK: Plumbing
 
-    /// A hot-path read of one or two rows, with no transaction: BEGIN/COMMIT would cost as much
-    /// as the reads, and each statement sees a committed state.
+    /// No transaction: BEGIN/COMMIT would cost as much as the reads, and each statement sees a commit.
     func quickRead<T>(_ body: (Database) throws -> T) throws(FSError) -> T {
         databaseLookups.add(1, ordering: .relaxed)
         do { return try db.unsafeRead(body) } catch { throw Catalog.failure(error) }
@@ -290,7 +279,6 @@ public final class Catalog: Sendable {
         do { return try db.read(body) } catch { throw Catalog.failure(error) }
     }
 
-    /// The cache of rows is dropped once it is committed.
     func write<T>(_ body: (Database) throws -> T) throws(FSError) -> T {
         try write(invalidating: .all, body)
     }
@@ -321,7 +309,7 @@ public final class Catalog: Sendable {
         }
     }
 
-    /// A full state disk is ENOSPC and a read-only one EROFS, which the user can act on.
+    /// A full disk is ENOSPC and a read-only one EROFS, which the user can act on.
     static func failure(_ error: any Error, _ what: String = "catalog") -> FSError {
         if let error = error as? DatabaseError {
             switch error.resultCode {
@@ -344,7 +332,6 @@ public final class Catalog: Sendable {
         return state == ItemState.modified.rawValue || state == ItemState.uploading.rawValue || (row["uncommitted"] as Bool? ?? false)
     }
 
-    /// Being fetched, open, or holding changes.
     static func hasLocalCopy(_ row: Row) -> Bool {
         let state: String = row["state"]
         return hasLocalChanges(row) || state == ItemState.local.rawValue || state == ItemState.downloading.rawValue
@@ -378,9 +365,8 @@ public final class Catalog: Sendable {
         return 0
     }
 
-    /// Store-reported owners become the items' owners only for a root daemon: a non-root daemon
-    /// cannot chown, so it would show files it may not change (`default_permissions`), and the
-    /// next listing would undo a chown. Such a mount shows the mounting user.
+    /// Only a root daemon takes owners from the store: another could not chown, and a listing would
+    /// undo a chown. It shows the mounting user.
     static let takesOwnersFromStore = geteuid() == 0
 
     static func storeOwner(of entry: RemoteEntry) -> Int64? {
@@ -396,7 +382,6 @@ public final class Catalog: Sendable {
         return nil
     }
 
-    /// Whether a listing's update of this row (with no local copy) would change nothing.
     static func matches(_ row: Row, _ entry: RemoteEntry) -> Bool {
         let etag = entry.etag?.value
         guard (row["size"] as Int64) == entry.size, (row["etag"] as String?) == etag,
@@ -410,8 +395,7 @@ public final class Catalog: Sendable {
         return etag != nil || (row["modifiedNs"] as Int64) == Timestamp(seconds: entry.modified).nanoseconds
     }
 
-    /// Decoded by index, in this order: GRDB's by-name lookup is case-insensitive and was most of
-    /// a lookup's cost.
+    /// Decoded by index: GRDB's by-name lookup was most of a lookup's cost.
     static let itemColumns = """
         inode, id, parent, name, path, kind, size, modifiedNs, etag, symlinkTarget, mode, state, listedAt, onStore, \
         owner, "group", accessedNs, changedNs, uploadError, conflictCopy, baseEtag, uncommitted, rdev, \

@@ -3,15 +3,11 @@ import Foundation
 import Logging
 import Synchronization
 
-/// Fills the catalog with directory listings (File Provider's `enumerator(for:)`). A folder
-/// never listed is listed before the answer; one listed before (the catalog persists) answers
-/// at once and, if stale, is refreshed in the background, so a stopped server leaves the cached
-/// tree browsable. Concurrent requests share one listing. Once a walk lists a second
-/// never-listed child of a folder (`find`, `cp -r`), its other child folders are listed ahead.
+/// Fills the catalog with listings. A folder listed before answers at once and is refreshed in
+/// the background when stale, so a stopped server leaves the cached tree browsable.
 public actor DirectoryEnumerator {
-    /// `--list-ahead`.
     public struct ListAhead: Sendable, Equatable {
-        /// Per walk into a folder (0: never list ahead).
+        /// 0: never list ahead.
         public var folders: Int
         public var concurrency: Int
 
@@ -36,20 +32,17 @@ public actor DirectoryEnumerator {
     private var enteredOnce: Set<Inode> = []
     private var walked: Set<Inode> = []
     private var listingAhead: [Inode: Task<Void, Never>] = [:]
-    /// Never-listed folders whose names `stat` looks up, and how far the lookups paid for their
-    /// listings (see `noteLookupByName`).
+    /// Never-listed folders whose lookups are paying for their listing (`noteLookupByName`).
     var listingsBoughtByLookups: [Inode: ListingBoughtByLookups] = [:]
-    /// Background refreshes asked for from outside the actor and not ended: one request each.
+    /// Refreshes asked for from outside the actor and not ended: one request each.
     private nonisolated let refreshRequested = Mutex<Set<Inode>>([])
-    /// See `SymlinkProbe`.
     private nonisolated let confirmations: KindConfirmations
-    /// Objects above this size are never links (nil: listings show every kind).
+    /// Nil: listings show every kind.
     private nonisolated let maximumLinkSize: Int64?
     nonisolated let listedHandler = Mutex<(@Sendable (Item) -> Void)?>(nil)
     nonisolated let previewsHandler = Mutex<PreviewsHandler?>(nil)
 
-    /// The listing start time is given when a caller waits (a first `readdir`); returns once the
-    /// thumbnails are written or patience ran out, at once when no one waits.
+    /// Returns once the thumbnails are written or patience ran out; at once when no one waits.
     public typealias PreviewsHandler = @Sendable (Item, [StorePath], ContinuousClock.Instant?) async -> Void
     private nonisolated let goneHandler = Mutex<(@Sendable ([Inode]) async -> Bool)?>(nil)
 
@@ -70,25 +63,23 @@ public actor DirectoryEnumerator {
         listedHandler.withLock { $0 = handler }
     }
 
-    /// Called with each page's files that have previews, on the listing's task: the listing ends
-    /// when it returns, so a first `readdir` can wait (boundedly) for the thumbnails asked next.
+    /// Runs on the listing's task, which ends when it returns: a first `readdir` waits for thumbnails.
     public nonisolated func whenPreviewsListed(_ handler: @escaping PreviewsHandler) {
         previewsHandler.withLock { $0 = handler }
     }
 
-    /// Called before the listing ends with files gone from the store that had clean kept copies;
-    /// returns whether any went, and then the folder is listed again to show what is there now.
+    /// Returns whether any went; then the folder is listed again to show what is there now.
     public nonisolated func whenCopiesGoneFromStore(_ handler: @escaping @Sendable ([Inode]) async -> Bool) {
         goneHandler.withLock { $0 = handler }
     }
 
-    /// Nil on stores whose listings show every kind, and for most items (see `SymlinkProbe`).
+    /// Nil for most items.
     public nonisolated func kindToConfirm(_ item: Item) -> Catalog.KindToConfirm? {
         guard let maximumLinkSize else { return nil }
         return try? catalog.kindToConfirm(item, maximumSize: maximumLinkSize)
     }
 
-    /// One HEAD shared with other lookups of it; the rest of its folder follows in the background.
+    /// One HEAD shared with other lookups; the rest of the folder follows in the background.
     public nonisolated func confirmKind(_ item: Catalog.KindToConfirm) async {
         await confirmations.confirm(item)
     }
@@ -115,8 +106,7 @@ public actor DirectoryEnumerator {
         }
     }
 
-    /// Whether the folder was listed (this mount or earlier); a stale one is refreshed in the
-    /// background. Never waits, and hops onto the actor only if a refresh is due.
+    /// Never waits; hops onto the actor only if a refresh is due.
     public nonisolated func canAnswerNow(for directory: Item) -> Bool {
         guard let listedAt = directory.listedAt else { return false }
         let now = Date().timeIntervalSince1970
@@ -153,8 +143,7 @@ public actor DirectoryEnumerator {
         }
     }
 
-    /// Lists siblings ahead from the second walk into a parent, or the first when the parent is
-    /// itself in a walked folder (`find` going down a tree).
+    /// From the second walk into a parent, or the first when the parent is in a walked folder.
     private func noteDescent(into directory: Item) {
         guard listAhead.folders > 0, let parent = directory.parent, inFlight[directory.inode] == nil else { return }
         if !walked.contains(parent) {
@@ -170,9 +159,8 @@ public actor DirectoryEnumerator {
         listingAhead[parent] = Task { await self.listChildFolders(of: parent, after: directory.name) }
     }
 
-    /// In name order (a walk's order), `concurrency` at a time, never listing a folder twice. A
-    /// failure of the store rather than the folder ends the batch: a store that is down gets the
-    /// listings under way, not one failing listing per folder.
+    /// In name order, never a folder twice. A store failure ends the batch: a store that is down
+    /// gets no failing listing per folder.
     private func listChildFolders(of parent: Inode, after name: String) async {
         defer { listingAhead[parent] = nil }
         guard let folders = try? catalog.foldersNeverListed(in: parent, after: name, limit: listAhead.folders),
@@ -202,10 +190,8 @@ public actor DirectoryEnumerator {
         }
     }
 
-    /// Used by tests and explicit refreshes.
     public func refresh(_ directory: Item) async throws(FSError) {
-        // A file is never listed: the store's answer (a folder made there elsewhere) would become
-        // children of the file's row.
+        // A file is never listed: a folder made there elsewhere would become the file's children.
         guard directory.isDirectory else { throw .notADirectory }
         do {
             try await listing(directory).value
@@ -214,15 +200,13 @@ public actor DirectoryEnumerator {
         }
     }
 
-    /// `awaited`: a caller waits (a first readdir or lookup), so thumbnails are waited for and the
-    /// rows are read into the cache. Listings ahead of a walk or in the background do neither.
+    /// `awaited`: a caller waits, so thumbnails are waited for and rows read into the cache.
     private func listing(_ directory: Item, awaited: Bool = false) -> Task<Void, any Error> {
         if let task = inFlight[directory.inode] { return task }
         let handler = listedHandler.withLock { $0 }
         let dropGone = goneHandler.withLock { $0 }
         let previews = previewsHandler.withLock { $0 }
-        // A whole listing takes over from lookups' page-by-page listing: if that page was the last,
-        // the folder is listed already.
+        // If the lookups' page under way was the last, the folder is listed already.
         let pageUnderWay = listingsBoughtByLookups.removeValue(forKey: directory.inode)?.fetching
         let task = Task { [store, catalog, retry, logger] in
             defer { self.finished(directory.inode) }
@@ -239,24 +223,22 @@ public actor DirectoryEnumerator {
         return task
     }
 
-    /// Runs off the actor, so lookups never wait for a big folder; the catalog write runs on the
-    /// blocking queue.
+    /// Off the actor, so lookups never wait for a big folder.
     private nonisolated static func list(_ directory: Item, store: any Store, catalog: Catalog, retry: RetryPolicy,
                                          logger: Logger, previews: PreviewsHandler? = nil, awaited: Bool = false) async throws {
         let progress = ListingProgress(startedAt: Date().timeIntervalSince1970)
         let waiting = awaited ? ContinuousClock.now : nil
         var page: PageToken? = nil
         repeat {
-            // Each page reaches the catalog as it arrives: a huge folder is never held whole in memory.
+            // Page by page: a huge folder is never held whole in memory.
             page = try await listPage(page, of: directory, progress: progress, store: store, catalog: catalog, retry: retry, logger: logger,
                                       previews: previews, awaitingSince: waiting)
         } while page != nil
         try await finishListing(directory, progress: progress, catalog: catalog, logger: logger, lookupsFollow: awaited)
     }
 
-    /// Applies one page to the catalog and returns the next token (nil after the last). Its files
-    /// with previews go to `previews`; `awaitingSince`: a caller waits since then, so the page
-    /// waits (boundedly) for their thumbnails.
+    /// Returns the next token (nil after the last). `awaitingSince`: a caller waits, so the page
+    /// waits (boundedly) for its thumbnails.
     nonisolated static func listPage(_ token: PageToken?, of directory: Item, progress: ListingProgress, store: any Store,
                                      catalog: Catalog, retry: RetryPolicy, logger: Logger, previews: PreviewsHandler? = nil,
                                      awaitingSince: ContinuousClock.Instant? = nil) async throws(FSError) -> PageToken? {

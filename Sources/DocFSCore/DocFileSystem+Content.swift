@@ -1,20 +1,18 @@
-// Reads, writes, flush, fsync and the last close. Reads never touch the network on the
-// caller's thread; a close commits what its handle wrote and hands the copy to the uploader.
+// Reads never touch the network on the caller's thread; a close commits and hands over the copy.
 
 import DocFSStore
 import Foundation
 import Logging
 
 extension DocFileSystem {
-    /// A zero-copy reply; the loan's `count` stops at the end of the file.
+    /// A zero-copy reply.
     public func lendLocalBytes(handle: UInt64, offset: Int64, count: Int) throws(FSError) -> DescriptorLoan {
         guard let file = openFiles[handle] else { throw .invalidArgument }
         if prefetching { file.reads.reached(offset + Int64(count)) }  // only the prefetcher asks
         return try file.copy.lend(at: offset, count: count)
     }
 
-    /// Nil while the bytes are fetched: wait with `waitForContent`, then `lendLocalBytes`. One
-    /// handle lookup, and for a complete copy one lock, per read.
+    /// Nil while the bytes are fetched: wait with `waitForContent`. One lock per read.
     public func lendForRead(handle: UInt64, offset: Int64, count: Int) throws(FSError) -> DescriptorLoan? {
         guard let file = openFiles[handle] else { throw .invalidArgument }
         if prefetching { file.reads.reached(offset + Int64(count)) }  // only the prefetcher asks
@@ -34,7 +32,7 @@ extension DocFileSystem {
         }
     }
 
-    /// Nil when the copy has local changes: what the kernel's page cache can be labelled with.
+    /// Nil when the copy has local changes.
     public func cleanVersion(handle: UInt64) -> ETag? {
         guard let file = openFiles[handle] else { return nil }
         let life = file.copy.life
@@ -46,8 +44,7 @@ extension DocFileSystem {
         guard let file = openFiles[handle] else { throw .invalidArgument }
         let copy = file.copy
         let timedOut = FSError.timedOut("bytes \(offset)..<\(offset + Int64(count)) of \(file.opened.path) did not arrive within \(ioTimeout.map { "\($0)" } ?? "")")
-        // A stall just waited out fails the next read at once: the kernel retries each page of a
-        // failed read-ahead, and one caller must not wait the timeout per page.
+        // A fresh stall fails the next read at once: the kernel retries each page of a read-ahead.
         if let ioTimeout, copy.stalled(within: ioTimeout), !copy.prepareRead(at: offset, count: count) { throw timedOut }
         do {
             try await CallerWait.run(limit: ioTimeout, timeout: { timedOut }) { () throws(FSError) in
@@ -59,13 +56,11 @@ extension DocFileSystem {
         }
     }
 
-    /// The first write since a commit is journaled before its bytes land; flush/fsync/close commit.
     public func write(handle: UInt64, offset: Int64, bytes: UnsafeRawBufferPointer) throws(FSError) -> Int {
         try writeLanding(handle: handle, offset: offset, bytes: bytes).count
     }
 
-    /// Also says where the bytes landed: for O_APPEND, at the copy's end (then the kernel's size
-    /// and pages of the file are wrong).
+    /// For O_APPEND the bytes land at the copy's end, and the kernel's size and pages are wrong.
     public func writeLanding(handle: UInt64, offset: Int64, bytes: UnsafeRawBufferPointer) throws(FSError) -> (count: Int, offset: Int64, inode: Inode) {
         guard let file = openFiles[handle], file.writable else { throw .invalidArgument }
         let landed = file.appends ? try file.copy.appendLocal(bytes) : (try file.copy.writeLocal(bytes, at: offset), offset)
@@ -73,8 +68,7 @@ extension DocFileSystem {
         return (landed.0, landed.1, file.inode)
     }
 
-    /// Commits the changes to the journal (not flushed to disk: see `SessionMarker`) before every
-    /// close() returns. Only committed content is ever uploaded.
+    /// Before every close() returns (not flushed: see `SessionMarker`).
     public func flush(handle: UInt64) async throws(FSError) {
         guard let file = openFiles[handle] else { return }
         noteRead(file)
@@ -82,7 +76,7 @@ extension DocFileSystem {
         try file.copy.commit()
     }
 
-    /// On the calling thread, or false when holes must be fetched first (then call `flush`).
+    /// False when holes must be fetched first (then call `flush`).
     public func flushIfComplete(handle: UInt64) throws(FSError) -> Bool {
         guard let file = openFiles[handle] else { return true }
         noteRead(file)
@@ -91,21 +85,19 @@ extension DocFileSystem {
         return true
     }
 
-    /// The prefetcher learns of a file read whole (at flush, which close() waits for).
     private func noteRead(_ file: OpenFile) {
         guard prefetching, !file.writable, file.reads.furthest >= file.copy.length, let parent = file.opened.parent else { return }
         prefetcher.readWhole(file.opened.name, in: parent)
     }
 
-    /// Only a complete copy is committed: fetches what a changed sparse copy lacks, waiting as a
-    /// writer does. If the version changed, `ESTALE`; the changes stay uncommitted, and a last
-    /// close hands them to the uploader all the same (`CopyLife.awaitingFill`).
+    /// Only a complete copy is committed. If the version changed, `ESTALE`, and a last close hands
+    /// the changes to the uploader all the same.
     func completeForCommit(_ file: OpenFile) async throws(FSError) {
         guard file.copy.needsFillBeforeCommit else { return }
         try await provider.complete(file.copy, of: file.opened)
     }
 
-    /// Commit (flushed to local disk), then upload now and wait for the store to confirm.
+    /// Commit, flushed, then upload now and wait for the store to confirm.
     public func fsync(handle: UInt64) async throws(FSError) {
         guard let file = openFiles[handle] else { throw .invalidArgument }
         if file.copy.life.uncommitted {
@@ -151,7 +143,7 @@ extension DocFileSystem {
         logger.trace("released", metadata: ["inode": "\(file.inode)", "outcome": "\(outcome)"])
     }
 
-    /// Before a truncate, a sparse copy fetches every byte it lacks, of the version it opened.
+    /// Before a truncate, a sparse copy fetches every byte it lacks.
     public func provideForChange(_ handle: UInt64) async throws(FSError) {
         if let file = openFiles[handle], file.writable {
             try await provider.complete(file.copy, of: file.opened)

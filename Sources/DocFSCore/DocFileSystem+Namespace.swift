@@ -1,12 +1,12 @@
-// mkdir, symlink, mknod, unlink, rmdir and rename: the store first, under the uploader's
-// exclusion of the paths, then the catalog; a change a kill could split is noted first.
+// Namespace changes: the store first, under the uploader's exclusion of the paths, then the
+// catalog; a change a kill could split is noted first.
 
 import DocFSStore
 import Foundation
 import Logging
 
 extension DocFileSystem {
-    /// On stores that can represent links; `EPERM` elsewhere.
+    /// `EPERM` on stores that cannot represent links.
     public func makeSymlink(in parent: Inode, name: String, target: String, owner: UInt32, group: UInt32) async throws(FSError) -> Item {
         let path = try await pathForNewEntry(named: name, in: parent)
         let (group, _) = try inheriting(group: group, mode: 0o777, from: parent, directory: false)
@@ -25,8 +25,7 @@ extension DocFileSystem {
         return await withOwnerOnStore(created)
     }
 
-    /// mknod/mkfifo/bind, on stores that can represent them; `EPERM` elsewhere. Metadata only: the
-    /// kernel serves opens of such an inode itself.
+    /// mknod/mkfifo/bind; `EPERM` where the store cannot represent them. Metadata only.
     public func makeSpecial(in parent: Inode, name: String, _ special: SpecialFile, mode: UInt32, owner: UInt32,
                             group: UInt32) async throws(FSError) -> Item {
         if readOnly { throw .readOnly }
@@ -47,8 +46,6 @@ extension DocFileSystem {
         return await withOwnerOnStore(created)
     }
 
-
-    /// The store first, then the catalog.
     public func makeDirectory(in parent: Inode, name: String, mode: UInt32, owner: UInt32, group: UInt32) async throws(FSError) -> Item {
         let path = try await pathForNewEntry(named: name, in: parent)
         let (group, mode) = try inheriting(group: group, mode: mode, from: parent, directory: true)
@@ -62,16 +59,14 @@ extension DocFileSystem {
         return await withOwnerOnStore(created)
     }
 
-    /// In a setgid folder, the folder's group, and a folder made there is setgid too (the kernel
-    /// leaves this to a FUSE file system).
+    /// Setgid folders pass on their group (and setgid to folders): the kernel leaves it to FUSE.
     func inheriting(group: UInt32, mode: UInt32, from parent: Inode, directory: Bool) throws(FSError) -> (group: UInt32, mode: UInt32) {
         let folder = try item(parent)
         guard let folderMode = folder.mode, folderMode & UInt32(S_ISGID) != 0 else { return (group, mode) }
         return (folder.group ?? UInt32(getegid()), directory ? mode | UInt32(S_ISGID) : mode)
     }
 
-    /// When the caller is not the mounting user, a store that keeps owners gets the caller's, so a
-    /// fresh catalog sees the same owner; the usual case costs no request.
+    /// A store that keeps owners gets a non-mounting caller's, so a fresh catalog sees the same owner.
     private func withOwnerOnStore(_ created: Item) async -> Item {
         let owner = created.owner.flatMap { $0 == geteuid() ? nil : $0 }
         let group = created.group.flatMap { $0 == getegid() ? nil : $0 }
@@ -97,8 +92,7 @@ extension DocFileSystem {
             // Re-read: an upload in flight until now may have put it on the store.
             let target = try catalog.item(target.inode) ?? target
             if target.onStore {
-                // Noted first where a kill between store and catalog would bring the item back with its
-                // changes. A failure leaves the file and its pending upload.
+                // Noted first where a kill between store and catalog would bring the item back.
                 let change = try catalog.holdsUnsentChanges(target) ? ChangeUnderWay.removal(of: target) : nil
                 try await catalog.noting(change) { () async throws(StoreError) in
                     do throws(StoreError) {
@@ -117,7 +111,7 @@ extension DocFileSystem {
         }
     }
 
-    /// Also over an existing target and across folders; inodes stay.
+    /// Inodes stay.
     public func rename(from parent: Inode, name: String, to newParent: Inode, newName: String, noReplace: Bool) async throws(FSError) {
         if readOnly { throw .readOnly }
         guard newName.utf8.count <= 255 else { throw .nameTooLong }
@@ -140,12 +134,10 @@ extension DocFileSystem {
             }
         }
         let targetPath = try storePath(destinationDirectory.path, newName)
-        // Open streamed copies of what moves or is replaced get the rest first: their ranges are
-        // read by name and version.
+        // Open streamed copies read ranges by name and version: they get the rest first.
         await completeOpenFiles(under: [source.path] + (existing.map { [$0.path] } ?? []))
         try await uploader.exclusively(touching: [source.path, targetPath]) { () async throws(FSError) in
-            // Re-read both: an upload may have put them on the store. A source whose row went meanwhile
-            // is gone: moving the old row's idea of it could delete the target on the store.
+            // Re-read both. A source whose row went is gone: moving it could delete the target on the store.
             guard let source = try catalog.item(source.inode) else { throw .notFound }
             let existing = try existing.map { (old: Item) throws(FSError) -> Item in try catalog.item(old.inode) ?? old }
             // From the store's move to the catalog's, no listing asked before may drop the row.
@@ -183,7 +175,7 @@ extension DocFileSystem {
         }
     }
 
-    /// An open file stays usable whatever happens to its name (POSIX).
+    /// POSIX: an open file stays usable whatever happens to its name.
     private func completeOpenFiles(under paths: [StorePath]) async {
         let catalog = self.catalog
         let isAffected = { @Sendable (inode: Inode) -> Bool in
@@ -193,7 +185,6 @@ extension DocFileSystem {
         await provider.completeStreams(where: isAffected)
     }
 
-    /// Refuses a read-only mount, a name too long and a name already taken.
     func pathForNewEntry(named name: String, in parent: Inode) async throws(FSError) -> StorePath {
         if readOnly { throw .readOnly }
         guard name.utf8.count <= 255 else { throw .nameTooLong }

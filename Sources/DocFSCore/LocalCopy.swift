@@ -2,28 +2,21 @@ import DocFSStore
 import Foundation
 import Synchronization
 
-/// One item's content in the private cache (mode 0600), and the one owner of its `CopyLife`.
-/// It knows which ranges it holds, so reads are served only from bytes that arrived.
-/// Every life change is written to the catalog under the copy's lock, so the journal never
-/// lags the copy: the first write after a commit is recorded before its bytes land, a commit
-/// once its writes landed, and a snapshot is taken while no write is under way. The lock is
-/// never held across the network.
+/// One item's content in the private cache, and the one owner of its `CopyLife`. Every life
+/// change is recorded under the copy's lock, so the journal never lags the copy: a first write
+/// is journaled before its bytes land. The lock is never held across the network.
 public final class LocalCopy: ContentSink, Sendable {
     public let path: String
     public let inode: Inode
     let catalog: Catalog
-    /// Touched only by `LocalCopy`'s own files.
     let state: Mutex<State>
-    /// Taken around every write of bytes (before `state`), so a fetched chunk never lands over a
-    /// user's write made meanwhile.
+    /// Taken around every write of bytes (before `state`): a fetched chunk never lands over a user's write.
     let landing = Mutex(())
 
     struct State {
-        /// A retired descriptor goes as soon as its own users are done: reads that never pause would
-        /// otherwise keep an old snapshot's file alive.
+        /// A retired descriptor goes once its own users are done, or endless reads keep an old file alive.
         mutating func releaseDescriptor(_ used: Int32) -> [Int32] {
             if let count = retired[used] {
-                // Unambiguous: a retired descriptor is open, so no newer one has its number.
                 retired[used] = count > 1 ? count - 1 : nil
                 return count > 1 ? [] : [used]
             }
@@ -37,33 +30,30 @@ public final class LocalCopy: ContentSink, Sendable {
             return [descriptor]
         }
 
-        /// Replaced (never closed under a user) when the copy stops sharing its file (`unshare`).
+        /// Never closed under a user; replaced by `unshare`.
         var descriptor: Int32
-        /// Descriptors of files the copy left, with the calls still using them.
         var retired: [Int32: Int] = [:]
-        /// A snapshot is a second name of the copy's file: the first change gives the copy its own file.
+        /// A snapshot shares the copy's file: the first change gives the copy its own.
         var sharedWithSnapshot = false
-        /// A completed stream still reads the file: as for a snapshot (only `unshare` clears it).
+        /// A completed stream still reads the file, as a snapshot does (only `unshare` clears it).
         var sharedWithStream = false
 
         var held = ByteRangeSet()
         var length: Int64 = 0
-        /// Whether a local write ever touched the copy (its time is then the item's).
+        /// Then its time is the item's.
         var written = false
-        /// A time set with utimensat, and the one the cache's file system kept (ext4 keeps nothing
-        /// before 1901): while the file has the kept time, the set one is its time.
+        /// A utimensat time and what the file system kept of it (ext4 keeps nothing before 1901).
         var setTime: (requested: Timestamp, kept: Timestamp)?
-        /// Local writes landing now (a snapshot waits for none).
+        /// A snapshot waits for none landing.
         var writesInFlight = 0
-        /// Calls using the current descriptor: a discarded copy's descriptor is closed by the last of
-        /// them, never under one (its number could be reused).
+        /// A discarded copy's descriptor is closed by the last user, never under one (its number could be reused).
         var users = 0
         var discarded = false
         var closed = false
         var fetcher: RangeFetcher?
         /// Until the detached fetcher's last requests end, a fetched chunk may still arrive.
         var draining: Task<Void, Never>?
-        /// Bytes the user wrote while fetched bytes could still arrive: those never land on them.
+        /// Fetched bytes never land on these.
         var local = ByteRangeSet()
         var heldLog: HeldLog?
         var streamed: StreamedUpload?
@@ -75,7 +65,7 @@ public final class LocalCopy: ContentSink, Sendable {
         var life: CopyLife
     }
 
-    /// Replaces whatever was at `path`. Nothing is recorded: the caller does once it is in place.
+    /// Nothing is recorded: the caller does once it is in place.
     public init(path: String, inode: Inode, catalog: Catalog, life: CopyLife) throws(FSError) {
         let fd = CacheDirectory.creating(path) { open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600) }
         guard fd >= 0 else { throw .local(errno: errno, "cannot create local copy \(path): \(String(cString: strerror(errno)))") }
@@ -85,7 +75,7 @@ public final class LocalCopy: ContentSink, Sendable {
         self.state = Mutex(State(descriptor: fd, life: life))
     }
 
-    /// Reopens a complete copy already on disk (committed changes from before a restart).
+    /// Committed changes from before a restart.
     public init(adopting path: String, inode: Inode, catalog: Catalog, life: CopyLife) throws(FSError) {
         let fd = open(path, O_RDWR | O_CLOEXEC)
         guard fd >= 0 else { throw .local(errno: errno, "cannot open local copy \(path): \(String(cString: strerror(errno)))") }
@@ -109,7 +99,7 @@ public final class LocalCopy: ContentSink, Sendable {
 
     // MARK: Life
 
-    /// The one way anyone changes a copy's life: applies `event` and records it, under the lock.
+    /// The one way anyone changes a copy's life, under the lock.
     @discardableResult
     public func update<Result>(_ event: (inout CopyLife) -> Result) throws(FSError) -> Result {
         try state.withLock { (state) throws(FSError) -> Result in
@@ -124,9 +114,8 @@ public final class LocalCopy: ContentSink, Sendable {
         }
     }
 
-    /// As `update`, but keeps the new life also when the catalog cannot record it (full disk),
-    /// and returns that error. Only for events whose recorded result a restart reads as the old
-    /// one (an ended attempt still recorded as `uploading` reads as a pending change).
+    /// Keeps the new life even when it cannot be recorded (full disk). Only for events a restart
+    /// reads the same either way.
     public func updateLettingTheJournalLag(_ event: (inout CopyLife) -> Void) -> FSError? {
         state.withLock { state in
             var life = state.life
@@ -140,7 +129,6 @@ public final class LocalCopy: ContentSink, Sendable {
         }
     }
 
-    /// `record`: a catalog write that persists the life together with other columns.
     public func update<Result>(_ event: (inout CopyLife) -> Result,
                                recording record: (CopyLife) throws(FSError) -> Void) throws(FSError) -> Result {
         try state.withLock { (state) throws(FSError) -> Result in
@@ -154,13 +142,12 @@ public final class LocalCopy: ContentSink, Sendable {
 
     // MARK: Local changes
 
-    /// The first change since a commit is journaled before the bytes land. A sparse copy's
-    /// uncovered bytes are fetched only before the commit, and none lands on the user's.
+    /// Journaled before the bytes land; a sparse copy's other bytes are fetched before commit.
     public func writeLocal(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(FSError) -> Int {
         try landing.withLock { _ throws(FSError) -> Int in try landUsers(bytes, at: offset) }
     }
 
-    /// O_APPEND: writes at the end as it stands when the bytes land. Returns the count and offset.
+    /// O_APPEND: at the end as it stands when the bytes land.
     public func appendLocal(_ bytes: UnsafeRawBufferPointer) throws(FSError) -> (Int, Int64) {
         try landing.withLock { _ throws(FSError) -> (Int, Int64) in
             let end = length
@@ -204,7 +191,7 @@ public final class LocalCopy: ContentSink, Sendable {
         for descriptor in descriptors { Glibc.close(descriptor) }
     }
 
-    /// truncate/ftruncate/O_TRUNC: a change like a write. Growing adds held zeros.
+    /// A change like a write. Growing adds held zeros.
     public func truncate(to size: Int64) throws(FSError) {
         let descriptor = try beginChange()
         guard ftruncate(descriptor, off_t(size)) == 0 else {
@@ -232,9 +219,8 @@ public final class LocalCopy: ContentSink, Sendable {
         endChange(try beginChange())
     }
 
-    /// The journal's commit (what close() and fsync() wait for). Only `durably` (fsync) flushes
-    /// first, as on any local file system; after a machine crash `SessionMarker` keeps possibly
-    /// torn copies from replacing the store's version. Returns false if nothing was committed.
+    /// The journal's commit. Only `durably` (fsync) flushes first, as on local file systems.
+    /// Returns false if nothing was committed.
     @discardableResult
     public func commit(durably: Bool = false) throws(FSError) -> Bool {
         guard life.uncommitted else { return false }
@@ -242,7 +228,7 @@ public final class LocalCopy: ContentSink, Sendable {
         return try state.withLock { (state) throws(FSError) -> Bool in
             // A write still landing, or one that began after the sync, stays uncommitted.
             guard state.life.uncommitted, state.writesInFlight == 0 else { return false }
-            // Holes are never committed: `fetchRemaining` first (`DocFileSystem.completeForCommit`).
+            // Holes are never committed: `fetchRemaining` first.
             guard state.fetcher == nil else { throw .io("\(path) is committed before all its content is local") }
             var life = state.life
             life.committedChanges()
@@ -260,14 +246,12 @@ public final class LocalCopy: ContentSink, Sendable {
         state.life = life
     }
 
-    /// A write may change a sparse copy: its bytes are marked the user's and logged in the
-    /// `HeldLog` before they land. Any other change (truncate) needs a complete copy.
+    /// A write into a sparse copy marks and logs its bytes before they land; other changes need a complete copy.
     private func beginChange(writing range: ByteRange? = nil) throws(FSError) -> Int32 {
         try state.withLock { (state) throws(FSError) -> Int32 in
             guard !state.discarded else { throw .stale }
             if state.fetcher != nil || state.draining != nil {
                 guard let range else { throw .io("\(path) is changed before all its content is local") }
-                // Zeros up to a write past the end are the user's too.
                 let users = range.lowerBound > state.length ? state.length..<range.upperBound : range
                 if state.fetcher != nil {
                     if state.heldLog == nil { state.heldLog = try HeldLog(copyPath: path, holding: state.held) }
@@ -310,7 +294,7 @@ public final class LocalCopy: ContentSink, Sendable {
 
     // MARK: ContentSink
 
-    /// Fetched bytes land, except on any the user wrote meanwhile (`local`).
+    /// Never on bytes the user wrote meanwhile (`local`).
     public func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(StoreError) {
         let outcome = landing.withLock { _ in Result { () throws(StoreError) in try land(bytes, at: offset) } }
         try outcome.get()
@@ -354,11 +338,11 @@ public final class LocalCopy: ContentSink, Sendable {
             return (state.releaseDescriptor(descriptor), state.heldLog)
         }
         Self.close(unused)
-        // After the bytes landed, still under `landing`: in order with the user's writes.
+        // Still under `landing`: in order with the user's writes.
         do { try log?.append(range) } catch { throw .localIO(errno: EIO, message: "\(error)") }
     }
 
-    /// Nil when the copy is gone. `forChange`: a change an upload's snapshot must not see.
+    /// `forChange`: a change an upload's snapshot must not see.
     private func acquireDescriptor(forChange: Bool = false) throws(FSError) -> Int32? {
         try state.withLock { (state) throws(FSError) -> Int32? in
             guard !state.discarded else { return nil }
@@ -374,7 +358,7 @@ public final class LocalCopy: ContentSink, Sendable {
 
     // MARK: Reading
 
-    /// All `count` bytes (up to the end) must be held: the caller reads them from the file.
+    /// All bytes must be held: the caller reads them from the file.
     public func lend(at offset: Int64, count: Int) throws(FSError) -> DescriptorLoan {
         let (available, descriptor) = try state.withLock { (state) throws(FSError) -> (Int, Int32) in
             (try lendable(at: offset, count: count, &state), state.descriptor)
@@ -382,8 +366,7 @@ public final class LocalCopy: ContentSink, Sendable {
         return DescriptorLoan(descriptor: descriptor, count: available, copy: available > 0 ? self : nil)
     }
 
-    /// The hot path of every read. Nil when a sparse copy must fetch first (started now: wait
-    /// with `waitForBytes`).
+    /// The hot path of every read. Nil when a sparse copy must fetch first (`waitForBytes`).
     public func lendForRead(at offset: Int64, count: Int, stream: UInt64) throws(FSError) -> DescriptorLoan? {
         let (available, descriptor, fetcher) = try state.withLock { (state) throws(FSError) -> (Int, Int32, RangeFetcher?) in
             if let fetcher = state.fetcher { return (0, state.descriptor, fetcher) }
@@ -396,7 +379,6 @@ public final class LocalCopy: ContentSink, Sendable {
         return DescriptorLoan(descriptor: descriptor, count: available, copy: available > 0 ? self : nil)
     }
 
-    /// Throws when the bytes are not all local.
     private func lendable(at offset: Int64, count: Int, _ state: inout State) throws(FSError) -> Int {
         let end = min(offset + Int64(count), state.length)
         guard end > offset else { return 0 }
@@ -408,7 +390,7 @@ public final class LocalCopy: ContentSink, Sendable {
         return Int(end - offset)
     }
 
-    /// Forgets every byte (before a fetch is retried from the start).
+    /// Before a fetch is retried from the start.
     public func reset() {
         state.withLock { state in
             state.streamed?.abandon()
@@ -429,8 +411,7 @@ public final class LocalCopy: ContentSink, Sendable {
         state.withLock { $0.length = size }
     }
 
-    /// The file's mtime, or the time set with `setModificationTime` if no write came after it.
-    /// Nil once the file is closed (an fstat then would read time 0 or another file's time).
+    /// The set time while no write came after it. Nil once closed (an fstat would read garbage).
     public var modificationTime: Timestamp? { state.withLock { $0.closed ? nil : modificationTime($0) } }
 
     private func modificationTime(_ state: State) -> Timestamp {
@@ -445,7 +426,6 @@ public final class LocalCopy: ContentSink, Sendable {
         return Timestamp(seconds: Int64(info.st_mtim.tv_sec), nanoseconds: Int64(info.st_mtim.tv_nsec))
     }
 
-    /// utimensat on an item with local changes.
     public func setModificationTime(_ time: Timestamp) {
         state.withLock { state in
             guard !state.closed else { return }
@@ -456,7 +436,7 @@ public final class LocalCopy: ContentSink, Sendable {
         }
     }
 
-    /// In 512-byte blocks (`st_blocks`).
+    /// `st_blocks`.
     public var allocatedBlocks: Int64 {
         guard let descriptor = try? acquireDescriptor() else { return 0 }
         defer { releaseDescriptor(descriptor) }
@@ -470,7 +450,6 @@ public final class LocalCopy: ContentSink, Sendable {
         _ = letGo()
     }
 
-    /// Idempotent.
     public func discard() {
         if letGo() {
             unlink(path)
@@ -478,7 +457,7 @@ public final class LocalCopy: ContentSink, Sendable {
         }
     }
 
-    /// The descriptor closes now or when its last user is done. Returns whether this call did it.
+    /// Returns whether this call did it.
     private func letGo() -> Bool {
         let (first, unused, fetcher) = state.withLock { state -> (Bool, [Int32], RangeFetcher?) in
             guard !state.discarded else { return (false, [], nil) }

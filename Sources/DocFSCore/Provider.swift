@@ -3,34 +3,31 @@ import Foundation
 import Logging
 import Synchronization
 
-/// Provides and evicts local copies (File Provider's start/stopProvidingItemAtURL). Opens of
-/// one item share one copy and one fetch; the copy's `CopyLife` decides what happens to it.
+/// Provides and evicts local copies; opens of one item share one copy and one fetch.
 public actor Provider {
     private let store: any Store
     let catalog: Catalog
     private let cacheDirectory: String
     private let retry: RetryPolicy
     private let streaming: StreamingPolicy
-    /// `--io-timeout`: how long an opener waits before `ETIMEDOUT`.
     private let ioTimeout: Duration?
     let logger: Logger
     var providing: [Inode: Providing] = [:]
     var isShutDown = false
     let retention: RetentionPolicy
-    /// Released clean copies kept by the retention policy, with their release time (oldest go first).
+    /// Released clean copies the retention policy keeps, with their release time.
     var idle: [Inode: ContinuousClock.Instant] = [:]
 
     public nonisolated var wholeFileLimit: Int64 { streaming.wholeFileLimit }
 
     public nonisolated let writeback = Writeback()
 
-    /// Readable without hopping onto the actor (for `st_blocks`, `stat` sizes).
     public nonisolated let presentCopies = Mutex<[Inode: LocalCopy]>([:])
 
     struct Providing {
         var copy: LocalCopy
         var fetch: Task<Void, any Error>
-        /// What an opener that stops waiting is told (an unreachable store is `EHOSTDOWN`).
+        /// What an opener that stops waiting is told (`EHOSTDOWN` for an unreachable store).
         var trouble = FetchTrouble()
     }
 
@@ -41,16 +38,15 @@ public actor Provider {
     }
 
     public enum OpenIntent: Sendable, Equatable {
-        /// Every byte, fetched if not local: only a complete copy may be changed and uploaded.
+        /// Only a complete copy may be changed and uploaded.
         case content
-        /// For reading: a large file is streamed by ranges, a small one fetched whole.
         case streamed
-        /// For reading with nothing fetched now: the store has this version and the kernel caches
-        /// its pages; reads that reach docfs fetch ranges pinned to it (`ESTALE` if it changed).
+        /// For reading, fetching nothing now: the kernel caches this version's pages; reads that reach
+        /// docfs fetch ranges pinned to it.
         case cached(RemoteEntry)
         case empty
-        /// A writer's open of the version `opened` (the size the kernel was given). A large file gets
-        /// a sparse copy pinned to it, so an edit never lands on a version it was not made against.
+        /// A writer's open of `opened`: a large file gets a sparse copy pinned to it, so an edit never
+        /// lands on a version it was not made against.
         case writer(opened: RemoteEntry)
     }
 
@@ -75,15 +71,13 @@ public actor Provider {
         cacheDirectory + "/" + item.id + ".upload"
     }
 
-    /// Makes `item`'s content local (or joins the fetch under way) and counts one more user.
-    /// The opener waits at most `ioTimeout` and until cancelled; with no other opener the copy
-    /// goes. `mayFetch` false: only a copy needing no download opens, decided on the actor.
+    /// Waits at most `ioTimeout` and until cancelled. `mayFetch` false: only a copy needing no
+    /// download opens, decided on the actor so no other open slips in between.
     public func open(_ item: Item, intent: OpenIntent = .content, mayFetch: Bool = true) async throws(FSError) -> LocalCopy {
         guard item.kind == .file else { throw item.isDirectory ? .isADirectory : .invalidArgument }
         guard !isShutDown else { throw .io("the mount is going away") }
         let entry: Providing
         if let existing = providing[item.inode], reusable(existing.copy, for: item) {
-            // A writer needs every byte: a sparse copy would fetch the rest.
             if !mayFetch, intent == .content, existing.copy.isSparse { throw .fetchRefused(item.path.description) }
             idle[item.inode] = nil
             entry = existing
@@ -110,8 +104,7 @@ public actor Provider {
         return entry.copy
     }
 
-    /// Fetches every byte a sparse copy lacks before a commit or truncate (only a complete copy
-    /// is uploaded). The caller waits as an opener does; the fetch goes on if it gives up.
+    /// Before a commit or truncate; the fetch goes on if the caller gives up.
     public func complete(_ copy: LocalCopy, of item: Item) async throws(FSError) {
         guard copy.isBeingFilled else { return }
         try await complete(copy, of: item, trouble: providing[item.inode]?.trouble ?? FetchTrouble())
@@ -123,19 +116,17 @@ public actor Provider {
                                  timeout: timedOut) { () throws(FSError) in try await copy.fetchRemaining() }
     }
 
-    /// `EHOSTDOWN` if the fetch keeps retrying after an unreachable store, else `ETIMEDOUT`.
     private static func gaveUp(on item: Item, after limit: Duration?, trouble: FetchTrouble) -> FSError {
         if case .unreachable(let message) = trouble.error { return .storeUnreachable(message) }
         return .timedOut("no content of \(item.path) within \(limit.map { "\($0)" } ?? "the limit")")
     }
 
-    /// The io timeout plus a second per MiB: a slower store counts as stalled.
+    /// A store slower than 1 MiB/s counts as stalled.
     static func wholeTransferLimit(_ ioTimeout: Duration, bytes: Int64) -> Duration {
         ioTimeout + .seconds(max(0, bytes) >> 20)
     }
 
-    /// One user let go. The last one evicts the copy, keeps it (pinned, retention), or hands
-    /// committed changes to the uploader, which keeps it until the store confirms them.
+    /// The last user evicts the copy, keeps it, or hands committed changes to the uploader.
     @discardableResult
     public func release(_ inode: Inode) async -> ReleaseOutcome {
         guard let entry = providing[inode] else { return .notPresent }
@@ -151,7 +142,7 @@ public actor Provider {
         return outcome
     }
 
-    /// The copy in use, or after a restart the one the journal left, adopted with its recorded life.
+    /// After a restart, the copy the journal left, adopted with its recorded life.
     public func copyForUpload(of item: Item) -> LocalCopy? {
         if let entry = providing[item.inode] {
             return entry.copy.life.removed ? nil : entry.copy
@@ -169,7 +160,6 @@ public actor Provider {
         }
     }
 
-    /// Returns whether nothing newer was committed meanwhile.
     @discardableResult
     public func uploaded(_ copy: LocalCopy, commit: UInt64, as entry: RemoteEntry) throws(FSError) -> Bool {
         let action = try copy.update({ $0.uploaded(commit, etag: entry.etag) },
@@ -186,8 +176,7 @@ public actor Provider {
         _ = perform(action, on: copy)
     }
 
-    /// Attributes set on the store gave a new version: a copy based on the old one is based on
-    /// the new one, or its next upload would conflict.
+    /// Rebases copies, or their next upload would conflict with their own attributes' change.
     public func storeVersionChanged(_ inode: Inode, from old: ETag?, to new: ETag?) {
         guard let copy = providing[inode]?.copy, let old, let new, copy.life.base == old else { return }
         logger.debug("a copy's base follows the store's new version", metadata: ["inode": "\(inode)", "from": "\(old.value)", "to": "\(new.value)"])
@@ -197,8 +186,7 @@ public actor Provider {
         }
     }
 
-    /// Completes sparse copies of items about to be renamed or removed on the store: an open file
-    /// stays readable whatever happens to its name (POSIX). A failure is left to its readers.
+    /// An open file stays readable whatever happens to its name (POSIX).
     public func completeStreams(where isAffected: (Inode) -> Bool) async {
         let sparse = providing.values.map(\.copy).filter { $0.isSparse && isAffected($0.inode) }
         for copy in sparse {
@@ -208,17 +196,15 @@ public actor Provider {
         }
     }
 
-    /// Copies still being filled read ranges from the new path: a 404 at the old one would count
-    /// the version as lost.
+    /// A 404 at the old path would count the version as lost.
     public func followRenames(_ pathOf: (Inode) -> StorePath?) {
         for entry in providing.values where entry.copy.isBeingFilled {
             if let path = pathOf(entry.copy.inode) { entry.copy.retarget(to: path) }
         }
     }
 
-    /// Drops clean copies of items gone from the store, with their rows, so the folder shows what
-    /// the store has. A copy in use stays for its handles (POSIX); one with changes is uploaded
-    /// (which recreates the file). Returns whether any went.
+    /// Dropped with their rows so the folder shows what the store has; copies in use stay.
+    /// Returns whether any went.
     public func dropCopiesGoneFromStore(_ inodes: [Inode]) -> Bool {
         var dropped = false
         for inode in inodes {
@@ -228,7 +214,6 @@ public actor Provider {
                 idle[inode] = nil
                 evict(entry.copy)
             } else {
-                // A pinned copy kept from an earlier mount, not adopted yet.
                 unlink(copyPath(for: item))
                 do { try catalog.recordEvicted(inode) } catch {
                     logger.warning("cannot drop the row of a file the store no longer has", metadata: ["path": "\(item.path)", "error": "\(error)"])
@@ -241,7 +226,7 @@ public actor Provider {
     }
 
     public func uploadFailed(_ copy: LocalCopy) {
-        // Also when the catalog cannot record it (full disk): the next attempt must be able to start.
+        // Also when unrecorded (full disk): the next attempt must be able to start.
         if let error = copy.updateLettingTheJournalLag({ $0.uploadFailed() }) {
             logger.error("cannot record a failed upload", metadata: ["inode": "\(copy.inode)", "error": "\(error)"])
         }
@@ -255,7 +240,7 @@ public actor Provider {
         }
     }
 
-    /// An open copy lives on for its handles (POSIX); nothing is uploaded.
+    /// POSIX: an open copy lives on for its handles.
     public func itemRemoved(_ inode: Inode, item: Item) {
         if let entry = providing[inode] {
             do {
@@ -268,14 +253,12 @@ public actor Provider {
         }
     }
 
-    /// The mount is going away: evicts clean copies and closes the others, whose files stay for
-    /// the next mount to upload.
+    /// Copies with changes stay on disk for the next mount to upload.
     public func shutdown() {
         isShutDown = true
         for (_, entry) in providing {
             entry.fetch.cancel()
             let life = entry.copy.life
-            // A pinned complete copy stays for the next mount (the catalog keeps it `local`).
             if life.isDirty || (life.pinned && life.content == .present && !entry.copy.isSparse && !life.removed) {
                 entry.copy.close()
             } else {
@@ -291,11 +274,9 @@ public actor Provider {
         presentCopies.withLock { $0[inode] }?.downloadProgress
     }
 
-    /// Whole at open or streamed (a streamed copy is `local` in the catalog from its first bytes).
     public nonisolated func downloadsUnderWay() -> [Inode] {
         presentCopies.withLock { $0 }.compactMap { $0.value.downloadProgress != nil ? $0.key : nil }.sorted()
     }
-
 
     func perform(_ action: CopyLife.Action, on copy: LocalCopy) -> ReleaseOutcome {
         switch action {
@@ -316,7 +297,7 @@ public actor Provider {
         }
     }
 
-    /// A copy in use always serves a new open; a kept one only while it is still the store's version.
+    /// A kept copy serves only while it is still the store's version.
     private func reusable(_ copy: LocalCopy, for item: Item) -> Bool {
         let life = copy.life
         guard life.isIdle else { return true }
@@ -327,8 +308,7 @@ public actor Provider {
         return false
     }
 
-    /// An opener gave up: its count goes back, and a copy no one else holds goes unless it holds
-    /// changes the store lacks (those stay for their upload).
+    /// A copy no one else holds goes, unless it holds changes the store lacks.
     private func fetchFailed(_ inode: Inode, copy: LocalCopy) {
         _ = try? copy.update { $0.openAbandoned() }
         let life = copy.life
@@ -338,7 +318,7 @@ public actor Provider {
     }
 
     private func startProviding(_ opened: Item, intent: OpenIntent, mayFetch: Bool = true) throws(FSError) -> Providing {
-        // The row as it is now: an upload that ended meanwhile moved its version, the new copy's base.
+        // The row as it is now: an upload that ended meanwhile moved the base version.
         guard let item = try catalog.item(opened.inode) else { throw .notFound }
         let path = copyPath(for: item)
         // Committed changes from before a restart: the copy on disk is the truth.
@@ -356,7 +336,7 @@ public actor Provider {
         let fetchNeeded = intent != .empty && item.onStore
         if fetchNeeded, !mayFetch { throw .fetchRefused(item.path.description) }
         if fetchNeeded { makeRoom(for: item.size) }
-        // An empty copy replaces the version the catalog knows; an upload meets any newer one as a conflict.
+        // An upload of the empty copy meets any newer version as a conflict.
         var base = item.onStore ? item.etag : nil
         if case .writer(let opened) = intent, item.onStore { base = opened.etag }
         let life = CopyLife(content: fetchNeeded ? .fetching : .present, base: base, startedFromNothing: !item.onStore, pinned: pinned)
@@ -406,7 +386,6 @@ public actor Provider {
         return register(Providing(copy: copy, fetch: fetch, trouble: trouble))
     }
 
-    /// A partial download is never presented as the file.
     private static func fetch(_ item: Item, upTo limit: Int64? = nil, into copy: LocalCopy, store: any Store,
                               retry: RetryPolicy, trouble: FetchTrouble? = nil, logger: Logger) async throws -> RemoteEntry {
         let entry = try await retry.run({ () async throws(StoreError) -> RemoteEntry in
@@ -427,9 +406,7 @@ public actor Provider {
         return entry
     }
 
-    /// Makes `copy` a sparse copy of `item` at `version` that reads fill, asking the store nothing
-    /// now. `learned`: the store just answered `entry` and the catalog takes it; false for a
-    /// writer's, whose entry may be behind a listing that ran since.
+    /// `learned`: the catalog takes `entry` (false for a writer's, which may be behind a listing).
     private func fetchedOnDemand(_ item: Item, version: ETag, entry: RemoteEntry, into copy: LocalCopy,
                                  learned: Bool = true) -> Task<Void, any Error> {
         do throws(FSError) {
@@ -454,7 +431,7 @@ public actor Provider {
         return Task {}
     }
 
-    /// The head pins the version and tells the size; a `RangeFetcher` fetches the rest on demand.
+    /// The head pins the version; a `RangeFetcher` fetches the rest on demand.
     private static func fetchHead(of item: Item, into copy: LocalCopy, store: any Store, retry: RetryPolicy,
                                   streaming: StreamingPolicy, trouble: FetchTrouble, logger: Logger) async throws -> RemoteEntry {
         let entry = try await fetch(item, upTo: streaming.head, into: copy, store: store, retry: retry, trouble: trouble, logger: logger)
@@ -503,10 +480,8 @@ public final class Writeback: Sendable {
 public enum ReleaseOutcome: Sendable, Equatable {
     case evicted
     case stillOpen
-    /// The copy holds changes: it stays until the uploader has sent them.
     case needsUpload
     case uploadInFlight
-    /// Pinned, or kept by the retention policy.
     case kept
     case notPresent
 }

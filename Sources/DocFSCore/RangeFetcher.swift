@@ -2,10 +2,8 @@ import DocFSStore
 import Logging
 import Synchronization
 
-/// What is fetched when. A file up to `wholeFileLimit` is fetched whole at open; a larger one
-/// gets its `head` (pinning its version and size) and the rest by ranged reads as reads ask.
-/// A sequential reader's read-ahead grows to `maximumWindow`, never past half of what it has
-/// read (a sniffer that stops wastes little); a random read fetches only its own bytes.
+/// Small files are fetched whole at open; larger ones by ranges as reads ask, read-ahead never
+/// past half of what a reader has read (a sniffer that stops wastes little).
 public struct StreamingPolicy: Sendable, Equatable {
     public var wholeFileLimit: Int64
     public var head: Int64
@@ -29,18 +27,14 @@ public struct StreamingPolicy: Sendable, Equatable {
 
     public static let `default` = StreamingPolicy()
 
-    /// Stores without ranged reads, and tests of that path.
     public static let wholeFiles = StreamingPolicy(wholeFileLimit: .max)
 }
 
-/// Fills one sparse copy by byte ranges on demand. A read waits only for its own bytes, and
-/// every delivered chunk wakes the readers it completes. Every range is read `If-Match` the
-/// head's version: another version fails the read with `ESTALE`, never mixing versions.
-/// Lock order: the fetcher's lock, then the copy's (the copy never calls back).
+/// Fills a sparse copy by ranges on demand, each `If-Match` the head's version, so versions
+/// never mix. Lock order: the fetcher's lock, then the copy's (the copy never calls back).
 public final class RangeFetcher: Sendable {
     public let size: Int64
     private let store: any Store
-    /// A rename moves it (`retarget`).
     private let location: Mutex<StorePath>
     private var path: StorePath { location.withLock { $0 } }
     private let copy: LocalCopy
@@ -57,31 +51,26 @@ public final class RangeFetcher: Sendable {
     private struct State {
         var inFlight: [UInt64: ByteRange] = [:]
         var tasks: [UInt64: Task<Void, Never>] = [:]
-        /// The most urgent first.
         var queued: [ByteRange] = []
         var nextRequest: UInt64 = 0
         var waiters: [UInt64: Waiter] = [:]
         var nextWaiter: UInt64 = 0
-        /// Once set, every wait fails with it.
         var failure: FSError?
         /// Moves only when docfs itself gave the same content a new version (`rebase`).
         var version: ETag
-        /// By handle: two readers in different places each keep their own read-ahead.
+        /// Per handle: two readers in different places each keep their own read-ahead.
         var streams: [UInt64: ReadStream] = [:]
-        /// The clock `ReadStream.lastRead` is told by.
         var reads: UInt64 = 0
         var headEnd: Int64
-        /// Also the count when a reader last gave up waiting (a stall).
+        /// Also the count at the last stall.
         var arrivedBytes: Int64 = 0
         var stall: (at: ContinuousClock.Instant, arrivedBytes: Int64)?
-        /// Failures of requests no reader waited for yet: the next overlapping wait gets the error
-        /// once; a later one asks again.
+        /// The next overlapping wait gets the error once; a later one asks again.
         var unreported: [(range: ByteRange, failure: FSError)] = []
     }
 
     private static let maximumUnreported = 16
 
-    /// Shown by `user.docfs.progress`.
     public var isFetching: Bool {
         state.withLock { !$0.inFlight.isEmpty || !$0.queued.isEmpty }
     }
@@ -94,10 +83,8 @@ public final class RangeFetcher: Sendable {
         var lastRead: UInt64 = 0
     }
 
-    /// Beyond this, the least recently read stream is forgotten.
     private static let maximumStreams = 16
 
-    /// `0..<fetched` is already local.
     init(store: any Store, path: StorePath, version: ETag, size: Int64, fetched: Int64, copy: LocalCopy,
          policy: StreamingPolicy, retry: RetryPolicy, logger: Logger) {
         self.store = store
@@ -112,8 +99,7 @@ public final class RangeFetcher: Sendable {
 
     // MARK: Reading
 
-    /// Starts fetching what the read needs and what a sequential reader needs next. Returns
-    /// whether its bytes are local now; never waits.
+    /// Never waits. Returns whether the read's bytes are local now.
     public func prepare(_ wanted: ByteRange, stream id: UInt64 = 0) -> Bool {
         let range = clamped(wanted)
         if range.isEmpty { return true }
@@ -125,16 +111,14 @@ public final class RangeFetcher: Sendable {
             if !sequential {
                 // A jump: this stream's read-ahead not on the wire yet is not wanted any more.
                 dropReadAhead(stream.consumed..<stream.frontier, of: id, in: &state)
-                // No read-ahead until the stream proves sequential.
                 stream = ReadStream(start: alignedDown(range.lowerBound), consumed: range.lowerBound,
                                     frontier: alignedDown(range.lowerBound))
             }
             stream.consumed = max(stream.consumed, range.upperBound)
-            // A small file opened without a fetch (its pages were cached): the first read fetches it all.
+            // Its pages were cached, so no fetch at open: the first read fetches it all.
             let ownEnd = size <= policy.wholeFileLimit ? size : min(size, alignedUp(range.upperBound))
             if sequential && (range.upperBound > stream.frontier || (stream.window > 0 && stream.consumed + stream.window / 2 >= stream.frontier)) {
-                // At most half what the stream has read ahead: a reader that stops after N bytes leaves at
-                // most about N/2 fetched for nothing.
+                // At most half what the stream has read: a reader stopping after N bytes wastes about N/2.
                 let read = max((stream.consumed - stream.start) / 2, policy.minimumRequest)
                 stream.window = min(max(stream.window * 2, policy.initialWindow), policy.maximumWindow, read)
                 let ahead = min(size, max(stream.frontier, stream.consumed) + stream.window)
@@ -160,8 +144,7 @@ public final class RangeFetcher: Sendable {
         }
     }
 
-    /// A reader timed out: the store is stalled. Further reads fail at once until `stalled`
-    /// says otherwise (the kernel asks once per page after a failed read-ahead).
+    /// Further reads fail at once until `stalled` says otherwise (the kernel asks once per page).
     public func noteStall() {
         state.withLock { $0.stall = (ContinuousClock.now, $0.arrivedBytes) }
     }
@@ -178,7 +161,7 @@ public final class RangeFetcher: Sendable {
         state.withLock { _ = $0.streams.removeValue(forKey: id) }
     }
 
-    /// A cancelled wait ends at once; the requests it started go on for other readers.
+    /// A cancelled wait ends at once; its requests go on for other readers.
     public func wait(for wanted: ByteRange) async throws(FSError) {
         let range = clamped(wanted)
         if range.isEmpty { return }
@@ -209,7 +192,6 @@ public final class RangeFetcher: Sendable {
         if let failure { throw failure }
     }
 
-    /// Before a copy is written to.
     public func fetchAll() async throws(FSError) {
         try await wait(for: 0..<size)
     }
@@ -220,7 +202,6 @@ public final class RangeFetcher: Sendable {
         for task in tasks { await task.value }
     }
 
-    /// Like `stop`, without waiting for requests on the wire (the copy is going away).
     @discardableResult
     public func cancel(_ reason: FSError) -> [Task<Void, Never>] {
         let (tasks, waiters) = state.withLock { state in
@@ -239,8 +220,7 @@ public final class RangeFetcher: Sendable {
         location.withLock { $0 = newPath }
     }
 
-    /// docfs pushed mode or times, giving the same content a new version: a request that met the
-    /// change is asked again.
+    /// Same content, new version: a request that met the change is asked again.
     public func rebase(from old: ETag, to new: ETag) {
         state.withLock { state in
             if state.version == old { state.version = new }
@@ -249,8 +229,7 @@ public final class RangeFetcher: Sendable {
 
     // MARK: Requests
 
-    /// Drops queued read-ahead of a stream that jumped away, unless another stream or a waiting
-    /// reader wants it. Requests on the wire go on.
+    /// Unless another stream or a waiting reader wants it. Requests on the wire go on.
     private func dropReadAhead(_ range: ByteRange, of id: UInt64, in state: inout State) {
         guard !range.isEmpty, !state.queued.isEmpty else { return }
         var kept = ByteRangeSet()
@@ -261,8 +240,7 @@ public final class RangeFetcher: Sendable {
         state.queued = state.queued.flatMap { dropped.missing(in: $0) }
     }
 
-    /// Queues what is neither local nor on the wire (nor, unless `urgent`, queued). Urgent
-    /// ranges go first.
+    /// Urgent ranges go first.
     private func request(_ range: ByteRange, urgent: Bool, in state: inout State) {
         let range = clamped(range)
         guard !range.isEmpty else { return }
@@ -272,7 +250,6 @@ public final class RangeFetcher: Sendable {
         let gaps = covered.missing(in: range)
         guard !gaps.isEmpty else { return }
         var pieces: [ByteRange] = []
-        // A file small enough to be fetched whole is fetched in one request, as an open would.
         let pieceLimit = size <= policy.wholeFileLimit ? max(size, 1) : policy.maximumRequest
         for gap in gaps {
             var start = gap.lowerBound
@@ -298,7 +275,7 @@ public final class RangeFetcher: Sendable {
             let id = state.nextRequest
             state.nextRequest += 1
             state.inFlight[id] = range
-            // Created under the lock, so `finished` (which waits for the lock) finds it registered.
+            // Created under the lock, so `finished` finds it registered.
             state.tasks[id] = Task.detached { [self] in
                 let failure = await fetch(range)
                 finished(id, range: range, failure: failure)
@@ -306,7 +283,6 @@ public final class RangeFetcher: Sendable {
         }
     }
 
-    /// Retried while it fails transiently.
     private func fetch(_ range: ByteRange) async -> FSError? {
         let sink = Sink(copy: copy, fetcher: self)
         do {
@@ -354,7 +330,6 @@ public final class RangeFetcher: Sendable {
         for waiter in ready { waiter.continuation.resume(returning: nil) }
     }
 
-    /// Readers whose bytes can no longer come fail.
     private func finished(_ id: UInt64, range: ByteRange, failure: FSError?) {
         let answers = state.withLock { state -> [(Waiter, FSError?)] in
             state.inFlight[id] = nil

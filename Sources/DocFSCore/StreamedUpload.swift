@@ -2,31 +2,24 @@ import DocFSStore
 import Foundation
 import Synchronization
 
-/// Uploads a new file while it is still written in order (`cp`, `dd`), so it is on the store
-/// about when `close()` returns. The journal is unchanged: the copy is still committed and
-/// uploaded at close whatever becomes of the stream. The bytes sent go in one body of unknown
-/// length, conditional on nothing being at the name, and the store shows nothing until it is
-/// whole. A close or fsync committing exactly the bytes sent ends the body and confirms that
-/// commit; anything else (a write out of order, truncate, rename, unlink, a slow writer, a
-/// failed transfer) cancels it, leaving nothing on the store, and the upload at close does it
-/// all. It reads through its own descriptor; after the completing commit the copy gives the
-/// next write its own file, so later bytes are never sent as part of it.
+/// Uploads a new file while it is written in order, so it is on the store about when `close()`
+/// returns. The journal is unchanged: the copy is still committed and uploaded at close. A
+/// commit of exactly the bytes sent completes the body; anything else cancels it, leaving
+/// nothing on the store. Bytes written after the completing commit are never sent in it.
 public final class StreamedUpload: GrowingContent, Sendable {
     public enum Outcome: Sendable {
-        /// The store holds `entry`, the whole of commit `commit`.
         case stored(RemoteEntry, commit: UInt64)
-        /// Cancelled, or the transfer failed: the store holds nothing of it.
+        /// The store holds nothing of it.
         case failed(StoreError)
     }
 
     public struct Policy: Sendable, Equatable {
-        /// Bytes written in order from the start before a file streams; smaller ones go up at close.
+        /// Smaller files go up at close.
         public var minimumLength: Int64
-        /// A writer idle this long ends the stream (a server would time it out).
+        /// A server would time an idle body out.
         public var idleLimit: Duration
         /// A slower writer, after its first second, ends the stream: it saves nothing and holds a request.
         public var minimumRate: Int64
-        /// Files beyond this are uploaded at close.
         public var maximumStreams: Int
 
         public init(minimumLength: Int64 = 4 << 20, idleLimit: Duration = .seconds(2), minimumRate: Int64 = 2 << 20,
@@ -48,22 +41,17 @@ public final class StreamedUpload: GrowingContent, Sendable {
     private let state: Mutex<State>
 
     private struct State {
-        /// The bytes from 0 written in order, which may be sent.
         var written: Int64
-        /// Set by the commit that completes it.
         var end: Int64?
         var commit: UInt64?
-        /// Ended early: the body ends where it is.
         var abandoned = false
         var waiter: CheckedContinuation<Void, Never>?
         var task: Task<Outcome, Never>?
-        /// `user.docfs.progress`.
         var sent: Int64 = 0
-        /// The store answered (or the transfer failed).
         var ended = false
     }
 
-    /// Owns `descriptor`; sending starts at once, so whoever gets hold of it finds it sending.
+    /// Owns `descriptor`; sending starts at once.
     init(inode: Inode, path: StorePath, descriptor: Int32, written: Int64, policy: Policy,
          send: @escaping @Sendable (StreamedUpload) async throws(StoreError) -> RemoteEntry) {
         self.inode = inode
@@ -97,14 +85,13 @@ public final class StreamedUpload: GrowingContent, Sendable {
         return await task.value
     }
 
-    /// Nil once the store answered; `total` is the whole once a commit completed it.
+    /// Nil once the store answered.
     public var progress: (sent: Int64, total: Int64, complete: Bool)? {
         state.withLock { state in
             state.ended || state.abandoned ? nil : (state.sent, state.end ?? state.written, state.end != nil)
         }
     }
 
-    /// The mount is going away: the body ends where it is.
     public func cancel() {
         state.withLock { $0.task }?.cancel()
     }
@@ -120,7 +107,7 @@ public final class StreamedUpload: GrowingContent, Sendable {
 
     // MARK: What the copy tells it
 
-    /// The next bytes in order go out; any other write ends the stream.
+    /// Any write but the next bytes in order ends the stream.
     func wrote(_ range: Range<Int64>) {
         let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
             guard !state.abandoned, state.end == nil, !range.isEmpty else { return nil }
@@ -136,7 +123,7 @@ public final class StreamedUpload: GrowingContent, Sendable {
 
     public var sealedCommit: UInt64? { state.withLock { $0.commit } }
 
-    /// The body ends at `length`. Returns whether that is the whole content (else it ends early).
+    /// Returns whether `length` is the whole content (else it ends early).
     func seal(length: Int64, commit: UInt64) -> Bool {
         let (complete, waiter) = state.withLock { state -> (Bool, CheckedContinuation<Void, Never>?) in
             guard !state.abandoned, state.end == nil else { return (false, nil) }
@@ -152,7 +139,7 @@ public final class StreamedUpload: GrowingContent, Sendable {
         return complete
     }
 
-    /// The journal could not record its completing commit: it fails, whatever the store answers.
+    /// Its completing commit went unrecorded: it fails, whatever the store answers.
     func revoke() {
         let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
             state.abandoned = true
@@ -162,7 +149,7 @@ public final class StreamedUpload: GrowingContent, Sendable {
         waiter?.resume()
     }
 
-    /// Unless a commit completed it: the file then goes up at close.
+    /// Unless a commit completed it.
     public func abandon() {
         let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
             if state.end == nil { state.abandoned = true }
@@ -179,7 +166,6 @@ public final class StreamedUpload: GrowingContent, Sendable {
                 if state.abandoned { return .cancelled }
                 if offset < state.written { return .written(upTo: state.end.map { min($0, state.written) } ?? state.written) }
                 if let end = state.end, offset >= end { return .end }
-                // A writer slower than the policy's rate is not worth a stream.
                 let elapsed = ContinuousClock.now - started
                 if elapsed > .seconds(1), .seconds(Double(state.written) / Double(policy.minimumRate)) < elapsed {
                     state.abandoned = true
@@ -192,7 +178,7 @@ public final class StreamedUpload: GrowingContent, Sendable {
         }
     }
 
-    /// Waits for a change, or `idleLimit` with no byte written (which ends the stream).
+    /// `idleLimit` with no byte written ends the stream.
     private func waitForWrites(beyond offset: Int64) async {
         let timer = Task { [policy] in
             try? await Task.sleep(for: policy.idleLimit)

@@ -2,24 +2,19 @@ import DocFSStore
 import Foundation
 import Logging
 
-/// True kinds for stores whose listings cannot show links or special files (an S3 link object
-/// looks like a small file), without holding up the listing: a HEAD per small object made a
-/// cold `ls` cost thousands of HEADs. A listing takes the kinds the catalog knows for the
-/// version and leaves other small objects to be confirmed; a lookup of one waits for its HEAD
-/// and starts confirming the folder in the background. readdir gives such entries DT_UNKNOWN,
-/// so `ls -l` stats them and the first `stat` shows a link as a link.
+/// True kinds where listings cannot show links (an S3 link object looks like a small file),
+/// without a HEAD per object in the listing: small objects with no kind known for their version
+/// are confirmed at their first lookup (readdir gives DT_UNKNOWN, so `ls -l` stats them).
 struct SymlinkProbe {
     let store: any Store
     let catalog: Catalog
     let logger: Logger
 
-    /// Nil when listings show every kind.
     static func maximumSize(of store: any Store) -> Int64? {
         guard case .byStat(let maximumTargetBytes) = store.capabilities.symlinkDiscovery else { return nil }
         return maximumTargetBytes
     }
 
-    /// Asks the store nothing.
     func resolve(_ entries: [RemoteEntry], in directory: Item) throws(FSError) -> (entries: [RemoteEntry], unknown: Set<FileName>) {
         guard let maximumTargetBytes = Self.maximumSize(of: store) else { return (entries, []) }
         func candidate(_ entry: RemoteEntry) -> Bool {
@@ -40,15 +35,13 @@ struct SymlinkProbe {
     }
 }
 
-/// One HEAD per entry however many lookups wait, one sweep per folder at a time. The catalog's
-/// kind is almost always right, so a HEAD retries only for `patience`, and a store found down
-/// makes lookups use the catalog's kind at once for `downFor` (and stops sweeps).
+/// One HEAD per entry, one sweep per folder. The catalog's kind is almost always right, so a
+/// store found down makes lookups use it at once for `downFor`.
 actor KindConfirmations {
     private let store: any Store
     private let catalog: Catalog
     private let retry: RetryPolicy
     private let logger: Logger
-    /// HEADs in flight at once for one folder's sweep.
     private let concurrency: Int
     private let downFor: Duration
     private var pending: [Inode: Task<Void, Never>] = [:]
@@ -103,8 +96,7 @@ actor KindConfirmations {
         defer { sweeping.remove(directory) }
         guard let maximumSize = SymlinkProbe.maximumSize(of: store),
               let candidates = try? catalog.kindsToConfirm(in: directory, maximumSize: maximumSize) else { return }
-        // Batches applied in one transaction each (one per entry dominated a sweep), two in flight,
-        // each asking half of `concurrency` at a time.
+        // Batches applied in one transaction each, two in flight, each half of `concurrency`.
         var running: [Task<Void, Never>] = []
         var start = candidates.startIndex
         while start < candidates.endIndex, !storeSeemsDown {
@@ -136,11 +128,10 @@ actor KindConfirmations {
         case entry(RemoteEntry)
         /// Gone since the listing, or refused: nothing to record.
         case nothing
-        /// Unreachable or not answering, after the retries.
         case storeDown
     }
 
-    /// Applied in one transaction. Returns whether the store was found down (no more HEADs then).
+    /// Returns whether the store was found down (no more HEADs then).
     private static func probe(_ items: [Catalog.KindToConfirm], in directory: Inode, concurrency: Int, store: any Store,
                               catalog: Catalog, retry: RetryPolicy, logger: Logger) async -> Bool {
         let askedAt = Date().timeIntervalSince1970

@@ -1,11 +1,6 @@
-// Thumbnails of placeholders from the store's previews (`Store.preview(of:side:)`), without
-// downloading the content.
-// - When a listing reaches the catalog, each placeholder with a store preview and no valid
-//   thumbnail gets the 256 px one in `$XDG_CACHE_HOME/thumbnails/large/`, where file managers
-//   look before running a thumbnailer. Bounded per listing and in all; a listing a caller
-//   waits for waits up to `listingWait`, the rest go on in the background.
-// - When a copy becomes local, file managers' failure markers for it are removed (GNOME never
-//   retries a thumbnailer `--no-fetch-for` refused). Watched in the catalog, so no path misses it.
+// Thumbnails of placeholders from the store's previews, written where file managers look before
+// running a thumbnailer; and failure markers removed once a copy becomes local (GNOME never
+// retries a thumbnailer `--no-fetch-for` refused).
 
 import DocFSStore
 import Foundation
@@ -16,12 +11,10 @@ public actor Thumbnails {
     public struct Settings: Sendable, Equatable {
         /// A thumbnail is named after the file's URI beneath it.
         public var mountPoint: String
-        /// `~/.cache` without it.
         public var cacheHome: String
         public var concurrency: Int
-        /// Per listing at most; the rest get theirs at a later listing, or from the file manager.
+        /// Per listing at most; the rest get theirs later.
         public var perListing: Int
-        /// Over all listings.
         public var queued: Int
         public var listingWait: Duration
 
@@ -36,7 +29,7 @@ public actor Thumbnails {
         }
     }
 
-    /// Images and videos. (A store's `has-preview` also covers documents, left to the file manager.)
+    /// Images and videos (documents are left to the file manager).
     static let previewedExtensions: Set<String> = [
         "png", "jpg", "jpeg", "jpe", "gif", "bmp", "tif", "tiff", "webp", "heic", "heif", "avif", "ico", "tga", "svg", "xpm", "pnm", "ppm",
         "mp4", "m4v", "mov", "mkv", "webm", "avi", "mpg", "mpeg", "ogv", "wmv", "flv", "3gp",
@@ -49,7 +42,6 @@ public actor Thumbnails {
     private var waiting: [Inode] = []
     private var pending: Set<Inode> = []
     private var running = 0
-    /// For tests.
     private nonisolated let counts = Mutex((considered: 0, written: 0, failed: 0))
     public nonisolated var considered: Int { counts.withLock { $0.considered } }
     public nonisolated var written: Int { counts.withLock { $0.written } }
@@ -84,7 +76,7 @@ public actor Thumbnails {
         let catalog = self.catalog
         let settings = self.settings
         let removed = await Blocking.run { () -> Int in
-            // One read for the batch: a pin of a big folder makes one of every file.
+            // One read for the batch.
             guard let items = try? catalog.items(Array(inodes)) else { return 0 }
             return items.values.reduce(0) { count, item in
                 guard item.kind == .file, [.local, .modified, .uploading].contains(item.state) else { return count }
@@ -94,9 +86,8 @@ public actor Thumbnails {
         if removed > 0 { logger.debug("thumbnail failure markers removed", metadata: ["count": "\(removed)"]) }
     }
 
-    /// Queues a page's files with previews that need a thumbnail, and returns once written or
-    /// `listingWait` after the listing started: a file manager asks right after `readdir`, and
-    /// one that finds none may download the file. Nil `listingStarted`: returns at once.
+    /// Returns once written or `listingWait` after the listing started: a file manager that finds
+    /// none after `readdir` may download the file. Nil `listingStarted`: returns at once.
     nonisolated func listed(_ directory: Item, withPreviews paths: [StorePath], listingStarted: ContinuousClock.Instant?) async {
         let wanted = paths.filter { Self.isPreviewed($0.name) }
         guard !wanted.isEmpty else { return }
@@ -135,7 +126,6 @@ public actor Thumbnails {
         return queued
     }
 
-    /// A placeholder file without a valid `large` thumbnail.
     nonisolated static func needsThumbnail(_ item: Item, settings: Settings) -> Bool {
         guard item.kind == .file, item.state == .placeholder, item.size > 0 else { return false }
         let uri = Self.uri(of: item, settings: settings)
@@ -158,7 +148,6 @@ public actor Thumbnails {
         startMore()
     }
 
-    /// False when none was written.
     private nonisolated func makeThumbnail(of inode: Inode) async -> Bool {
         let (catalog, settings) = (self.catalog, self.settings)
         // Read off the cooperative pool.
@@ -183,7 +172,7 @@ public actor Thumbnails {
             let cacheHome = settings.cacheHome
             try await Blocking.run { () throws(FSError) in
                 try ThumbnailFile.write(png, to: path)
-                // A thumbnailer refused by `--no-fetch-for` before the preview came left a stale marker.
+                // A thumbnailer refused before the preview came left a stale marker.
                 ThumbnailFile.removeFailureMarkers(forURI: uri, cacheHome: cacheHome)
             }
         } catch {
@@ -193,7 +182,6 @@ public actor Thumbnails {
         return true
     }
 
-    /// Tests.
     public func waitUntilIdle() async {
         while running > 0 || !waiting.isEmpty {
             try? await Task.sleep(for: .milliseconds(10))

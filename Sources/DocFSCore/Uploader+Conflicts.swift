@@ -2,8 +2,7 @@ import DocFSStore
 import Foundation
 import Logging
 
-/// When the store moved on, both versions are kept: ours as a conflict copy, unless the store
-/// holds our own upload whose answer was lost, or in a remade folder if its folder went.
+/// When the store moved on, both versions are kept, unless the store holds our own lost upload.
 extension Uploader {
     func keepBoth(_ item: Item, _ copy: LocalCopy, commit: UInt64, snapshot: String) async -> Outcome {
         guard let parentPath = item.path.parent, let parent = item.parent else {
@@ -30,8 +29,7 @@ extension Uploader {
         }
     }
 
-    /// The store may have taken it: the snapshot's hash is kept, so finding that version later is
-    /// not taken for someone else's change.
+    /// The snapshot's hash is kept, so finding that version later is not taken for another's change.
     func rememberSent(_ snapshot: String, of inode: Inode, ifItMayHaveArrived error: StoreError) async {
         guard SentVersions.mayHaveReachedTheStore(error) else { return }
         do {
@@ -42,9 +40,8 @@ extension Uploader {
         }
     }
 
-    /// One GET tells whether the store's unexpected version is ours: the bytes being sent (the
-    /// upload is confirmed as it), or an earlier try's (`SentVersions`: replaced conditionally on
-    /// it). Nil: someone else's, or it could not be told (both are kept).
+    /// One GET tells whether the store's version is ours: the bytes being sent, or an earlier
+    /// try's (replaced conditionally). Nil: someone else's, or unknown (both are kept).
     private func ownVersionOnStore(_ item: Item, _ copy: LocalCopy, commit: UInt64, snapshot: String) async -> Outcome? {
         let inode = item.inode
         guard let comparison = try? SnapshotComparison(snapshot: snapshot),
@@ -53,7 +50,7 @@ extension Uploader {
         guard current.size == comparison.length || sent.sentAny(inode) else { return nil }
         guard let read = try? await store.read(item.path, range: nil, ifMatch: nil, into: comparison) else { return nil }
         let (identical, digest) = comparison.result(size: read.size)
-        // Only a version the store names: with no ETag the next upload would be unconditional.
+        // With no ETag the next upload would be unconditional.
         if identical, read.etag != nil {
             sent.forget(inode)
             logger.info("the store already holds this version (an answer was lost on the way): no conflict",
@@ -82,10 +79,9 @@ extension Uploader {
         }
     }
 
-    /// A folder above the item went while it had changes here: a deleted folder is made again (a
-    /// remote delete never costs a local change); where a file stands instead, the item goes under
-    /// `FOLDER (conflict DATE)/…`. After `maximumFolderRemakes` rounds still answered "no such
-    /// folder", the upload counts as refused and the change is kept.
+    /// A deleted folder above the item is made again (a remote delete never costs a local change);
+    /// a file in its place sends the item under `FOLDER (conflict DATE)/…`. After
+    /// `maximumFolderRemakes` rounds the upload counts as refused and the change is kept.
     func keepWhereFoldersWent(_ item: Item, _ copy: LocalCopy, commit: UInt64, snapshot: String) async -> Outcome {
         do {
             var target = StorePath.root
@@ -132,7 +128,6 @@ extension Uploader {
         }
     }
 
-    /// In a conflict folder, or under a conflict name when an earlier commit was kept there.
     private func keep(_ item: Item, at destination: StorePath, in folder: StorePath, from snapshot: String) async throws(StoreError) -> (StorePath, RemoteEntry) {
         do {
             return (destination, try await store.write(destination, fromLocalFile: snapshot, condition: .mustNotExist))
@@ -142,7 +137,6 @@ extension Uploader {
         }
     }
 
-    /// Nil when the store has no folder to put it in.
     func writeUnlessFolderGone(_ item: Item, from snapshot: String, condition: WriteCondition) async throws(StoreError) -> RemoteEntry? {
         do {
             return try await store.write(item.path, fromLocalFile: snapshot, condition: condition,
@@ -152,8 +146,7 @@ extension Uploader {
         }
     }
 
-    /// Made unless a folder of that name is there. A file may hold the name (a conflict copy kept
-    /// in the same second): then "… 2", "… 3", never a name below which no PUT can succeed.
+    /// A file may hold the name (a conflict copy of the same second): then "… 2", "… 3".
     private func conflictFolder(for name: String, in parent: StorePath) async throws(StoreError) -> StorePath {
         let now = clock()
         for attempt in 1...100 {
@@ -163,7 +156,6 @@ extension Uploader {
         throw .alreadyExists(try parent.appending(name))
     }
 
-    /// Returns false when a file stands there.
     private func ensureFolder(_ folder: StorePath) async throws(StoreError) -> Bool {
         do {
             _ = try await store.makeDirectory(folder)
@@ -173,8 +165,7 @@ extension Uploader {
         }
     }
 
-    /// Nil when the store has no file there: a folder is no version of the file (its missing ETag
-    /// would make the next upload unconditional), so the next upload only creates.
+    /// A folder is no version of the file: nil, so the next upload only creates.
     private func storeVersion(of path: StorePath) async throws(StoreError) -> RemoteEntry? {
         do {
             let entry = try await store.stat(path)
@@ -184,7 +175,7 @@ extension Uploader {
         }
     }
 
-    /// Two conflicts in the same second get "… 2", "… 3", so a kept copy is never replaced.
+    /// "… 2", "… 3" for the same second: a kept copy is never replaced.
     private func uploadConflictCopy(of item: Item, in directory: StorePath, from localFile: String) async throws(StoreError) -> (String, RemoteEntry) {
         let now = clock()
         for attempt in 1...100 {

@@ -2,18 +2,14 @@ import DocFSStore
 import Foundation
 import Logging
 
-/// Sends changed local copies back to the store (File Provider's `itemChangedAtURL:`).
-/// The catalog is the journal: a commit the store has not confirmed keeps its copy in the
-/// cache, and the next mount resumes it. Uploads are conditional on the edit's base version
-/// (a new file on nothing being there); if the store moved on, both versions survive as a
-/// conflict copy. Transient failures retry for the mount's life, permanent ones stop with the
-/// reason in `user.docfs.error`. Each upload sends a snapshot of one commit, never the live file.
+/// Sends changed copies back. The catalog is the journal: an unconfirmed commit keeps its copy,
+/// and the next mount resumes it. Uploads are conditional on the base version, so a change
+/// elsewhere yields a conflict copy; each sends a snapshot of one commit, never the live file.
 public actor Uploader {
     let store: any Store
     let catalog: Catalog
     let provider: Provider
     let logger: Logger
-    /// New files sent while they are written (nil: the store cannot, or it is off).
     let streams: UploadStreams?
     private let maximumConcurrentUploads = 4
     /// Only `delay` is used: a background upload has no caller whose patience ends.
@@ -23,14 +19,12 @@ public actor Uploader {
     private var queue: [Inode] = []
     private var queued: Set<Inode> = []
     var inFlight: [Inode: (path: StorePath, task: Task<Void, Never>)] = [:]
-    /// Items an fsync waits for, with how many fsyncs: an attempt started meanwhile commits
-    /// pending writes first. Otherwise the uploader never commits writes no close or fsync
-    /// handed over (they may be a state the user never meant to keep).
+    /// Items fsyncs wait for: an attempt then commits pending writes first. Otherwise writes no
+    /// close or fsync handed over are never committed (the user may not mean to keep them).
     private var forced: [Inode: Int] = [:]
     var sent = SentVersions()
-    /// Transient failures in a row per item (its next wait grows from it).
     private var failures: [Inode: Int] = [:]
-    /// `Retry-After` per item: a new change meanwhile waits for the retry already due.
+    /// `Retry-After` per item: a new change waits for the retry already due.
     private var notBefore: [Inode: ContinuousClock.Instant] = [:]
     var exclusiveHolders: [Int: [StorePath]] = [:]
     var nextHolder = 0
@@ -38,20 +32,17 @@ public actor Uploader {
     private var idleWaiters: [CheckedContinuation<Void, Never>] = []
     private var itemWaiters: [Inode: [CheckedContinuation<Void, Never>]] = [:]
     private var retryTasks: [Inode: Task<Void, Never>] = [:]
-    /// Rounds in a row in which an item's folder was made again and its PUT still found none.
     var folderRemakes: [Inode: Int] = [:]
-    /// After this many such rounds the store will not take the upload there: it counts as refused.
+    /// After this many such rounds the upload counts as refused.
     public static let maximumFolderRemakes = 3
     private var refused: [Inode: String] = [:]
     private var stopped = false
 
-    /// Starts `user.docfs.error` for a refused upload: `docfs unmount` keeps such files rather
-    /// than waiting for them.
+    /// `docfs unmount` keeps refused files rather than waiting for them.
     public static let refusedPrefix = "refused by the store: "
 
     let clock: @Sendable () -> Date
 
-    /// `clock` names conflict copies (tests stop it).
     public init(store: any Store, catalog: Catalog, provider: Provider, maximumBackoff: Duration = .seconds(15),
                 clock: @escaping @Sendable () -> Date = { Date() }, streams: UploadStreams? = nil, logger: Logger) {
         self.store = store
@@ -87,7 +78,7 @@ public actor Uploader {
         startWork()
     }
 
-    /// fsync: uploads `inode` now with every write so far and waits until the store has it.
+    /// fsync: uploads now and waits until the store has it.
     public func sync(_ inode: Inode) async throws(FSError) {
         guard !stopped else { throw Self.stoppedBeforeUpload }
         retryTasks.removeValue(forKey: inode)?.cancel()
@@ -102,7 +93,6 @@ public actor Uploader {
         while queued.contains(inode) || inFlight[inode] != nil {
             await withCheckedContinuation { itemWaiters[inode, default: []].append($0) }
             if retryTasks[inode] != nil {
-                // It failed and waits for a retry: fsync reports the failure.
                 let item = try catalog.item(inode)
                 throw .io(item?.uploadError ?? "upload failed")
             }
@@ -114,11 +104,9 @@ public actor Uploader {
 
     func isQueued(_ inode: Inode) -> Bool { queued.contains(inode) }
 
-    /// The change is in the journal; the next mount sends it.
     static let stoppedBeforeUpload = FSError.io("unmounted before the upload ended; the next mount sends it")
 
-    /// Waits until nothing is queued or uploading (with `untilStalled`, until all wait for a
-    /// retry), or until the uploader stops.
+    /// `untilStalled`: until all pending items wait for a retry.
     public func waitUntilIdle(untilStalled: Bool = false) async {
         while !stopped && !(queue.isEmpty && inFlight.isEmpty && (untilStalled || retryTasks.isEmpty) && streams?.hasCompletedUnsettled != true) {
             await withCheckedContinuation { idleWaiters.append($0) }
@@ -136,14 +124,12 @@ public actor Uploader {
         wakeIdleWaitersIfIdle()
     }
 
-    /// Stops retrying and cancels uploads under way; pending changes stay in the journal.
-    /// Returns once the cancelled ones have ended: nothing of this mount may touch their
-    /// snapshots once the next mount of the cache began. A hung call holds it `patience` longer.
+    /// Returns once cancelled uploads have ended: nothing of this mount may touch their snapshots
+    /// once the next mount began. A hung call holds it at most `patience` longer.
     public func stop(patience: Duration = .seconds(1)) async {
         stopped = true
         streams?.stop()
-        // A cancelled upload's change stays committed for the next mount (one that reached the
-        // store meanwhile is found there as its own version, not as a conflict).
+        // A cancelled upload's change stays committed for the next mount.
         for upload in inFlight.values { upload.task.cancel() }
         for task in retryTasks.values { task.cancel() }
         retryTasks.removeAll()
@@ -159,7 +145,6 @@ public actor Uploader {
             await self?.wakeIdleWaiters()
         }
         defer { timer.cancel() }
-        // Each ended upload wakes the idle waiters (`startWork`).
         while !inFlight.isEmpty && ContinuousClock.now < deadline {
             await withCheckedContinuation { idleWaiters.append($0) }
         }
@@ -212,8 +197,7 @@ public actor Uploader {
             failures[inode] = nil
             folderRemakes[inode] = nil
         case .retryLater(let retryAfter):
-            // A change saved during the attempt queued the item again: the retry sends it after the
-            // wait (an fsync's own attempt stays queued).
+            // A change saved during the attempt queued the item again: the retry sends it.
             if forced[inode] == nil, queued.remove(inode) != nil { queue.removeAll { $0 == inode } }
             scheduleRetry(inode, retryAfter: retryAfter)
         case .refused:
@@ -226,10 +210,8 @@ public actor Uploader {
         startWork()
     }
 
-    /// A close handed over writes into a sparse copy whose holes could not be fetched: fetch them
-    /// now from the copy's base version and commit. If the store has another version, the holes
-    /// stay zeros and the upload may only create a conflict copy (`CopyLife.versionLost`).
-    /// Nil when the upload goes on.
+    /// Fetches a sparse copy's holes from its base and commits; if the version is gone, holes stay
+    /// zeros and only a conflict copy may be made. Nil when the upload goes on.
     private func commitAfterFill(_ item: Item, _ copy: LocalCopy) async -> Outcome? {
         do {
             try await copy.fetchRemaining()
@@ -269,7 +251,6 @@ public actor Uploader {
             return .done
         }
         if let stream = copy.takeStream() {
-            // Sent while it was written: that may be all there is to do.
             await settle(stream, of: copy)
             guard copy.life.isDirty else { return .done }
             do {
@@ -292,7 +273,7 @@ public actor Uploader {
             guard let started = try await Blocking.run({ () throws(FSError) -> UInt64? in
                 try copy.startUpload(snapshotTo: snapshot, committingPending: committingPending)
             }) else {
-                // Nothing committed to send: writes still open are sent after their close.
+                // Nothing committed: writes still open are sent after their close.
                 await provider.uploadNotNeeded(copy)
                 return .done
             }
@@ -302,15 +283,13 @@ public actor Uploader {
             return await failed(item, copy, error)
         }
         let life = copy.life
-        // Items the store lacks and new files (also after a conflict kept earlier) are only created;
-        // the rest is conditional on the copy's base version.
+        // Items the store lacks and new files are only created; the rest is conditional on the base.
         let condition: WriteCondition = if !item.onStore || life.startedFromNothing { .mustNotExist }
             else if let base = life.base { .ifMatch(base) }
             else { .always }
         logger.debug("uploading", metadata: ["path": "\(item.path)", "commit": "\(commit)", "condition": "\(condition)"])
         do {
             guard let entry = try await writeUnlessFolderGone(item, from: snapshot, condition: condition) else {
-                // A folder above it was deleted (or became a file) on the store meanwhile.
                 return await keepWhereFoldersWent(item, copy, commit: commit, snapshot: snapshot)
             }
             let (confirmed, given) = await withAttributesChangedDuringUpload(of: item, copy, commit: commit, uploaded: entry,
@@ -327,7 +306,7 @@ public actor Uploader {
         } catch let error as StoreError {
             switch error {
             case .versionMismatch, .alreadyExists, .isADirectory:
-                // Changed, created, or made a folder elsewhere meanwhile: ours goes next to it.
+                // Changed elsewhere meanwhile: ours goes next to it.
                 return await keepBoth(item, copy, commit: commit, snapshot: snapshot)
             default:
                 folderRemakes[item.inode] = nil  // "in a row": another failure breaks the run
@@ -340,8 +319,8 @@ public actor Uploader {
         }
     }
 
-    /// Applies what an ended (or now cancelled) stream did: its commit is confirmed as an upload's
-    /// would be; a cancelled or failed stream left nothing, and the commit's upload does it all.
+    /// A completed stream's commit is confirmed as an upload's; a failed one left nothing, and the
+    /// commit's upload does it all.
     func settle(_ stream: StreamedUpload, of copy: LocalCopy) async {
         stream.abandon()
         let outcome = await stream.outcome()
@@ -366,7 +345,7 @@ public actor Uploader {
                 logger.debug("a streamed upload did not complete: the file goes up from its copy",
                              metadata: ["path": "\(stream.path)", "error": "\(error)"])
                 if let commit = stream.sealedCommit {
-                    // The commit goes up from the copy (a rename or unlink settling it has no attempt of its own).
+                    // A rename or unlink settling it has no attempt of its own: the copy's upload sends the commit.
                     _ = copy.updateLettingTheJournalLag { if $0.uploading == commit { $0.uploadFailed() } }
                     enqueue(copy.inode)
                 }
@@ -376,7 +355,6 @@ public actor Uploader {
         }
     }
 
-    /// Gives the item's mode and times to what a stream stored, unless the store has them unchanged.
     private func withStoredAttributes(of inode: Inode, _ entry: RemoteEntry) async -> (RemoteEntry, given: Item?) {
         guard let item = try? catalog.item(inode) else { return (entry, nil) }
         if entry.mode != nil, entry.mode == item.mode, entry.owner == item.owner, entry.group == item.group { return (entry, item) }
@@ -389,11 +367,9 @@ public actor Uploader {
         }
     }
 
-    /// A chmod or utimensat during the upload changed the catalog only: the store gets them before
-    /// the upload is recorded, so the copy's base version carries them (else, with mtime-based
-    /// ETags, the next upload is a false conflict). A commit made meanwhile carries its own.
-    /// The version read back is taken only if it holds the content sent (`sameContent`): another
-    /// client's version in between must not become the base of an unconditional overwrite.
+    /// A chmod or utimensat during the upload reaches the store before the upload is recorded, so
+    /// the base carries them (else mtime-based ETags make a false conflict). The version read back
+    /// is taken only if it holds our content: another client's must not become the base.
     private func withAttributesChangedDuringUpload(of uploaded: Item, _ copy: LocalCopy, commit: UInt64,
                                                    uploaded entry: RemoteEntry, snapshot: String) async -> (RemoteEntry, given: Item) {
         guard copy.life.committed == commit, let now = try? catalog.item(uploaded.inode), !now.sameAttributes(as: uploaded)
@@ -413,16 +389,13 @@ public actor Uploader {
         }
     }
 
-    /// A chmod between the look above and the record left its attributes to the upload: once the
-    /// item is clean they go as for any clean item. (Its write precedes this read, or its look
-    /// follows the record: one of the two sends them.)
+    /// A chmod between the look above and the record: one of the two sends its attributes.
     private func pushAttributesChanged(since given: Item) async {
         guard let now = try? catalog.item(given.inode), !now.hasUnsyncedChanges, !now.sameAttributes(as: given) else { return }
         await AttributeSync.push(now.storeAttributes, of: now, to: store, catalog: catalog, provider: provider, logger: logger)
     }
 
-    /// Whether `after` still holds the bytes of `snapshot`: the same version, or the same size and
-    /// identical bytes (an mtime-based ETag names an attribute change a new version).
+    /// The same version, or identical bytes (an mtime-based ETag renames an attribute change).
     private func sameContent(_ after: RemoteEntry, as written: RemoteEntry, snapshot: String) async -> Bool {
         if after.etag != nil, after.etag == written.etag { return true }
         guard after.kind == .file, after.size == written.size, let comparison = try? SnapshotComparison(snapshot: snapshot),
@@ -430,8 +403,7 @@ public actor Uploader {
         return comparison.result(size: read.size).identical
     }
 
-    /// A close during the upload of `commit` queued nothing: whatever became of that attempt, a
-    /// newer commit goes next. Returns whether one was queued.
+    /// Whatever became of the attempt, a newer commit goes next. Returns whether one was queued.
     @discardableResult
     func queueCommitMadeMeanwhile(_ inode: Inode, _ copy: LocalCopy, after commit: UInt64) -> Bool {
         let life = copy.life
@@ -461,7 +433,6 @@ public actor Uploader {
         return .retryLater(retryAfter: retryAfter)
     }
 
-    /// A catalog that cannot take it is logged (the upload is retried anyway).
     private func recordUploadError(of item: Item, _ message: String, _ trouble: UploadTrouble) {
         do {
             try catalog.recordUploadError(of: item.inode, message, trouble: trouble)
@@ -470,7 +441,7 @@ public actor Uploader {
         }
     }
 
-    /// The store said no (`StoreError.isPermanent`), rather than failing to answer or the local disk failing.
+    /// The store said no, rather than failing to answer or the local disk failing.
     static func isPermanent(_ error: StoreError) -> Bool {
         error.isPermanent
     }
@@ -483,7 +454,7 @@ public actor Uploader {
         notBefore[inode] = retryAfter == nil ? nil : ContinuousClock.now + delay
         logger.debug("upload retry scheduled", metadata: ["inode": "\(inode)", "after": "\(delay)",
                                                          "retry-after": "\(retryAfter.map { "\($0)" } ?? "-")"])
-        // One retry per item: a retry still waiting would clear this one's wait when it ran.
+        // One retry per item: a waiting retry would clear this one's wait when it ran.
         retryTasks.removeValue(forKey: inode)?.cancel()
         retryTasks[inode] = Task {
             try? await Task.sleep(for: delay)
