@@ -1,16 +1,13 @@
-// How a caller blocked in open() or read() waits for shared work: until its deadline
-// (--io-timeout) or a FUSE interrupt. The work itself goes on for other waiters; its owner
-// decides whether it continues once nobody waits.
+// How a caller blocked in open() or read() waits for shared work: until --io-timeout or a FUSE
+// interrupt. The work goes on for other waiters.
 import Glibc
 import Synchronization
 
 public enum CallerWait {
-    /// `EINTR` for the caller.
     public static let interrupted = FSError.local(errno: EINTR, "interrupted")
 
-    /// Waits at most `limit` (then throws `timeout()`) and while not cancelled (`interrupted`).
-    /// Awaited shared work (a fetch's `Task.value`) keeps running. `abandoned` gets a result that
-    /// came too late, to give back what it holds.
+    /// The task running `work` is cancelled when the wait ends early; shared work it awaits keeps
+    /// running. `abandoned` gets a late result, to give back what it holds.
     public static func run<T: Sendable>(limit: Duration?, timeout: @escaping @Sendable () -> FSError = { .timedOut("no answer in time") },
                                         _ work: @escaping @Sendable () async throws(FSError) -> T,
                                         abandoned: (@Sendable (T) -> Void)? = nil) async throws(FSError) -> T {
@@ -41,7 +38,6 @@ public enum CallerWait {
         return try result.get()
     }
 
-    /// The one answer a wait gets, from whichever of work, timer and cancellation comes first.
     private final class Outcome<T: Sendable>: Sendable {
         private struct State {
             var continuation: CheckedContinuation<Result<T, FSError>, Never>?
@@ -62,7 +58,6 @@ public enum CallerWait {
             if let ready { continuation.resume(returning: ready) }
         }
 
-        /// Unless one was recorded first; returns whether this one counts.
         @discardableResult
         func resolve(_ result: Result<T, FSError>) -> Bool {
             let (won, continuation, cleanup) = state.withLock { state -> (Bool, CheckedContinuation<Result<T, FSError>, Never>?, (@Sendable () -> Void)?) in
@@ -79,7 +74,6 @@ public enum CallerWait {
             return won
         }
 
-        /// Now, if the answer is already in.
         func whenResolved(_ cleanup: @escaping @Sendable () -> Void) {
             let now = state.withLock { state -> Bool in
                 guard state.result == nil else { return true }

@@ -1,11 +1,9 @@
 import DocFSStore
 import GRDB
 
-/// A removal or rename sent to the store whose catalog change has not followed yet. The store
-/// changes first so a refusal leaves the catalog as it was; a kill in between would resend a
-/// removed file's changes, or upload under the old name (or, where rename copies, leave both).
-/// So such changes are noted first in their own transaction; the completing catalog change
-/// removes the note in its transaction, and a note found at start is settled by asking the store.
+/// A removal or rename the store made but the catalog not yet: a kill in between would resend
+/// or misplace changes, so it is noted first; the completing catalog change removes the note in
+/// its transaction, and a note found at start is settled by asking the store.
 public struct ChangeUnderWay: Sendable, Equatable {
     public enum Kind: String, Sendable {
         case removal
@@ -14,7 +12,7 @@ public struct ChangeUnderWay: Sendable, Equatable {
 
     public var inode: Inode
     public var kind: Kind
-    /// Whose absence shows the store made the change: the item's path, or the path it replaces.
+    /// Whose absence shows the change made: the item's path, or the one it replaces.
     public var gonePath: StorePath
     public var toParent: Inode?
     public var toName: String?
@@ -31,8 +29,7 @@ public struct ChangeUnderWay: Sendable, Equatable {
 }
 
 extension Catalog {
-    /// Returns false, noting nothing, when the item has a note a killed daemon left: that one stays
-    /// until settled or completed, so a failing change does not take it away.
+    /// False, noting nothing, if a killed daemon's note is there: it stays until settled or completed.
     @discardableResult
     public func recordChangeUnderWay(_ change: ChangeUnderWay) throws(FSError) -> Bool {
         try write(invalidating: .nothing) { db in
@@ -45,8 +42,7 @@ extension Catalog {
         }
     }
 
-    /// The note lasts until the caller's catalog change removes it. A failed request removes only
-    /// its own note.
+    /// A failed request removes only its own note.
     public func noting(_ change: ChangeUnderWay?, whileTheStoreDoes request: () async throws(StoreError) -> Void) async throws(FSError) {
         let noted = try change.map { (change: ChangeUnderWay) throws(FSError) -> Bool in try recordChangeUnderWay(change) } ?? false
         do throws(StoreError) {
@@ -63,7 +59,6 @@ extension Catalog {
         }
     }
 
-    /// Usually none.
     public func changesUnderWay() throws(FSError) -> [ChangeUnderWay] {
         try read { db in
             try Row.fetchAll(db, sql: "SELECT * FROM changeUnderWay ORDER BY inode").compactMap(Self.changeUnderWay)
@@ -84,14 +79,14 @@ extension Catalog {
                               committed: UInt64(bitPattern: row["committedSeq"]))
     }
 
-    /// A move cut short was made by the store: the item is on the store before the catalog moves it.
+    /// The item is on the store before the catalog moves it.
     public func recordOnStore(_ inode: Inode) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
             try db.cachedExecute(sql: "UPDATE item SET onStore = 1 WHERE inode = ?", arguments: [Int64(bitPattern: inode)])
         }
     }
 
-    /// What makes a removal or rename worth noting (a clean item's next listing shows the truth).
+    /// A clean item needs no note: its next listing shows the truth.
     public func holdsUnsentChanges(_ item: Item) throws(FSError) -> Bool {
         if item.hasUnsyncedChanges || !item.onStore { return true }
         guard item.isDirectory else { return false }

@@ -2,15 +2,13 @@ import DocFSStore
 import Foundation
 import GRDB
 
-/// The copy journal: the row columns saying what the local copy is, written after each
-/// `CopyLife` event by `LocalCopy` and read back by a new mount. What a restart needs is here.
+/// The copy journal, written after each `CopyLife` event and read back by a new mount.
 extension Catalog {
     public func recordCopy(_ inode: Inode, _ life: CopyLife) throws(FSError) {
         try write(invalidating: .item(inode)) { db in try Catalog.persist(db, inode, life) }
     }
 
-    /// A copy holding none or some of its bytes of a version the catalog knew: the row's metadata
-    /// stays as the last listing left it.
+    /// The row's metadata stays as the last listing left it.
     public func recordCopy(_ inode: Inode, _ life: CopyLife, partial: Bool) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
             try Catalog.persist(db, inode, life)
@@ -18,8 +16,7 @@ extension Catalog {
         }
     }
 
-    /// `notFound` when a listing dropped the row meanwhile: a copy without a row could never be
-    /// uploaded nor evicted.
+    /// `notFound` if a listing dropped the row: a copy without a row could never be uploaded nor evicted.
     public func beginCopy(_ inode: Inode, _ life: CopyLife) throws(FSError) {
         let changed: Int = try write(invalidating: .item(inode)) { db in
             try Catalog.persist(db, inode, life)
@@ -28,7 +25,6 @@ extension Catalog {
         if changed == 0 { throw .notFound }
     }
 
-    /// The copy's size and time are the item's now.
     public func recordCommit(_ inode: Inode, _ life: CopyLife, size: Int64, modified: Timestamp) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
             try Catalog.persist(db, inode, life)
@@ -38,8 +34,7 @@ extension Catalog {
     }
 
     /// The time stays the catalog's for the same version, unless the answer carries the item's own
-    /// time and nothing was learnt since `askedAt` (a `touch` here after the GET stays).
-    /// `partial`: a streamed copy; reads fetch the rest.
+    /// and nothing was learnt since `askedAt`. `partial`: a streamed copy.
     public func recordFetched(_ inode: Inode, _ life: CopyLife, entry: RemoteEntry, askedAt: Double? = nil,
                               partial: Bool = false) throws(FSError) {
         let takesOwnTime = entry.carriesOwnTime && askedAt != nil
@@ -71,7 +66,7 @@ extension Catalog {
         }
     }
 
-    /// The item shows the store's version (nil: gone from the store) once the copy goes.
+    /// Nil `storeVersion`: gone from the store.
     public func recordConflictKept(_ inode: Inode, _ life: CopyLife, conflictCopy: String, storeVersion: RemoteEntry?) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
             try Catalog.persist(db, inode, life)
@@ -87,7 +82,7 @@ extension Catalog {
         }
     }
 
-    /// The item is a placeholder again; one the store no longer has goes with it.
+    /// One the store no longer has goes with its row.
     public func recordEvicted(_ inode: Inode) throws(FSError) {
         let deleted: Bool = try write(invalidating: .item(inode)) { db in
             try db.cachedExecute(sql: "DELETE FROM item WHERE inode = ? AND onStore = 0", arguments: [Int64(bitPattern: inode)])
@@ -103,7 +98,6 @@ extension Catalog {
         if deleted { cache.invalidateAll() }
     }
 
-    /// For a copy adopted after a restart.
     public func recordedLife(of inode: Inode, pinned: Bool = false) throws(FSError) -> CopyLife? {
         try read { db in
             guard let row = try Row.fetchOne(db, sql: "SELECT * FROM item WHERE inode = ?", arguments: [Int64(bitPattern: inode)]) else { return nil }
@@ -114,8 +108,7 @@ extension Catalog {
         }
     }
 
-    /// A full WAL checkpoint at a mount's end, so the next mount reads the latest journal whatever
-    /// happens to the machine meanwhile.
+    /// A full WAL checkpoint, so the next mount reads the latest journal after any crash.
     public func makeDurable() throws(FSError) {
         do {
             _ = try db.writeWithoutTransaction { db in try db.checkpoint(.full) }
@@ -124,21 +117,17 @@ extension Catalog {
         }
     }
 
-    /// Open when the daemon died.
     public func itemsWithUncommittedWrites() throws(FSError) -> [Item] {
         try read { db in try Row.fetchAll(db, sql: "SELECT \(Catalog.itemColumns) FROM item WHERE uncommitted != 0") }.map(Catalog.item(from:))
     }
 
-    /// The upload journal.
     public func itemsPendingUpload() throws(FSError) -> [Item] {
         try read { db in try Row.fetchAll(db, sql: "SELECT \(Catalog.itemColumns) FROM item WHERE state IN ('modified', 'uploading') AND uncommitted = 0") }
             .map(Catalog.item(from:))
     }
 
-    /// After a restart no copy is open: a clean copy's item is a placeholder again unless pinned
-    /// and whole, and an upload cut short is pending again. A clean copy of an item the store no
-    /// longer has goes with its row (pinned too): as a placeholder it would open as an empty file
-    /// and hide what took its name; the next lookup lists its folder again.
+    /// After a restart no copy is open: clean copies become placeholders unless pinned and whole,
+    /// and a clean copy of an item gone from the store goes with its row (it would open as an empty file).
     public func resetTransientStates() throws(FSError) {
         let clean = "state IN ('downloading', 'local') AND uncommitted = 0 AND NOT (state = 'local' AND pinned = 1 AND partial = 0)"
         let gone = "state IN ('downloading', 'local') AND uncommitted = 0 AND onStore = 0 AND kind != ?"

@@ -1,7 +1,6 @@
 import GRDB
 
-/// Pinning ("keep downloaded") and a folder's child states at a glance. `pinned` is read on its
-/// own, not with every item, so lookups stay cheap.
+/// `pinned` is read on its own, not with every item, so lookups stay cheap.
 extension Catalog {
     public func isPinned(_ inode: Inode) throws(FSError) -> Bool {
         try read { db in
@@ -10,7 +9,7 @@ extension Catalog {
         }
     }
 
-    /// Also everything below a folder (what is added later is pinned by the `item_inherits_pin` trigger).
+    /// Also everything below a folder.
     public func setPinned(_ item: Item, _ pinned: Bool) throws(FSError) {
         let path = item.path.description
         try write { db in
@@ -22,7 +21,6 @@ extension Catalog {
         }
     }
 
-    /// Also those holding changes.
     public func filesWithCopies(under item: Item) throws(FSError) -> [Inode] {
         let path = item.path.description
         let prefix = path == "/" ? "/" : path + "/"
@@ -35,7 +33,7 @@ extension Catalog {
         }.map { Inode(bitPattern: $0) }
     }
 
-    /// Complete and clean: the copies a restart keeps.
+    /// The copies a restart keeps.
     public func pinnedLocalItems() throws(FSError) -> [(inode: Inode, id: String)] {
         try read { db in
             try Row.fetchAll(db, sql: "SELECT inode, id FROM item WHERE pinned = 1 AND state = 'local' AND uncommitted = 0 AND partial = 0")
@@ -43,7 +41,6 @@ extension Catalog {
         }
     }
 
-    /// `docfs status` splits the cache's size by them.
     public func pinnedCopyIDs() throws(FSError) -> Set<String> {
         try read { db in
             Set(try String.fetchAll(db, sql: "SELECT id FROM item WHERE pinned = 1 AND state != 'placeholder' AND kind = ?",
@@ -51,7 +48,6 @@ extension Catalog {
         }
     }
 
-    /// Files with no copy and folders never listed (`PinnedRefresher` decides).
     public func pinnedToRefresh(in directory: Inode) throws(FSError) -> (files: [Inode], folders: [Inode]) {
         try read { db in
             let files = try Int64.fetchAll(db, sql: """
@@ -65,13 +61,11 @@ extension Catalog {
         }
     }
 
-    /// One query for a folder's `user.docfs.state`. Pinned complete copies count as `pinned`,
-    /// failing uploads as `error`; subfolders are not counted.
+    /// Pinned complete copies count as `pinned`, failing uploads as `error`; no subfolders.
     public func childStateCounts(of directory: Inode) throws(FSError) -> [(state: String, count: Int)] {
         try stateCounts(parent: directory)
     }
 
-    /// Nil `parent`: every file and special file (`docfs status`).
     public func stateCounts(parent: Inode? = nil) throws(FSError) -> [(state: String, count: Int)] {
         let rows = try read { db in
             try Row.fetchAll(db.cachedStatement(sql: """
@@ -88,7 +82,6 @@ extension Catalog {
             + counts.filter { !order.contains($0.key) }.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
     }
 
-    /// `docfs status`.
     public func uploadErrors(limit: Int = 20) throws(FSError) -> [(path: String, error: String)] {
         try read { db in
             try Row.fetchAll(db, sql: "SELECT path, uploadError FROM item WHERE uploadError IS NOT NULL ORDER BY path LIMIT ?",
@@ -96,7 +89,6 @@ extension Catalog {
         }
     }
 
-    /// `docfs status`.
     public func transferringPaths(limit: Int = 50) throws(FSError) -> [(path: String, state: String)] {
         try read { db in
             try Row.fetchAll(db, sql: "SELECT path, state FROM item WHERE state IN ('downloading', 'uploading') ORDER BY path LIMIT ?",

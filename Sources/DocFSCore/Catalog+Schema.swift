@@ -50,12 +50,11 @@ extension Catalog {
                 """)
         }
         migrator.registerMigration("v4-kind-known-for") { db in
-            // The version the kind was confirmed for: S3 is asked once per version, not per listing.
+            // S3 is asked once per version, not per listing.
             try db.execute(sql: "ALTER TABLE item ADD COLUMN kindKnownFor TEXT")
         }
         migrator.registerMigration("v5-copy-journal") { db in
-            // A copy's life (see CopyLife): its base version (what uploads are conditional on), the latest
-            // committed and confirmed commits, and whether uncommitted writes may be in the copy.
+            // A copy's life (see CopyLife).
             try db.execute(sql: """
                 ALTER TABLE item ADD COLUMN baseEtag TEXT;
                 ALTER TABLE item ADD COLUMN committedSeq INTEGER NOT NULL DEFAULT 0;
@@ -65,20 +64,17 @@ extension Catalog {
                 """)
         }
         migrator.registerMigration("v6-version-learned-at") { db in
-            // When docfs itself last learned the version: an older listing must not take it back (a false
-            // conflict, or a just-uploaded file dropped).
+            // When docfs itself last learned the version: an older listing must not take it back.
             try db.execute(sql: "ALTER TABLE item ADD COLUMN versionAt REAL")
         }
         migrator.registerMigration("v7-copy-started-from-nothing") { db in
-            // A new file's copy (CopyLife.startedFromNothing): uploads only create until one is confirmed.
             try db.execute(sql: "ALTER TABLE item ADD COLUMN baseIsNothing INTEGER NOT NULL DEFAULT 0")
         }
         migrator.registerMigration("v8-special-files") { db in
             try db.execute(sql: "ALTER TABLE item ADD COLUMN rdev INTEGER NOT NULL DEFAULT 0")
         }
         migrator.registerMigration("v9-pinned") { db in
-            // Pinned items (`docfs pin`) outlive release and mount; the trigger pins what is added to a
-            // pinned folder, and fires only there.
+            // The trigger pins what is added to a pinned folder, and fires only there.
             try db.execute(sql: """
                 ALTER TABLE item ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0;
                 CREATE TRIGGER item_inherits_pin AFTER INSERT ON item
@@ -87,11 +83,10 @@ extension Catalog {
                 """)
         }
         migrator.registerMigration("v10-partial-copy") { db in
-            // A streamed copy: `local`, yet only some bytes are there; never to be taken for the whole file.
+            // A streamed copy: `local`, yet only some bytes are there.
             try db.execute(sql: "ALTER TABLE item ADD COLUMN partial INTEGER NOT NULL DEFAULT 0")
         }
         migrator.registerMigration("v11-changes-under-way") { db in
-            // See Catalog+ChangesUnderWay.swift. A row goes with its item.
             try db.execute(sql: """
                 CREATE TABLE changeUnderWay (
                     inode INTEGER PRIMARY KEY REFERENCES item(inode) ON DELETE CASCADE,
@@ -114,7 +109,6 @@ extension Catalog {
                 """)
         }
         migrator.registerMigration("v13-hard-links") { db in
-            // Hard links on the local store.
             try db.execute(sql: "ALTER TABLE item ADD COLUMN links INTEGER NOT NULL DEFAULT 1")
         }
         return migrator

@@ -1,13 +1,10 @@
 import Synchronization
 
-/// Recently read items by inode and by name, so lookup and getattr of a listed folder are
-/// answered from memory (a database read is ~100 µs).
-/// Coherence: every write invalidates after its commit (one row or all). A database read takes
-/// a `ticket` first and may fill only if no write finished since, so a row read before a
-/// commit is never stored after its invalidation. Negative answers are not kept, and at most
-/// `capacity` items are (about 5 MiB per 8,192), so memory does not grow with a folder.
+/// Recent items by inode and name, so lookups of a listed folder skip the database. A read takes
+/// a `ticket` and fills only if no write finished since, so a row read before a commit is never
+/// stored after its invalidation. At most `capacity` items; no negative answers.
 final class CatalogCache: Sendable {
-    /// Byte for byte, as SQLite compares `name` (Swift's `==` would merge "é" and "e\u{301}").
+    /// Byte for byte, as SQLite compares `name`.
     struct NameKey: Hashable {
         var parent: Inode
         var name: String
@@ -23,10 +20,8 @@ final class CatalogCache: Sendable {
     }
 
     private struct State {
-        /// Bumped by every invalidation: an older ticket must not fill the cache.
         var generation: UInt64 = 0
         var items: [Inode: Item] = [:]
-        /// An entry whose inode is no longer in `items` is a miss.
         var names: [NameKey: Inode] = [:]
     }
 
@@ -55,7 +50,6 @@ final class CatalogCache: Sendable {
         }
     }
 
-    /// Dropped if a write finished since `ticket`: they may be older than the database.
     func fill<S: Sequence>(_ items: S, ticket: Ticket) where S.Element == Item {
         state.withLock { state in
             guard state.generation == ticket.generation else { return }
@@ -76,7 +70,7 @@ final class CatalogCache: Sendable {
         fill(CollectionOfOne(item), ticket: ticket)
     }
 
-    /// One row changed, not its name or folder.
+    /// Not its name or folder.
     func invalidate(_ inode: Inode) {
         state.withLock { state in
             state.generation &+= 1
@@ -92,7 +86,7 @@ final class CatalogCache: Sendable {
         }
     }
 
-    /// A write that changed no row: only readers racing it are refused.
+    /// Only readers racing it are refused.
     func invalidateNothing() {
         state.withLock { $0.generation &+= 1 }
     }

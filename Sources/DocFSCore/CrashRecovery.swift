@@ -2,26 +2,21 @@ import DocFSStore
 import Foundation
 import Logging
 
-/// What a mount does first with what an earlier one left (no handle survives a restart):
-/// - a clean copy goes, unless pinned;
-/// - committed changes stay for the uploader;
-/// - uncommitted writes never replace the store's version: they become a new file
-///   `NAME (unsaved DATE).EXT`, and the item shows the store's version again;
-/// - after a machine restart under a running mount (`SessionMarker`), pending commits are
-///   treated the same, since a close does not flush its copy.
+/// What a mount does first with what an earlier one left: clean copies go unless pinned,
+/// committed changes stay for the uploader, and uncommitted writes (or, after a machine crash,
+/// pending commits) become a new file `NAME (unsaved DATE).EXT`, never replacing the store's.
 struct CrashRecovery {
     let catalog: Catalog
     let cacheDirectory: String
     let logger: Logger
     var machineRestarted = false
 
-    /// Returns items whose unsaved writes were set aside (their size should be asked again).
+    /// Their size should be asked again.
     func run(now: Date = Date()) throws(FSError) -> [Item] {
         var reverted: [Item] = []
         var suspect = try catalog.itemsWithUncommittedWrites()
         if machineRestarted {
-            // Only an empty file the journal says is empty can be trusted: a torn copy is most often empty
-            // or missing.
+            // Only an empty file the journal says is empty can be trusted: a torn copy is often empty.
             let unflushed = try catalog.itemsPendingUpload().filter { item in
                 var info = stat()
                 let empty = stat(cacheDirectory + "/" + item.id, &info) == 0 && info.st_size == 0
@@ -54,8 +49,7 @@ struct CrashRecovery {
             }
         }
         try catalog.resetTransientStates()
-        // Pinned copies stay, unless their file is gone, or after a machine crash (a download is not
-        // flushed, so it may be torn; the pinned folder's refresh downloads them again).
+        // Pinned copies stay, unless their file is gone or the machine crashed (a download may be torn).
         var pinned = Set<String>()
         for (inode, id) in try catalog.pinnedLocalItems() {
             if !machineRestarted, access(cacheDirectory + "/" + id, F_OK) == 0 {
@@ -69,7 +63,7 @@ struct CrashRecovery {
         return reverted
     }
 
-    /// A new file with committed content (uploaded with `If-None-Match: *`), taking the copy's file.
+    /// Uploaded with `If-None-Match: *`.
     private func keepUnsaved(_ item: Item, parent: Inode, copyPath: String, size: Int64, modified: Timestamp, now: Date) throws(FSError) -> Item {
         var attempt = 1
         while true {

@@ -4,18 +4,15 @@
 import DocFSStore
 import Foundation
 
-/// Lookups buy the listing as they come (ski rental): the second name asks for the first page,
-/// and page k+1 once `lookupsPerPage` × k names were looked up. A few lookups cost a page at
-/// most; a `stat` of every name costs a few dozen lookups and the pages. Until the last page is
-/// applied every lookup asks the store; then the catalog answers.
+/// Ski rental: page k+1 is asked once `lookupsPerPage` × k names were looked up, so a few
+/// lookups cost a page at most. Until the last page, lookups ask the store.
 struct ListingBoughtByLookups: Sendable {
     static let lookupsPerPage = 8
 
     var lookups = 1
-    /// Pages applied, and the token of the next (nil before the first page).
     var pagesListed = 0
     var next: PageToken?
-    /// A listing left half-way past the folder's time to live starts again from its first page.
+    /// A listing left half-way past the folder's time to live starts again.
     var lastPageAt = Date().timeIntervalSince1970
     let progress = ListingProgress(startedAt: Date().timeIntervalSince1970)
     var fetching: Task<PageOutcome, Never>?
@@ -23,7 +20,6 @@ struct ListingBoughtByLookups: Sendable {
     enum PageOutcome: Sendable, Equatable {
         case listed
         case more(PageToken)
-        /// The lookups go on by name.
         case failed
     }
 
@@ -34,9 +30,8 @@ struct ListingBoughtByLookups: Sendable {
 }
 
 extension DirectoryEnumerator {
-    /// A small folder is listed by the second name looked up, so `cp` of its files by path costs
-    /// one listing, not a HEAD per name. Nothing waits for a page; a failed page ends it, and the
-    /// next two lookups start again. Off with `--list-ahead 0`.
+    /// A small folder is listed by the second name looked up. Nothing waits for a page; a failed
+    /// page ends it. Off with `--list-ahead 0`.
     public func noteLookupByName(in directory: Item) {
         guard listAhead.folders > 0, directory.listedAt == nil, !isListing(directory.inode) else { return }
         let inode = directory.inode

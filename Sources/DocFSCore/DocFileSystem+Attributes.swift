@@ -1,26 +1,22 @@
-// setattr. A new size is a content change; mode, owner and times live in the catalog and go to
-// the store where it can carry them.
+// setattr: a new size is a content change; the rest lives in the catalog and goes to the store.
 
 import DocFSStore
 import Foundation
 import Logging
 
 extension DocFileSystem {
-    /// Kept in the catalog, so they survive eviction and remount. A truncate by path closes its
-    /// handle only once all is recorded: that close may upload and move the row, and reading the
-    /// item after it would report ENOENT for a truncate that took effect.
+    /// A truncate by path closes its handle only once all is recorded: reading the item after that
+    /// close (which may upload and move the row) would report ENOENT.
     public func setAttributes(of inode: Inode, _ changes: AttributeChanges, handle: UInt64?) async throws(FSError) -> Item {
         if readOnly { throw .readOnly }
         let item = try item(inode)
         var temporary: UInt64?
         if let size = changes.size {
             guard item.kind == .file else { throw item.isDirectory ? .isADirectory : .invalidArgument }
-            // A size of 0 needs no content.
             if let handle, size != 0 { try await provideForChange(handle) }
             if let handle, let file = openFiles[handle] {
-                // For a size of 0 a sparse copy's fetch stops first, so no fetched byte lands after it.
+                // A sparse copy's fetch stops first, so no fetched byte lands after the truncate.
                 if size == 0 { await file.copy.stopFetching() }
-                // Like a write: handed over by the handle's close or fsync.
                 try file.copy.truncate(to: size)
             } else {
                 temporary = try await open(inode, mode: OpenMode(writable: true, truncate: size == 0))
@@ -31,7 +27,6 @@ extension DocFileSystem {
             if let temporary, let size = changes.size, size != 0, let file = openFiles[temporary] {
                 try file.copy.truncate(to: size)
             }
-            // A new size shows in the item; otherwise the item read above is current.
             let changed = try await recordAttributes(of: inode, changes, item: changes.size == nil ? item : try self.item(inode))
             if let temporary { await release(handle: temporary) }
             return changed
@@ -41,7 +36,6 @@ extension DocFileSystem {
         }
     }
 
-    /// Once a new size is in the copy (`item` shows it).
     private func recordAttributes(of inode: Inode, _ changes: AttributeChanges, item: Item) async throws(FSError) -> Item {
         let now = Timestamp.now
         if let modified = changes.modified, item.hasUnsyncedChanges, let copy = provider.presentCopies.withLock({ $0[inode] }) {
@@ -49,8 +43,7 @@ extension DocFileSystem {
         }
         try catalog.setAttributes(of: inode, mode: changes.mode.map { $0 & 0o7777 }, owner: changes.owner, group: changes.group,
                                   modified: changes.modified, accessed: changes.accessed, changed: now)
-        // The store gets them where it can; a file not uploaded yet gets them with or after its
-        // upload (read after the catalog write, so an upload ending meanwhile is seen).
+        // Read after the catalog write, so an upload ending meanwhile is seen.
         let current = try self.item(inode)
         if !current.hasUnsyncedChanges {
             let carried = StoreAttributes(mode: changes.mode.map { $0 & 0o7777 }, modified: changes.modified, accessed: changes.accessed,

@@ -68,7 +68,7 @@ extension DocFileSystem {
         return (landed.0, landed.1, file.inode)
     }
 
-    /// Before every close() returns (not flushed: see `SessionMarker`).
+    /// Commits to the journal before every close() returns (not flushed to disk: see `SessionMarker`).
     public func flush(handle: UInt64) async throws(FSError) {
         guard let file = openFiles[handle] else { return }
         noteRead(file)

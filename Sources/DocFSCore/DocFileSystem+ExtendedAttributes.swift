@@ -1,5 +1,3 @@
-// docfs's own `user.docfs.*` attributes: how state is shown and steered.
-
 import DocFSStore
 import Foundation
 import Logging
@@ -10,13 +8,12 @@ extension DocFileSystem {
     public static let etagAttribute = "user.docfs.etag"
     public static let errorAttribute = "user.docfs.error"
     public static let conflictAttribute = "user.docfs.conflict"
-    /// `DONE/TOTAL` bytes of the transfer under way (absent otherwise).
     public static let progressAttribute = "user.docfs.progress"
-    /// `1` on a pinned item; set to `1`/`0` (or removed) to pin or unpin.
+    /// Set to `1`/`0` (or removed) to pin or unpin.
     public static let pinnedAttribute = "user.docfs.pinned"
-    /// Set (any value) to make the item, or every file below a folder, a placeholder now.
+    /// Set to make the item, or every file below a folder, a placeholder now.
     public static let evictAttribute = "user.docfs.evict"
-    /// On the root: one `downloading<TAB>path` (or `prefetching`) line per download under way.
+    /// On the root: one line per download under way.
     public static let transfersAttribute = "user.docfs.transfers"
 
     public func extendedAttributeNames(of inode: Inode) throws(FSError) -> [String] {
@@ -32,8 +29,7 @@ extension DocFileSystem {
     }
 
     public func extendedAttribute(_ name: String, of inode: Inode) throws(FSError) -> [UInt8] {
-        // Any other name is "not supported", answered without the catalog: `ls -l` then stops asking
-        // for labels and ACLs on the whole device (coreutils caches ENOTSUP per st_dev).
+        // Other names are "not supported": `ls -l` then stops asking for labels and ACLs on the device.
         guard name.hasPrefix("user.docfs.") else { throw .notSupported }
         let item = try item(inode)
         let value: String?
@@ -60,8 +56,7 @@ extension DocFileSystem {
         return Array(value.utf8)
     }
 
-    /// A file's state (`pinned` for a pinned complete copy); for a folder, `pinned` and counts per
-    /// state (`local=3 modified=1`; `empty`, or `unlisted`), from one query.
+    /// For a folder, `pinned` and counts per state, from one query.
     func shownState(of item: Item) throws(FSError) -> String {
         let pinned = try catalog.isPinned(item.inode)
         guard item.isDirectory else {
@@ -88,7 +83,6 @@ extension DocFileSystem {
         return nil
     }
 
-    /// How `docfs pin`, `unpin` and `evict` (or `setfattr`) steer what is local.
     public func setExtendedAttribute(_ name: String, value: [UInt8], of inode: Inode) async throws(FSError) {
         let text = String(decoding: value, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines.union(CharacterSet(charactersIn: "\0")))
         switch name {
@@ -105,7 +99,6 @@ extension DocFileSystem {
         }
     }
 
-    /// `user.docfs.pinned` unpins.
     public func removeExtendedAttribute(_ name: String, of inode: Inode) async throws(FSError) {
         guard name == Self.pinnedAttribute else { throw name.hasPrefix("user.docfs.") ? .notPermitted : .notSupported }
         try await unpin(inode)

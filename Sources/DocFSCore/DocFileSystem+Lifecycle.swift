@@ -1,11 +1,9 @@
-// Start (taking over what the last mount left), shutdown, and the waits of mount and unmount.
-
 import DocFSStore
 import Foundation
 import Logging
 
 extension DocFileSystem {
-    /// Takes over what an earlier mount left (see `CrashRecovery`). Call before serving anything.
+    /// See `CrashRecovery`. Call before serving anything.
     public func start() async throws(FSError) {
         let bootID = SessionMarker.currentBootID()
         await UnfilledCopies(catalog: catalog, cacheDirectory: cacheDirectory, store: store, logger: logger).fill()
@@ -16,8 +14,7 @@ extension DocFileSystem {
         try sessionMarker?.markRunning(bootID: bootID)
         try await settleChangesCutShort()
         try await uploader.resumePending()
-        // Items whose unsaved writes were set aside show the store's version: ask its size now, so
-        // stat is right at once.
+        // Set-aside items show the store's version: ask its size now, so stat is right at once.
         for item in reverted {
             if let entry = try? await store.stat(item.path), try catalog.item(item.inode)?.state == .placeholder {
                 try? catalog.updateMetadata(of: item.inode, from: entry)
@@ -25,8 +22,7 @@ extension DocFileSystem {
         }
     }
 
-    /// Settled in the background, asking the store until it answers; uploads of the paths they
-    /// touch wait until then.
+    /// In the background; uploads of the paths they touch wait until then.
     private func settleChangesCutShort() async throws(FSError) {
         let notes = try catalog.changesUnderWay()
         guard !notes.isEmpty else { return }
@@ -48,9 +44,8 @@ extension DocFileSystem {
         settlingChangesCutShort.withLock { $0 = task }
     }
 
-    /// Lists a never-listed top folder while the mount comes up, on stores whose first lookup would
-    /// list it anyway (WebDAV, a local directory), so the first command joins it. Not S3: a
-    /// bucket's top may hold millions of keys. Returns the task (nil when none was started).
+    /// On stores whose first lookup lists the top folder anyway (not S3: millions of keys), so the
+    /// first command joins the listing. Nil when none was started.
     @discardableResult
     public func startListingTheTop() -> Task<Void, Never>? {
         guard !store.capabilities.looksUpByStat, let root = try? item(Item.rootInode), root.listedAt == nil else { return nil }
@@ -58,31 +53,26 @@ extension DocFileSystem {
             do {
                 try await enumerator.ensureListed(root)
             } catch {
-                // The first lookup lists it again and says what failed.
                 logger.debug("listing the top folder at mount failed", metadata: ["error": "\(error)"])
             }
         }
     }
 
-    /// `untilStalled`: or waits for a retry.
     public func waitForUploads(untilStalled: Bool = false) async {
         await uploader.waitUntilIdle(untilStalled: untilStalled)
     }
 
-    /// `statfs`'s file count.
     public func itemCount() throws(FSError) -> Int {
         try catalog.itemCount()
     }
 
-    /// Waits up to `uploadGrace` for pending uploads, then evicts clean copies. Unsynced copies
-    /// stay in the cache and journal for the next mount.
+    /// Unsynced copies stay in the cache and journal for the next mount.
     public func shutdown(uploadGrace: Duration = .seconds(10)) async {
         pinnedRefresher.stop()
         await prefetcher.stop()
         settlingChangesCutShort.withLock { $0 }?.cancel()
         let handlesLeft = openFiles.removeAll()
-        // Holes of changed sparse copies, within the grace; else the next mount keeps their writes as
-        // unsaved copies.
+        // Within the grace; else the next mount keeps their writes as unsaved copies.
         let unfilled = handlesLeft.filter { $0.copy.needsFillBeforeCommit }
         if !unfilled.isEmpty {
             await withTaskGroup(of: Bool.self) { group in
@@ -118,8 +108,7 @@ extension DocFileSystem {
             group.addTask { await uploader.waitUntilIdle(untilStalled: true); return true }
             group.addTask { try? await Task.sleep(for: uploadGrace); return false }
             let first = await group.next() ?? false
-            // The grace is over: cancelling uploads under way also ends the wait above (a hung upload
-            // would hold it forever).
+            // Cancelling uploads also ends the wait above (a hung upload would hold it forever).
             await uploader.stop()
             group.cancelAll()
             return first

@@ -1,14 +1,10 @@
-// Names to items, and items as `stat` shows them. A folder listed within its time to live is
-// answered from the catalog on the caller's thread.
-
 import DocFSStore
 import Foundation
 import Logging
 
 extension DocFileSystem {
-    /// A file with a copy shows the copy's size (what reads return; the catalog's is only as new
-    /// as the last commit), except while it downloads and holds a prefix. The copy's mtime counts
-    /// once it was changed here.
+    /// A file with a copy shows the copy's size (what reads return), except while it downloads; its
+    /// mtime once it was changed here.
     public func item(_ inode: Inode) throws(FSError) -> Item {
         guard let item = try catalog.item(inode) ?? openFiles.unlinkedButOpen(inode) else { throw .notFound }
         return shownWithLocalCopy(item)
@@ -25,7 +21,6 @@ extension DocFileSystem {
         return item
     }
 
-    /// Lists the parent first if it never was.
     public func lookup(parent: Inode, name: String) async throws(FSError) -> Item {
         guard name.utf8.count <= 255 else { throw .nameTooLong }
         let directory = try item(parent)
@@ -43,14 +38,12 @@ extension DocFileSystem {
         return try item(child.inode)
     }
 
-    /// Asks the store about this one name; the entry joins the catalog as a one-entry page, and
-    /// the folder stays unlisted, so `ls` still lists it whole.
+    /// The entry joins the catalog as a one-entry page; the folder stays unlisted.
     private func lookUpByStat(_ name: String, in directory: Item) async throws(FSError) -> Item {
         if let child = try catalog.child(of: directory.inode, named: name),
            !child.onStore || child.hasUnsyncedChanges || child.state == .local || child.state == .downloading {
             return try item(child.inode)  // made, changed or open here: the catalog knows better
         }
-        // From the second name, a small folder is listed for the lookups that follow.
         await enumerator.noteLookupByName(in: directory)
         let path: StorePath
         do { path = try directory.path.appending(name) } catch { throw .invalidArgument }
@@ -63,7 +56,7 @@ extension DocFileSystem {
         } catch {
             throw FSError(error)
         }
-        // The item's own time (`x-amz-meta-mtime`) replaces a stored-at time a listing gave meanwhile.
+        // The item's own time replaces a stored-at time a listing gave meanwhile.
         try await Blocking.run { [catalog] () throws(FSError) in
             try catalog.applyListingPage([entry], of: directory.inode, askedAt: askedAt, progress: ListingProgress(startedAt: askedAt))
         }
@@ -71,8 +64,7 @@ extension DocFileSystem {
         return try item(child.inode)
     }
 
-    /// Nil when a listing must come first (call `lookup`). Never touches the network: the FUSE
-    /// layer answers most lookups this way on its own thread.
+    /// Nil when a listing must come first. Never touches the network: most lookups end here.
     public func lookupIfListed(parent: Inode, name: String) throws(FSError) -> Item? {
         guard name.utf8.count <= 255 else { throw .nameTooLong }
         let (row, child) = try catalog.directoryAndChild(parent, named: name)
@@ -89,7 +81,7 @@ extension DocFileSystem {
         try catalog.items(inodes).mapValues(shownWithLocalCopy)
     }
 
-    /// readdir gives the kernel no attributes for them, so `stat` looks them up.
+    /// `stat` looks them up: readdir gives no attributes for them.
     public func childrenToConfirm(of directory: Inode) -> Set<Inode> {
         enumerator.inodesToConfirm(in: directory)
     }
@@ -100,7 +92,7 @@ extension DocFileSystem {
         return try catalog.children(of: inode)
     }
 
-    /// Streamed from the catalog: a huge folder is never decoded whole.
+    /// Streamed: a huge folder is never decoded whole.
     public func forEachChild(of inode: Inode, _ body: (Item) -> Void) async throws(FSError) {
         let directory = try item(inode)
         try await enumerator.ensureListed(directory)

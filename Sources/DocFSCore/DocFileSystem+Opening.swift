@@ -1,18 +1,17 @@
-// Open and create. A handle's version is decided once, at open: a reader's is the store's now
-// (or the one the kernel caches), a writer's the one its change belongs to.
+// A handle's version is decided once, at open: a reader's is the store's now, a writer's the
+// one its change belongs to.
 
 import DocFSStore
 import Foundation
 import Logging
 
 extension DocFileSystem {
-    /// Large files and writers get sparse copies: writes land at once, and the uncovered bytes are
-    /// fetched before commit, as only complete copies are uploaded.
+    /// Large files and writers get sparse copies; uncovered bytes are fetched before commit.
     public func open(_ inode: Inode, mode: OpenMode) async throws(FSError) -> UInt64 {
         if mode.writable && readOnly { throw .readOnly }
         let item = try item(inode)
         let truncating = mode.truncate && mode.writable
-        // A writer that may not fetch needs every byte local already (its commit would fetch them).
+        // A writer that may not fetch needs every byte local already.
         var intent: Provider.OpenIntent = truncating ? .empty : mode.writable && !mode.mayFetch ? .content : .streamed
         if intent == .streamed, mode.writable, mode.fetchOnFirstUse, item.kind == .file, item.onStore {
             intent = .writer(opened: try await versionToEdit(item))
@@ -34,10 +33,8 @@ extension DocFileSystem {
                                  appends: mode.writable && mode.append))
     }
 
-    /// The store's version now: a large file's is asked (a stat), since the catalog's may be a
-    /// listing behind and the edit would be checked against a version the program never saw. If
-    /// the store does not answer, the catalog's, and a newer one meets the edit as a conflict.
-    /// A copy in use or holding changes is joined: nothing to ask.
+    /// The store's version now (a stat for a large file: the catalog's may be a listing behind).
+    /// If the store does not answer, the catalog's, and a newer one meets the edit as a conflict.
     private func versionToEdit(_ shown: Item) async throws(FSError) -> RemoteEntry {
         let item = try catalog.item(shown.inode) ?? shown
         let listed = RemoteEntry(path: item.path, kind: .file, size: item.size, modified: item.modified.seconds, etag: item.etag)
@@ -57,7 +54,6 @@ extension DocFileSystem {
         return entry
     }
 
-    /// Retried and waited for as an open waits.
     private func askStore(about path: StorePath) async throws(FSError) -> RemoteEntry {
         let (store, retry) = (store, retry)
         let timedOut = FSError.timedOut("no answer about \(path) within \(ioTimeout.map { "\($0)" } ?? "the limit")")
@@ -70,8 +66,7 @@ extension DocFileSystem {
         }
     }
 
-    /// Nil if the store moved on from `version`. Asked even with a copy there: a close just before
-    /// may evict it first, and the open must not download what the kernel holds.
+    /// Nil if the store moved on. Asked even with a copy there: a close just before may evict it.
     private func storeStillHas(_ version: ETag, of item: Item) async throws(FSError) -> RemoteEntry? {
         guard item.kind == .file, item.onStore, item.etag == version, !item.hasUnsyncedChanges,
               store.capabilities.hasRangeReads else { return nil }
@@ -84,13 +79,12 @@ extension DocFileSystem {
         }
     }
 
-    /// An open of it downloads nothing, whoever asks.
     public func hasCompleteLocalCopy(_ inode: Inode) -> Bool {
         guard let copy = provider.presentCopies.withLock({ $0[inode] }) else { return false }
         return copy.life.content == .present && !copy.isSparse && copy.isComplete
     }
 
-    /// Nothing goes to the store until the last close or fsync uploads it (`If-None-Match: *`).
+    /// Nothing reaches the store until the last close or fsync uploads it.
     public func create(in parent: Inode, name: String, mode: UInt32, owner: UInt32, group: UInt32,
                        exclusive: Bool, truncate: Bool) async throws(FSError) -> (item: Item, handle: UInt64) {
         if readOnly { throw .readOnly }

@@ -35,7 +35,8 @@ public final class DocFileSystem: Sendable {
         public var mayFetch: Bool
         /// The version the kernel caches pages of (`keep_cache`): if still current, no content is fetched.
         public var cachedVersion: ETag?
-        /// A large file's writer fetches only ranges of its version as needed (else `touch` downloads all).
+        /// A large file's writer fetches nothing at open, only ranges of its version as needed (else
+        /// `touch` downloads it all). For opens from outside (FUSE) only.
         public var fetchOnFirstUse: Bool
         /// O_APPEND: writes land at the copy's end, whatever offset the kernel computed.
         public var append: Bool

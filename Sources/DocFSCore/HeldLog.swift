@@ -1,10 +1,9 @@
 import DocFSStore
 import Foundation
 
-/// Which bytes a changed sparse copy holds, on disk (`<copy>.held`), so after a kill the next
-/// mount fetches the holes from the base version (`UnfilledCopies`) instead of keeping zeros.
-/// Append-only (offset, length) `Int64` pairs, each appended after its bytes landed, so it
-/// never claims a missing byte. Not flushed, like the copy. Used only under `landing`.
+/// Which bytes a changed sparse copy holds, so after a kill the holes are fetched, not zeros.
+/// Each record is appended after its bytes landed: it never claims a missing byte. Not flushed,
+/// like the copy; used only under the copy's `landing` lock.
 final class HeldLog {
     let path: String
     private var descriptor: Int32
@@ -13,7 +12,6 @@ final class HeldLog {
 
     private static let suffix = ".held"
 
-    /// Nil if it is no log.
     static func owner(ofFileNamed name: String) -> String? {
         name.hasSuffix(suffix) ? String(name.dropLast(suffix.count)) : nil
     }
@@ -37,7 +35,6 @@ final class HeldLog {
         }
     }
 
-    /// The copy is complete (or gone).
     func remove() {
         close()
         unlink(path)
@@ -51,7 +48,7 @@ final class HeldLog {
     /// The log stays on disk for the next mount.
     deinit { close() }
 
-    /// Nil when there is no log. A torn last record is ignored.
+    /// A torn last record is ignored.
     static func read(copyPath: String) -> ByteRangeSet? {
         guard let data = FileManager.default.contents(atPath: path(of: copyPath)) else { return nil }
         var held = ByteRangeSet()

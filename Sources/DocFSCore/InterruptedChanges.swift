@@ -2,12 +2,9 @@ import DocFSStore
 import Foundation
 import Logging
 
-/// Settles removals and renames a killed daemon left under way by asking the store.
-/// - Made: the catalog follows (a removal keeps a commit made since the restart); an S3 move
-///   left half-way is finished first.
-/// - Not made: the note goes, and the changes are sent as usual.
-/// - No answer: items stay unsent (the uploader holds their paths) and the store is asked later,
-///   as sending them first could restore a name the store dropped.
+/// Settles changes a killed daemon left under way by asking the store: made, the catalog
+/// follows; not made, the note goes. Without an answer the items stay unsent and are asked
+/// about later: sending them could restore a name the store dropped.
 struct InterruptedChanges {
     let store: any Store
     let catalog: Catalog
@@ -15,7 +12,6 @@ struct InterruptedChanges {
     let uploader: Uploader
     let logger: Logger
 
-    /// For the uploader to hold meanwhile.
     func paths(of notes: [ChangeUnderWay]) -> [StorePath] {
         notes.flatMap { note -> [StorePath] in
             var paths = [note.gonePath]
@@ -25,13 +21,11 @@ struct InterruptedChanges {
         }
     }
 
-    /// Nil for a removal, or a folder gone since.
     private func destination(of note: ChangeUnderWay) -> StorePath? {
         guard let parent = note.toParent, let name = note.toName, let folder = try? catalog.item(parent) else { return nil }
         return try? folder.path.appending(name)
     }
 
-    /// Returns those the store could not answer about.
     func settle(_ notes: [ChangeUnderWay]) async -> [ChangeUnderWay] {
         var open: [ChangeUnderWay] = []
         for note in notes {
@@ -45,8 +39,7 @@ struct InterruptedChanges {
         return open
     }
 
-    /// An S3 move (copy, then delete) cut between the two is finished by the deletion when both
-    /// names hold the same ETag. Anything else says nothing of a whole copy: never made.
+    /// An S3 move cut between copy and delete is finished when both names hold the same ETag.
     private func finishedMovingACopy(of note: ChangeUnderWay, item: Item, from still: RemoteEntry) async throws(StoreError) -> Bool {
         guard note.kind == .move, note.gonePath == item.path, !still.isDirectory, let version = still.etag,
               let target = destination(of: note) else { return false }
@@ -60,7 +53,7 @@ struct InterruptedChanges {
     }
 
     private func settle(_ note: ChangeUnderWay) async throws(FSError) -> Bool {
-        // A change made since replaced or completed the note: it no longer says where the item is.
+        // A change made since replaced or completed the note.
         guard try catalog.changeUnderWay(of: note.inode) == note, let item = try catalog.item(note.inode) else { return true }
         let made: Bool
         do throws(StoreError) {
@@ -97,8 +90,7 @@ struct InterruptedChanges {
                 await uploader.cancel(replaced.inode)
                 await provider.itemRemoved(replaced.inode, item: replaced)
             }
-            // The store moved it: the item is on the store under the new name, and its upload replaces
-            // that version, not someone else's file.
+            // The store moved it: its upload replaces that version, not someone else's file.
             if note.gonePath == item.path { try catalog.recordOnStore(item.inode) }
             try catalog.moveItem(item.inode, to: parent, name: name, changed: .now)
             logger.info("a rename cut short by the last mount is completed", metadata: ["from": "\(item.path)", "to": "\(name)"])

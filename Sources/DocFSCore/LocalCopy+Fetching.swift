@@ -1,13 +1,12 @@
 import DocFSStore
 import Foundation
 
-/// A sparse copy filled by ranges as reads ask (`RangeFetcher`).
 extension LocalCopy {
     func attach(_ fetcher: RangeFetcher) {
         state.withLock { $0.fetcher = fetcher }
     }
 
-    /// Starts fetching what is lacking (and read-ahead for `stream`); never waits.
+    /// Never waits.
     public func prepareRead(at offset: Int64, count: Int, stream: UInt64 = 0) -> Bool {
         guard let fetcher = state.withLock({ $0.fetcher }) else { return true }
         return fetcher.prepare(offset..<(offset + Int64(count)), stream: stream)
@@ -17,7 +16,6 @@ extension LocalCopy {
         state.withLock { $0.fetcher }?.endStream(stream)
     }
 
-    /// Or until they cannot come: the error says why.
     public func waitForBytes(at offset: Int64, count: Int) async throws(FSError) {
         guard let fetcher = state.withLock({ $0.fetcher }) else { return }
         try await fetcher.wait(for: offset..<(offset + Int64(count)))
@@ -31,8 +29,7 @@ extension LocalCopy {
         state.withLock { $0.fetcher }?.stalled(within: window) ?? false
     }
 
-    /// Before a commit (only complete copies are uploaded) or a truncate. Returns once no fetched
-    /// byte can land any more.
+    /// Before a commit or a truncate. Returns once no fetched byte can land any more.
     public func fetchRemaining() async throws(FSError) {
         if let fetcher = state.withLock({ $0.fetcher }) {
             try await fetcher.fetchAll()
@@ -48,7 +45,6 @@ extension LocalCopy {
         await state.withLock { $0.draining }?.value
     }
 
-    /// Attributes pushed by docfs itself gave the same content a new version.
     func rebase(from old: ETag, to new: ETag) {
         state.withLock { $0.fetcher }?.rebase(from: old, to: new)
     }
@@ -67,8 +63,7 @@ extension LocalCopy {
         await state.withLock { $0.draining }?.value
     }
 
-    /// The holes' version is gone from the store: they stay zeros, read and uploaded as such (only
-    /// ever as a new file). Returns how many bytes were lost.
+    /// The holes stay zeros, uploaded only ever as a new file. Returns how many bytes were lost.
     @discardableResult
     public func giveUpFetching() async throws(FSError) -> Int64 {
         await stopFetching()
@@ -81,8 +76,7 @@ extension LocalCopy {
         return missing
     }
 
-    /// Its requests end before the user's bytes stop being guarded from them; a complete copy needs
-    /// no `HeldLog`.
+    /// Its requests end before the user's bytes stop being guarded from them.
     private func retirement(of fetcher: RangeFetcher) -> Task<Void, Never> {
         Task { [self] in
             await fetcher.stop(.stale)
@@ -99,12 +93,11 @@ extension LocalCopy {
 
     public var isSparse: Bool { state.withLock { $0.fetcher != nil } }
 
-    /// Sparse, or its fetcher's last requests ending. A truncate waits until neither.
+    /// A truncate waits until it is not.
     public var isBeingFilled: Bool { state.withLock { $0.fetcher != nil || $0.draining != nil } }
 
     public var needsFillBeforeCommit: Bool { state.withLock { $0.fetcher != nil && $0.life.uncommitted } }
 
-    /// Nil when nothing is being fetched.
     public var downloadProgress: (done: Int64, total: Int64)? {
         let (fetching, fetcher, done, length) = state.withLock { ($0.life.content == .fetching, $0.fetcher, $0.held.count, $0.length) }
         guard fetching || fetcher?.isFetching == true else { return nil }

@@ -1,10 +1,9 @@
 import DocFSStore
 import Foundation
 
-/// An upload reads a snapshot of one commit, never the live file.
 extension LocalCopy {
-    /// Returns the commit the snapshot holds, or nil when there is nothing to upload or uncommitted
-    /// writes are in the copy (their close uploads them); `committingPending` (fsync) commits them.
+    /// Nil when there is nothing to upload or uncommitted writes are in the copy (unless
+    /// `committingPending`, for fsync).
     public func startUpload(snapshotTo snapshotPath: String, committingPending: Bool) throws(FSError) -> UInt64? {
         if committingPending && life.uncommitted { try sync() }
         return try state.withLock { (state) throws(FSError) -> UInt64? in
@@ -20,8 +19,7 @@ extension LocalCopy {
         }
     }
 
-    /// A complete copy gets a hard link (no byte copied) and its next change gets its own file
-    /// (`unshare`); a copy still being filled is copied.
+    /// A complete copy gets a hard link (no byte copied); a copy still being filled is copied.
     private func snapshot(to snapshotPath: String, _ state: inout State) throws(FSError) {
         unlink(snapshotPath)
         var info = stat()
@@ -37,8 +35,7 @@ extension LocalCopy {
         state.withLock { $0.sharedWithSnapshot = false }
     }
 
-    /// The copy moves to a copy of the file under its name; the snapshot keeps the old one. Calls
-    /// on the old descriptor finish on it (closed after the last of them).
+    /// The snapshot keeps the old file; calls on the old descriptor finish on it.
     func unshare(_ state: inout State) throws(FSError) {
         guard state.sharedWithSnapshot || state.sharedWithStream else { return }
         let moving = path + ".unshared"

@@ -1,15 +1,14 @@
 import DocFSStore
 import Foundation
 
-/// The copy decides when a stream starts, seals it with its commit, and gives it to the uploader.
 extension LocalCopy {
     /// A cheap look, on every write.
     func mayStream(_ policy: StreamedUpload.Policy) -> Bool {
         state.withLock { $0.mayStream(policy) }
     }
 
-    /// Only for a new file nothing of which was uploaded (`dd` commits it empty first), of at least
-    /// `policy.minimumLength` bytes, all written here, never streamed before. Nil otherwise.
+    /// Only for a new file nothing of which was uploaded, of at least `minimumLength` bytes, all
+    /// written here, never streamed before.
     func beginStream(to path: StorePath, policy: StreamedUpload.Policy,
                      send: @escaping @Sendable (StreamedUpload) async throws(StoreError) -> RemoteEntry) -> StreamedUpload? {
         state.withLock { state -> StreamedUpload? in
@@ -17,7 +16,7 @@ extension LocalCopy {
                   !state.sharedWithSnapshot, !state.sharedWithStream, state.writesInFlight == 0,
                   state.life.uploading == nil, !state.life.removed
             else { return nil }
-            // Not written in order from its start: it never streams, and later writes need not ask again.
+            // Not written in order: it never streams, and later writes need not ask again.
             guard state.held.contains(0..<state.length) else {
                 state.streamTried = true
                 return nil
@@ -31,9 +30,8 @@ extension LocalCopy {
         }
     }
 
-    /// At the last writer's release or an fsync: a stream that sent exactly the committed content
-    /// completes the commit; any other is cancelled. Not at every flush: a dup'ed descriptor
-    /// closing must not end a stream the writer goes on with. Returns whether the stream uploads.
+    /// A stream that sent exactly the committed content completes the commit; any other is
+    /// cancelled. Not at every flush: a dup'ed descriptor closing must not end it.
     @discardableResult
     func completeStream() throws(FSError) -> Bool {
         try state.withLock { (state) throws(FSError) -> Bool in

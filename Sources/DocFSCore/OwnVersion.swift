@@ -3,13 +3,11 @@ import DocFSStore
 import Foundation
 import Synchronization
 
-/// Versions whose upload answer never came: the store may hold them unbeknown to docfs, and the
-/// next upload meets them as a change elsewhere. `Uploader` compares first, so our own bytes
-/// get no conflict copy. In memory: a restart forgets at worst a conflict copy too many.
+/// Versions whose upload answer never came, so our own bytes on the store get no conflict copy.
+/// In memory: a restart forgets at worst a conflict copy too many.
 struct SentVersions {
-    /// SHA-256 bytes (swift-crypto's digest type is not `Sendable`).
+    /// swift-crypto's digest type is not `Sendable`.
     typealias Digest = [UInt8]
-    /// A long outage repeats the same few.
     static let keptPerItem = 8
     private var digests: [Inode: [Digest]] = [:]
 
@@ -34,7 +32,6 @@ struct SentVersions {
 
     mutating func forget(_ inode: Inode) { digests[inode] = nil }
 
-    /// Read in 1 MiB pieces.
     static func digest(ofFile path: String) throws(FSError) -> Digest {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw .local(errno: errno, "cannot read \(path): \(String(cString: strerror(errno)))") }
@@ -56,12 +53,11 @@ struct SentVersions {
     }
 }
 
-/// Compares and hashes a download with a snapshot as it arrives, so one GET tells whether the
-/// store holds the content being sent or one sent before. Writes nothing.
+/// One GET tells whether the store holds the content being sent or one sent before.
 final class SnapshotComparison: ContentSink, Sendable {
     private struct State {
         var hasher = SHA256()
-        /// Bytes arrived in order; a gap or a range twice spoils the hash.
+        /// A gap or a range twice spoils the hash.
         var next: Int64 = 0
         var inOrder = true
         var identical = true
@@ -99,7 +95,6 @@ final class SnapshotComparison: ContentSink, Sendable {
         }
     }
 
-    /// The digest is nil when the bytes did not arrive whole and in order.
     func result(size: Int64) -> (identical: Bool, digest: SentVersions.Digest?) {
         state.withLock { state in
             let whole = state.inOrder && state.next == size

@@ -2,11 +2,10 @@ import DocFSStore
 import Logging
 import Synchronization
 
-/// "Keep downloaded" for what the store adds: after a listing of a pinned folder, pinned files
-/// with no copy are downloaded in the background and pinned subfolders never listed are
-/// listed. A kept copy of an older version stays until the next open: replacing it here could
-/// leave a pinned file with no copy if the download failed. One at a time; open, changed or
-/// unconfirmed files are left alone. Nothing polls: only listings trigger it.
+/// "Keep downloaded" for what the store adds: after a pinned folder's listing, its pinned files
+/// with no copy are downloaded, one at a time. A kept older copy stays until the next open, so
+/// a failed download never leaves a pinned file with no copy. Open, changed or unconfirmed
+/// files are left alone; nothing polls the store.
 final class PinnedRefresher: Sendable {
     private enum Work: Hashable {
         case file(Inode)
@@ -26,7 +25,6 @@ final class PinnedRefresher: Sendable {
     private let enumerator: DirectoryEnumerator
     private let logger: Logger
     private let queue = Mutex(Queue())
-    /// `DocFileSystem.whenPinnedCopyRefreshed`.
     let refreshed = Mutex<(@Sendable (Inode) -> Void)?>(nil)
 
     init(catalog: Catalog, provider: Provider, enumerator: DirectoryEnumerator, logger: Logger) {
@@ -43,12 +41,11 @@ final class PinnedRefresher: Sendable {
         enqueue(due.files.map(Work.file) + due.folders.map(Work.folder))
     }
 
-    /// The running download (if any) ends with the provider's shutdown.
     func stop() {
         queue.withLock { $0.stopped = true; $0.waiting.removeAll(); $0.queued.removeAll() }
     }
 
-    /// For tests: a listing's refresh creates a copy moments after the listing is done.
+    /// For tests: a refresh creates a copy moments after the listing is done.
     func waitUntilIdle() async {
         await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
             let idle = queue.withLock { queue -> Bool in
@@ -105,7 +102,6 @@ final class PinnedRefresher: Sendable {
         }
     }
 
-    /// A pinned file with no copy, that nobody here is changing.
     static func needsDownload(_ item: Item) -> Bool {
         item.kind == .file && item.kindConfirmed && !item.hasUnsyncedChanges && item.onStore && item.state == .placeholder
     }

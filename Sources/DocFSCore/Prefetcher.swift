@@ -3,18 +3,12 @@ import Foundation
 import Logging
 import Synchronization
 
-/// Reads the next small files of a folder ahead of a reader walking it in name order
-/// (`cat *`, `grep -r`): at a distance each file is a round trip. A walk is an open of the
-/// next file of the same extension after one read whole, or of a folder's first after the
-/// previous folder's last. Files ahead are held like a reader's open, within `Policy`; the
-/// reader joins the copy, and an unclaimed hold goes after `Policy.hold` or an out-of-order
-/// open. Only opens that may fetch count.
+/// Reads the next small files ahead of a reader walking a folder in name order (`cat *`): at a
+/// distance each file is a round trip. A hold ahead goes if its reader does not come in time.
 public actor Prefetcher {
     public struct Policy: Sendable, Equatable {
-        /// 0: no prefetch.
         public var files: Int
         public var bytes: Int64
-        /// How long a file fetched ahead waits for its reader.
         public var hold: Duration
 
         public init(files: Int, bytes: Int64 = 8 << 20, hold: Duration = .seconds(5)) {
@@ -38,14 +32,11 @@ public actor Prefetcher {
     private let policy: Policy
     private let logger: Logger
     private var held: [Inode: Hold] = [:]
-    /// Told at its close, from any thread.
     private nonisolated let lastReadWhole = Mutex<(parent: Inode, name: String)?>(nil)
     private var serial = 0
     private var stopped = false
-    /// For the log and `docfs status`.
     private(set) var fetchedAhead = 0
     private(set) var used = 0
-    /// For `user.docfs.transfers`.
     nonisolated let underWay = Mutex<Set<Inode>>([])
 
     init(catalog: Catalog, provider: Provider, policy: Policy, logger: Logger) {
@@ -62,20 +53,18 @@ public actor Prefetcher {
     /// Before its own fetch starts, so the next ones go alongside.
     func readerOpening(_ item: Item) {
         guard policy.files > 0, !stopped, item.kind == .file, let parent = item.parent else { return }
-        // Files ahead in other folders are not coming back; those in this one wait until their hold ends.
+        // Files ahead in other folders are not coming back.
         letGo(where: { [catalog] inode in (try? catalog.item(inode))??.parent != parent }, except: item.inode)
         guard isWalk(to: item, in: parent) else { return }
         fetchAhead(after: item, in: parent)
     }
 
-    /// The reader's open keeps the copy now: our hold goes.
     func readerOpened(_ inode: Inode) {
         guard let hold = held.removeValue(forKey: inode) else { return }
         used += 1
         release(inode, hold)
     }
 
-    /// The mount is going away.
     func stop() async {
         stopped = true
         for (inode, hold) in held {
@@ -91,14 +80,12 @@ public actor Prefetcher {
     private func isWalk(to item: Item, in parent: Inode) -> Bool {
         guard let last = lastReadWhole.withLock({ $0 }), Self.kind(of: last.name) == Self.kind(of: item.name) else { return false }
         if last.parent == parent { return (try? next(after: last.name, in: parent, like: item.name, limit: 1).first?.inode) == item.inode }
-        // Into the next folder of a tree walked in order.
         guard let first = try? next(after: nil, in: parent, like: item.name, limit: 1).first, first.inode == item.inode,
               let after = try? next(after: last.name, in: last.parent, like: item.name, limit: 1) else { return false }
         return after.isEmpty
     }
 
-    /// Files after `name` with the same extension: a walk reads one kind, and a file manager
-    /// sniffing untyped names reads those only.
+    /// Same extension only: a walk reads one kind.
     private func next(after name: String?, in parent: Inode, like: String, limit: Int) throws(FSError) -> [Item] {
         let kind = Self.kind(of: like)
         var found: [Item] = []
@@ -112,7 +99,6 @@ public actor Prefetcher {
         return found
     }
 
-    /// The extension, lowercased ("" without one).
     private static func kind(of name: String) -> String {
         guard let dot = name.lastIndex(of: "."), dot != name.startIndex else { return "" }
         return name[name.index(after: dot)...].lowercased()
@@ -140,7 +126,6 @@ public actor Prefetcher {
         }
     }
 
-    /// True when that open holds the copy now.
     private func fetch(_ file: Item) -> Task<Bool, Never> {
         underWay.withLock { _ = $0.insert(file.inode) }
         return Task { [provider, logger] in
@@ -170,7 +155,6 @@ public actor Prefetcher {
         }
     }
 
-    /// Once its open ended (a cancelled one ends at once).
     private func release(_ inode: Inode, _ hold: Hold) {
         Task { [provider] in
             if await hold.fetch.value { await provider.release(inode) }

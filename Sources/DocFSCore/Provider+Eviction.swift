@@ -1,10 +1,8 @@
 import DocFSStore
 import Foundation
 
-/// When copies go: last release, `--evict-delay`, room for `--cache-max`, pin changes, and
-/// `docfs evict`. An eviction deletes the copy and makes the item a placeholder again.
+/// When copies go: last release, `--evict-delay`, `--cache-max`, pin changes, `docfs evict`.
 extension Provider {
-    /// Nil `inodes`: everything held. A pinned copy is kept; an unpinned unused one goes.
     public func pinsChanged(_ inodes: Set<Inode>? = nil) {
         for (inode, entry) in providing where inodes?.contains(inode) ?? true {
             guard let pinned = try? catalog.isPinned(inode), pinned != entry.copy.life.pinned else { continue }
@@ -17,7 +15,7 @@ extension Provider {
         }
     }
 
-    /// `docfs evict`: refuses (`.busy`, saying why) a copy open, being fetched, or holding changes.
+    /// Refuses (`.busy`, saying why) a copy open, being fetched, or holding changes.
     public func evictNow(_ item: Item) throws(FSError) {
         if let entry = providing[item.inode] {
             if let refusal = entry.copy.life.evictionRefusal { throw .busy("\(item.path): \(refusal)") }
@@ -28,14 +26,12 @@ extension Provider {
             return
         }
         if item.hasUnsyncedChanges { throw .busy("\(item.path): it has changes the store does not have yet") }
-        // A pinned copy kept from an earlier mount, never opened since.
         if item.state == .local {
             unlink(copyPath(for: item))
             try catalog.recordEvicted(item.inode)
         }
     }
 
-    /// Kept until `evictDelay` passes without an open, or `cacheMax` needs its space.
     func keepIdle(_ copy: LocalCopy) {
         let released = ContinuousClock.now
         idle[copy.inode] = released
@@ -48,7 +44,6 @@ extension Provider {
         makeRoom(for: 0)
     }
 
-    /// Unless it was opened (or released) since.
     private func expire(_ copy: LocalCopy, releasedAt released: ContinuousClock.Instant) {
         guard idle[copy.inode] == released, providing[copy.inode]?.copy === copy else { return }
         guard copy.life.mayExpire else { return }
@@ -56,7 +51,6 @@ extension Provider {
         evict(copy)
     }
 
-    /// Least recently released first.
     func makeRoom(for incoming: Int64) {
         guard let limit = retention.cacheMax else { return }
         var used = providing.values.reduce(Int64(0)) { sum, entry in
@@ -91,8 +85,7 @@ extension Provider {
         }
     }
 
-    /// An unrecorded eviction (full disk) leaves the item `local` with no copy: retried later,
-    /// unless the item has a copy again by then.
+    /// An unrecorded eviction (full disk) is retried later, unless the item has a copy again by then.
     private func recordEvictionLater(_ inode: Inode, after delay: Duration) {
         Task { [weak self] in
             try? await Task.sleep(for: delay)

@@ -1,16 +1,12 @@
 import DocFSStore
 
-/// Retries after transient failures (`StoreError.isTransient`) only. Waits grow exponentially
-/// with full jitter, so clients that failed together do not return together, and honor a
-/// store's `Retry-After`. `run` starts no attempt and no wait ending after `deadline`; an
-/// attempt running at the deadline is bounded by the store's timeouts, not cut (a caller that
-/// must answer sooner uses `CallerWait`). Cancellation ends the retrying at once.
+/// Retries transient failures with jittered exponential backoff, honoring `Retry-After`. No
+/// attempt or wait starts that would end after `deadline`; a running attempt is not cut.
 public struct RetryPolicy: Sendable {
-    /// A safety net; the deadline usually decides.
     public var attempts: Int
     public var initialDelay: Duration
     public var maximumDelay: Duration
-    /// From the first attempt's start; nil: only `attempts` bounds it.
+    /// Nil: only `attempts` bounds it.
     public var deadline: Duration?
 
     public init(attempts: Int, initialDelay: Duration, maximumDelay: Duration, deadline: Duration? = nil) {
@@ -20,18 +16,16 @@ public struct RetryPolicy: Sendable {
         self.deadline = deadline
     }
 
-    /// For a user waiting in `open()` or `ls`: up to 20 s, waits of at most 4 s.
+    /// For a user waiting in `open()` or `ls`: up to 20 s.
     public static let interactive = RetryPolicy(attempts: 64, initialDelay: .milliseconds(250), maximumDelay: .seconds(4),
                                                 deadline: .seconds(20))
 
-    /// `--io-timeout`.
     public func within(_ deadline: Duration) -> RetryPolicy {
         var policy = self
         policy.deadline = deadline
         return policy
     }
 
-    /// After `failures` failed attempts (1 after the first).
     public func delay(afterFailures failures: Int, retryAfter: Duration?,
                       using generator: inout some RandomNumberGenerator) -> Duration {
         let exponent = min(max(0, failures - 1), 30)
@@ -42,7 +36,7 @@ public struct RetryPolicy: Sendable {
         return max(retryAfter, jittered)
     }
 
-    /// `beforeRetry` runs before each new attempt (to reset partial state).
+    /// `beforeRetry` resets partial state before each new attempt.
     public func run<T>(
         _ operation: () async throws(StoreError) -> T,
         beforeRetry: (StoreError) -> Void = { _ in }
@@ -60,21 +54,19 @@ public struct RetryPolicy: Sendable {
                 var wait = delay(afterFailures: failures, retryAfter: failure.retryAfter, using: &generator)
                 if let deadline {
                     let left = start + deadline - clock.now - Self.lastTryMargin
-                    // A wait past the deadline is cut short for one last try rather than giving up early; a
-                    // wait the store asked for is never cut: then it is given up.
+                    // A drawn wait past the deadline is cut short for one last try; one the store asked for is not.
                     if left <= .zero || (failure.retryAfter.map { $0 > left } ?? false) { throw failure }
                     wait = min(wait, left)
                 }
                 beforeRetry(failure)
-                // Cancelled while waiting: the caller has gone; it gets the last failure.
+                // The caller has gone: it gets the last failure.
                 do { try await Task.sleep(for: wait) } catch { throw failure }
-                // A wait that overran (a busy machine) buys no attempt past the deadline.
+                // A wait that overran buys no attempt past the deadline.
                 if let deadline, clock.now >= start + deadline { throw failure }
             }
         }
     }
 
-    /// So the last try can still answer in time.
     static let lastTryMargin: Duration = .milliseconds(100)
 
     private static func nanoseconds(_ duration: Duration) -> Int64 {

@@ -1,11 +1,9 @@
 import DocFSStore
 import Foundation
 
-/// Whether copies an earlier mount left can be trusted. A close does not `fdatasync`, so a
-/// machine that stops without flushing may leave a copy torn while the catalog is consistent;
-/// such a copy must never replace the store's version. Each mount writes `running BOOT-ID`
-/// durably, and `clean` after flushing at its end; `running` with another boot ID means the
-/// machine restarted under the mount, and `CrashRecovery` keeps pending commits as unsaved copies.
+/// Whether copies an earlier mount left can be trusted: a close does not flush, so a machine
+/// crash may tear a copy. A mount marks `running BOOT-ID`, then `clean` after flushing; a
+/// `running` marker of another boot means the copies may be torn.
 struct SessionMarker {
     static let fileName = "session"
 
@@ -15,15 +13,12 @@ struct SessionMarker {
         dlsym(UnsafeMutableRawPointer(bitPattern: 0), "syncfs").map { unsafeBitCast($0, to: SyncFS.self) }
 
     enum Previous: Equatable {
-        /// The first mount, or one by a docfs that synced every commit.
         case none
         case clean
         case running(bootID: String)
     }
 
-    /// Next to the catalog.
     let directory: String
-    /// Flushed before a mount ends `clean`.
     let cacheDirectory: String
     var path: String { directory + "/" + Self.fileName }
 
@@ -43,7 +38,7 @@ struct SessionMarker {
         }
     }
 
-    /// It never ended and the machine restarted since (another boot ID, or none to compare).
+    /// Another boot ID, or none to compare.
     func machineRestartedUnderAMount(bootID: String?) -> Bool {
         guard case .running(let then) = previous() else { return false }
         guard let bootID, !then.isEmpty else { return true }
@@ -54,7 +49,7 @@ struct SessionMarker {
         try write("running \(bootID ?? "")\n")
     }
 
-    /// Flushes the copies it leaves first, so the next mount may trust them.
+    /// Flushes first, so the next mount may trust them.
     func markClean() throws(FSError) {
         let fd = open(cacheDirectory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { throw .local(errno: errno, "cannot open \(cacheDirectory): \(String(cString: strerror(errno)))") }

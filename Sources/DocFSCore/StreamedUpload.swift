@@ -14,9 +14,9 @@ public final class StreamedUpload: GrowingContent, Sendable {
     }
 
     public struct Policy: Sendable, Equatable {
-        /// Smaller files go up at close.
+        /// Bytes written in order before a file streams; smaller files go up at close.
         public var minimumLength: Int64
-        /// A server would time an idle body out.
+        /// A writer idle this long ends the stream (a server would time it out).
         public var idleLimit: Duration
         /// A slower writer, after its first second, ends the stream: it saves nothing and holds a request.
         public var minimumRate: Int64

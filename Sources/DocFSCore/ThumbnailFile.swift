@@ -1,13 +1,11 @@
-// A thumbnail as the freedesktop standard wants it, found by every file manager before it runs
-// a thumbnailer: `$XDG_CACHE_HOME/thumbnails/SIZE/MD5(URI).png`, tagged with `Thumb::URI` and
-// `Thumb::MTime`, which they check. Written atomically. No network I/O; tested against GIO.
+// Thumbnails as the freedesktop standard wants them, so file managers find them before running a
+// thumbnailer. Written atomically; tested against GIO.
 
 import Crypto
 import DocFSStore
 import Foundation
 
 public enum ThumbnailFile {
-    /// The largest side in pixels, and the folder.
     public enum Size: String, Sendable, CaseIterable {
         case normal
         case large
@@ -16,7 +14,7 @@ public enum ThumbnailFile {
 
     public static let software = "docfs"
 
-    /// As GLib's `g_filename_to_uri` encodes it: a thumbnail is found by the MD5 of exactly this.
+    /// As `g_filename_to_uri` encodes it: a thumbnail is found by the MD5 of exactly this.
     public static func uri(ofPath path: String) -> String {
         var uri = "file://"
         for byte in path.utf8 {
@@ -50,24 +48,22 @@ public enum ThumbnailFile {
         cacheHome + "/thumbnails/" + size.rawValue + "/" + name(forURI: uri)
     }
 
-    /// Whole seconds, rounded down as `tv_sec` is.
+    /// Whole seconds, as `tv_sec`.
     public static func mtime(_ modified: Timestamp) -> Int64 { modified.parts.seconds }
 
-    /// Adds the standard's text chunks after the header, dropping old ones of the same keywords.
-    /// Throws `.notPNG` for anything but a whole PNG.
+    /// Replaces chunks of the same keywords. Throws `.notPNG` for anything but a whole PNG.
     public static func tagged(_ png: [UInt8], uri: String, mtime: Int64, size: Int64) throws(PNGText.Failure) -> [UInt8] {
         try PNGText.replacingText(in: png, with: [("Thumb::URI", uri), ("Thumb::MTime", String(mtime)),
                                                  ("Thumb::Size", String(size)), ("Software", software)])
     }
 
-    /// It exists, and its `Thumb::URI` and `Thumb::MTime` match.
     public static func isValid(at path: String, uri: String, mtime: Int64) -> Bool {
         guard let data = FileManager.default.contents(atPath: path),
               let text = try? PNGText.textChunks(of: Array(data)) else { return false }
         return text["Thumb::URI"] == uri && text["Thumb::MTime"] == String(mtime)
     }
 
-    /// Atomically (a 0600 temporary renamed over it), making folders (0700) as needed.
+    /// Atomically, making folders (0700) as needed.
     public static func write(_ bytes: [UInt8], to path: String) throws(FSError) {
         let folder = (path as NSString).deletingLastPathComponent
         do {
@@ -100,8 +96,7 @@ public enum ThumbnailFile {
         }
     }
 
-    /// Removes file managers' failure markers for `uri`, so a thumbnailer refused while it was a
-    /// placeholder is tried again. Returns how many went.
+    /// So a thumbnailer refused while it was a placeholder is tried again. Returns how many went.
     @discardableResult
     public static func removeFailureMarkers(forURI uri: String, cacheHome: String) -> Int {
         let fail = cacheHome + "/thumbnails/fail"
@@ -115,7 +110,6 @@ public enum ThumbnailFile {
     }
 }
 
-/// Reads and writes PNG `tEXt` chunks.
 public enum PNGText {
     public enum Failure: Error, Equatable {
         case notPNG
@@ -129,7 +123,6 @@ public enum PNGText {
         var type: [UInt8]
         var data: ArraySlice<UInt8>
         var typeName: String { String(decoding: type, as: UTF8.self) }
-        /// Nil for chunks other than `tEXt`, `zTXt`, `iTXt`.
         var textKeyword: String? {
             guard ["tEXt", "zTXt", "iTXt"].contains(typeName), let end = data.firstIndex(of: 0) else { return nil }
             return String(decoding: data[data.startIndex..<end], as: UTF8.self)
@@ -153,7 +146,6 @@ public enum PNGText {
         return chunks
     }
 
-    /// Latin-1 text.
     public static func textChunks(of png: [UInt8]) throws(Failure) -> [String: String] {
         var text: [String: String] = [:]
         for chunk in try chunks(of: png) where chunk.typeName == "tEXt" {
@@ -195,7 +187,6 @@ public enum PNGText {
     }
 }
 
-/// Polynomial 0xEDB88320, reflected, inverted.
 enum CRC32 {
     private static let table: [UInt32] = (0..<256).map { index in
         var value = UInt32(index)

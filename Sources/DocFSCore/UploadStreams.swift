@@ -1,20 +1,16 @@
 import DocFSStore
 import Synchronization
 
-/// A mount's streamed uploads. A FUSE write asks `consider` (a lock; the catalog only when a
-/// stream starts). The uploader settles each stream before uploading the copy and before a
-/// rename or unlink touches its path, so what a stream left on the store is known as ours
-/// before the namespace moves.
+/// A mount's streamed uploads. Each is settled before its copy's upload and before a rename or
+/// unlink touches its path, so what it left on the store is known as ours first.
 public final class UploadStreams: Sendable {
     private let store: any Store
     private let catalog: Catalog
     public let policy: StreamedUpload.Policy
     private let state = Mutex(State())
-    /// The uploader settles each ended stream (`whenEnded`).
     private let ended = Mutex<(@Sendable (Inode) -> Void)?>(nil)
 
     private struct State {
-        /// Not applied yet, by item.
         var unsettled: [Inode: StreamedUpload] = [:]
         var sending = 0
         /// Held by namespace operations: no stream starts there.
@@ -34,17 +30,17 @@ public final class UploadStreams: Sendable {
         self.policy = policy
     }
 
-    /// Starts a stream for a new file just long enough, written in order, whose path is not held.
+    /// For a new file just long enough, written in order, whose path is not held.
     func consider(_ copy: LocalCopy) {
         guard copy.mayStream(policy), hasRoom(for: copy.inode) else { return }
         let generation = state.withLock { $0.generation }
         guard let item = try? catalog.item(copy.inode) else { return }
         let path = item.path
-        // Mode and owners as they are now (a later change is pushed at settling). Times are the store's.
+        // Times are the store's; a later mode or owner change is pushed at settling.
         let attributes = StoreAttributes(mode: item.mode, owner: item.owner, group: item.group)
         let store = store
-        // Started and registered in one step: a `hold` either finds the stream (and settles it), or
-        // the stream sees the held or stale path and does not start.
+        // Started and registered in one step: a `hold` either finds the stream, or the stream sees the
+        // held or stale path and does not start.
         state.withLock { state in
             guard state.admits(copy.inode, policy), state.generation == generation,
                   !state.held.values.contains(where: { Uploader.overlaps(path, $0) }) else { return }
@@ -66,7 +62,6 @@ public final class UploadStreams: Sendable {
         ended.withLock { $0 = handler }
     }
 
-    /// A completed stream still to be settled: an upload under way.
     var hasCompletedUnsettled: Bool {
         state.withLock { $0.unsettled.values.contains { $0.sealedCommit != nil } }
     }
@@ -75,7 +70,7 @@ public final class UploadStreams: Sendable {
         state.withLock { $0.unsettled[inode] }?.progress
     }
 
-    /// Checked before the catalog is asked: while `maximumStreams` send, other writes ask nothing.
+    /// While `maximumStreams` send, other writes ask the catalog nothing.
     private func hasRoom(for inode: Inode) -> Bool {
         state.withLock { $0.admits(inode, policy) }
     }
@@ -86,7 +81,7 @@ public final class UploadStreams: Sendable {
         }
     }
 
-    /// No stream starts on `paths` until `release`; returns the unsettled streams at or below them.
+    /// Returns the unsettled streams at or below `paths`.
     func hold(_ holder: Int, _ paths: [StorePath]) -> [StreamedUpload] {
         state.withLock { state in
             state.held[holder] = paths
@@ -99,7 +94,6 @@ public final class UploadStreams: Sendable {
         state.withLock { _ = $0.held.removeValue(forKey: holder) }
     }
 
-    /// The mount is going away: no stream starts, those sending end.
     func stop() {
         let streams = state.withLock { state in
             state.stopped = true
