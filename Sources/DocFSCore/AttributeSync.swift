@@ -1,15 +1,10 @@
 import DocFSStore
 import Logging
 
-/// Pushes permission bits and times to a store that can carry them (a local directory, S3's
-/// metadata, WebDAV properties), and records the version the store has afterwards: on such a
-/// store a chmod or utimensat changes the entry's ETag, and a stale one would make the next
-/// upload look like a conflict. A local copy based on the old version is based on the new one
-/// (same content): its base moves too, but only from the version the catalog knew. When the
-/// store had another client's version by then, the attributes go onto that version and the
-/// copy stays based on the one it started from: its upload meets theirs as a conflict, instead
-/// of replacing content it never saw. (The check is a stat before the change: a version saved
-/// by another client in the moment between the two requests is taken for ours.)
+/// Pushes mode and times to a store that carries them and records its new version, or the next
+/// upload would look like a conflict. A copy's base moves only from the version the catalog
+/// knew: if another client's version is there, the copy keeps its base and its upload meets
+/// theirs as a conflict. (The check is a stat before the change.)
 enum AttributeSync {
     static func push(_ attributes: StoreAttributes, of item: Item, to store: any Store, catalog: Catalog, provider: Provider,
                      logger: Logger) async {

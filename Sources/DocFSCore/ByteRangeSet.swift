@@ -1,8 +1,6 @@
 import DocFSStore
 
-/// Which byte ranges of a file a local copy holds: a sorted list of disjoint, non-adjacent
-/// half-open ranges. A local copy is filled chunk by chunk (and, later, range by range for
-/// streaming reads); a read may be served only from bytes this set covers.
+/// Sorted, disjoint, non-adjacent half-open ranges a copy holds: a read is served only from these.
 public struct ByteRangeSet: Sendable, Equatable, CustomStringConvertible {
     public private(set) var ranges: [ByteRange] = []
 
@@ -14,10 +12,9 @@ public struct ByteRangeSet: Sendable, Equatable, CustomStringConvertible {
 
     public var isEmpty: Bool { ranges.isEmpty }
 
-    /// Total number of bytes held.
     public var count: Int64 { ranges.reduce(0) { $0 + ($1.upperBound - $1.lowerBound) } }
 
-    /// Adds `range`, merging it with every range it overlaps or touches.
+    /// Merges with every range it overlaps or touches.
     public mutating func insert(_ range: ByteRange) {
         guard !range.isEmpty else { return }
         var lower = range.lowerBound
@@ -40,13 +37,11 @@ public struct ByteRangeSet: Sendable, Equatable, CustomStringConvertible {
         ranges = merged
     }
 
-    /// Whether every byte of `range` is held.
     public func contains(_ range: ByteRange) -> Bool {
         if range.isEmpty { return true }
         return ranges.contains { $0.lowerBound <= range.lowerBound && range.upperBound <= $0.upperBound }
     }
 
-    /// The parts of `range` not held yet, in order.
     public func missing(in range: ByteRange) -> [ByteRange] {
         var result: [ByteRange] = []
         var cursor = range.lowerBound

@@ -1,16 +1,10 @@
 import Foundation
 
-/// The directory of a mount's local copies, which someone may remove while the mount runs: a
-/// user freeing space with `rm -rf ~/.cache/*`, or a cleaner of old files. Every open then
-/// failed with ENOENT for files that exist, and a change waiting for its upload could not be
-/// snapshotted. A file made in the directory makes the directory again first, when it is gone.
-///
-/// A copy whose file went with the directory lives on through its open descriptor (its
-/// snapshot is copied from that), as long as the daemon runs.
+/// The copies' directory may be removed while the mount runs (`rm -rf ~/.cache/*`): a file made
+/// in it makes the directory again first. A copy whose file went lives on through its descriptor.
 enum CacheDirectory {
-    /// Runs `make`, a call that creates a file at `path` (returning -1 with `errno` set when it
-    /// fails); when it fails because `path`'s folder is gone, makes that folder (0700, with the
-    /// parents it lacks) and runs `make` once more.
+    /// If `make` (returning -1 with `errno`) fails because the folder is gone, makes it (0700) and
+    /// runs `make` once more.
     static func creating(_ path: String, _ make: () -> Int32) -> Int32 {
         let result = make()
         guard result < 0, errno == ENOENT else { return result }
@@ -22,7 +16,7 @@ enum CacheDirectory {
         return make()
     }
 
-    /// `mkdir -p` with mode 0700 for every folder it makes (docfs's cache is private).
+    /// Mode 0700 for every folder it makes (docfs's cache is private).
     private static func makeFolder(_ folder: String) -> Bool {
         if mkdir(folder, 0o700) == 0 || errno == EEXIST { return true }
         guard errno == ENOENT else { return false }

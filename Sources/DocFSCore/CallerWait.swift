@@ -1,22 +1,13 @@
-// CallerWait: how a caller (a process blocked in open() or read()) waits for work it does not
-// own, such as a download other openers share. The caller's wait ends at its deadline (the
-// mount's --io-timeout) or when its task is cancelled (a FUSE interrupt: Ctrl-C, SIGKILL),
-// whichever comes first; the work itself is not cancelled by that, so other waiters keep it.
-// Whoever owns the work decides whether it goes on once nobody waits (Provider evicts a copy
-// no opener holds, which cancels its download).
+// How a caller blocked in open() or read() waits for shared work: until --io-timeout or a FUSE
+// interrupt. The work goes on for other waiters.
 import Glibc
 import Synchronization
 
 public enum CallerWait {
-    /// The error a wait ends with when its task is cancelled: `EINTR` for the caller.
     public static let interrupted = FSError.local(errno: EINTR, "interrupted")
 
-    /// Runs `work` in a task of its own and waits for its result, for at most `limit`
-    /// (what `timeout` says is thrown then) and only while the calling task is not cancelled
-    /// (`interrupted` is thrown then). The task running `work` is cancelled when the wait ends
-    /// early: `work` that awaits something shared (a fetch's `Task.value`) leaves that running.
-    /// `abandoned` receives a result that came after the caller stopped waiting (to give back
-    /// what it holds, e.g. a handle nobody will close).
+    /// The task running `work` is cancelled when the wait ends early; shared work it awaits keeps
+    /// running. `abandoned` gets a late result, to give back what it holds.
     public static func run<T: Sendable>(limit: Duration?, timeout: @escaping @Sendable () -> FSError = { .timedOut("no answer in time") },
                                         _ work: @escaping @Sendable () async throws(FSError) -> T,
                                         abandoned: (@Sendable (T) -> Void)? = nil) async throws(FSError) -> T {
@@ -47,7 +38,6 @@ public enum CallerWait {
         return try result.get()
     }
 
-    /// The one answer a wait gets, from whichever of work, timer and cancellation comes first.
     private final class Outcome<T: Sendable>: Sendable {
         private struct State {
             var continuation: CheckedContinuation<Result<T, FSError>, Never>?
@@ -68,7 +58,6 @@ public enum CallerWait {
             if let ready { continuation.resume(returning: ready) }
         }
 
-        /// Records `result` unless one was recorded first; returns whether this one counts.
         @discardableResult
         func resolve(_ result: Result<T, FSError>) -> Bool {
             let (won, continuation, cleanup) = state.withLock { state -> (Bool, CheckedContinuation<Result<T, FSError>, Never>?, (@Sendable () -> Void)?) in
@@ -85,7 +74,6 @@ public enum CallerWait {
             return won
         }
 
-        /// Runs `cleanup` once the answer is in (now, if it already is).
         func whenResolved(_ cleanup: @escaping @Sendable () -> Void) {
             let now = state.withLock { state -> Bool in
                 guard state.result == nil else { return true }

@@ -2,18 +2,13 @@ import DocFSStore
 import Foundation
 import GRDB
 
-/// The copy journal: the columns of an item's row that say what its local copy is (state, base
-/// version, commits, whether it is on the store), written after each `CopyLife` event by the
-/// copy's owner, `LocalCopy`, and read back by a new mount (`recordedLife`, `CrashRecovery`).
-/// What a restart needs of a copy is here and nowhere else.
+/// The copy journal, written after each `CopyLife` event and read back by a new mount.
 extension Catalog {
-    /// Persists a copy's life: its state, base version, commits and whether it is on the store.
     public func recordCopy(_ inode: Inode, _ life: CopyLife) throws(FSError) {
         try write(invalidating: .item(inode)) { db in try Catalog.persist(db, inode, life) }
     }
 
-    /// A copy that holds none or only some of its bytes yet (see `recordFetched`) begins, of a
-    /// version the catalog already knew: its row's metadata stays as the last listing left it.
+    /// The row's metadata stays as the last listing left it.
     public func recordCopy(_ inode: Inode, _ life: CopyLife, partial: Bool) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
             try Catalog.persist(db, inode, life)
@@ -21,9 +16,7 @@ extension Catalog {
         }
     }
 
-    /// A new copy of `inode` begins: records its life. Fails with `notFound` when the row is
-    /// gone (a listing dropped the item between the caller's lookup and now): a copy without a
-    /// row could never be uploaded nor evicted.
+    /// `notFound` if a listing dropped the row: a copy without a row could never be uploaded nor evicted.
     public func beginCopy(_ inode: Inode, _ life: CopyLife) throws(FSError) {
         let changed: Int = try write(invalidating: .item(inode)) { db in
             try Catalog.persist(db, inode, life)
@@ -32,7 +25,6 @@ extension Catalog {
         if changed == 0 { throw .notFound }
     }
 
-    /// A commit: the copy's size and time are the item's now.
     public func recordCommit(_ inode: Inode, _ life: CopyLife, size: Int64, modified: Timestamp) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
             try Catalog.persist(db, inode, life)
@@ -41,12 +33,8 @@ extension Catalog {
         }
     }
 
-    /// A download finished: the item is the version the store sent. The time stays the
-    /// catalog's for the same version (a time set here, or a listing's to the millisecond where
-    /// a GET tells whole seconds), unless the answer carries the item's own time
-    /// (`RemoteEntry.carriesOwnTime`) and nothing was learnt about the item since `askedAt`
-    /// (a `touch` here after the GET was sent stays).
-    /// `partial`: the copy holds only some of the bytes (a streamed file); reads fetch the rest.
+    /// The time stays the catalog's for the same version, unless the answer carries the item's own
+    /// and nothing was learnt since `askedAt`. `partial`: a streamed copy.
     public func recordFetched(_ inode: Inode, _ life: CopyLife, entry: RemoteEntry, askedAt: Double? = nil,
                               partial: Bool = false) throws(FSError) {
         let takesOwnTime = entry.carriesOwnTime && askedAt != nil
@@ -63,26 +51,22 @@ extension Catalog {
         }
     }
 
-    /// A partial copy (see `recordFetched`) holds every byte now.
     public func recordComplete(_ inode: Inode) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
             try db.cachedExecute(sql: "UPDATE item SET partial = 0 WHERE inode = ?", arguments: [Int64(bitPattern: inode)])
         }
     }
 
-    /// The store confirmed an upload: it has the item as version `etag`.
     public func recordUploaded(_ inode: Inode, _ life: CopyLife, etag: ETag?) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
             try Catalog.persist(db, inode, life)
-            // What was uploaded is a whole file (a copy emptied by a truncate while its fetch
-            // was under way included): the copy is not partial.
+            // What was uploaded is a whole file: the copy is not partial.
             try db.cachedExecute(sql: "UPDATE item SET etag = ?, kindKnownFor = ?, onStore = 1, uploadError = NULL, uploadTrouble = NULL, versionAt = ?, partial = 0 WHERE inode = ?",
                            arguments: [etag?.value, etag?.value, Date().timeIntervalSince1970, Int64(bitPattern: inode)])
         }
     }
 
-    /// A conflict: the local content was kept as `conflictCopy`; the item shows the store's
-    /// version (`storeVersion`; nil: the store has no such item any more) once the copy goes.
+    /// Nil `storeVersion`: gone from the store.
     public func recordConflictKept(_ inode: Inode, _ life: CopyLife, conflictCopy: String, storeVersion: RemoteEntry?) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
             try Catalog.persist(db, inode, life)
@@ -98,8 +82,7 @@ extension Catalog {
         }
     }
 
-    /// The copy is gone: the item is a placeholder again. One the store no longer has (deleted
-    /// or renamed there while the copy was open) goes with it.
+    /// One the store no longer has goes with its row.
     public func recordEvicted(_ inode: Inode) throws(FSError) {
         let deleted: Bool = try write(invalidating: .item(inode)) { db in
             try db.cachedExecute(sql: "DELETE FROM item WHERE inode = ? AND onStore = 0", arguments: [Int64(bitPattern: inode)])
@@ -111,11 +94,10 @@ extension Catalog {
                 """, arguments: [Int64(bitPattern: inode), Item.Kind.directory.rawValue])
             return deleted
         }
-        // A row deleted takes its name (and, were it a folder, its subtree) with it.
+        // A deleted row takes its name (and any subtree) with it.
         if deleted { cache.invalidateAll() }
     }
 
-    /// The copy's life as the journal last recorded it (for a copy adopted after a restart).
     public func recordedLife(of inode: Inode, pinned: Bool = false) throws(FSError) -> CopyLife? {
         try read { db in
             guard let row = try Row.fetchOne(db, sql: "SELECT * FROM item WHERE inode = ?", arguments: [Int64(bitPattern: inode)]) else { return nil }
@@ -126,8 +108,7 @@ extension Catalog {
         }
     }
 
-    /// Flushes the catalog to disk (a full WAL checkpoint): at a mount's end, so the journal the
-    /// next mount reads is the latest whatever happens to the machine meanwhile.
+    /// A full WAL checkpoint, so the next mount reads the latest journal after any crash.
     public func makeDurable() throws(FSError) {
         do {
             _ = try db.writeWithoutTransaction { db in try db.checkpoint(.full) }
@@ -136,28 +117,17 @@ extension Catalog {
         }
     }
 
-    /// Items whose copy holds writes no close or fsync handed over (open when the daemon died).
     public func itemsWithUncommittedWrites() throws(FSError) -> [Item] {
         try read { db in try Row.fetchAll(db, sql: "SELECT \(Catalog.itemColumns) FROM item WHERE uncommitted != 0") }.map(Catalog.item(from:))
     }
 
-    /// Items whose committed changes the store does not have yet: the upload journal.
     public func itemsPendingUpload() throws(FSError) -> [Item] {
         try read { db in try Row.fetchAll(db, sql: "SELECT \(Catalog.itemColumns) FROM item WHERE state IN ('modified', 'uploading') AND uncommitted = 0") }
             .map(Catalog.item(from:))
     }
 
-    /// After a restart no local copy is open: a clean copy's item is a placeholder again (its
-    /// content is on the store) unless it is pinned and whole (its copy is kept, see
-    /// `CrashRecovery`), and an upload cut short is simply pending again.
-    ///
-    /// A clean copy of an item the store no longer has (deleted there, or replaced by a folder,
-    /// while it was open: a listing keeps such a row for its copy, see `Catalog+Listing.swift`)
-    /// goes with its copy, as at an eviction (`recordEvicted`): as a placeholder not on the
-    /// store it would open as an empty file no one wrote, and hide the folder that took its
-    /// name. Its folder is listed again at the next lookup, which finds what the store has. A
-    /// pinned one goes too: its pin kept it past its release, but the store has another item
-    /// there, or none.
+    /// After a restart no copy is open: clean copies become placeholders unless pinned and whole,
+    /// and a clean copy of an item gone from the store goes with its row (it would open as an empty file).
     public func resetTransientStates() throws(FSError) {
         let clean = "state IN ('downloading', 'local') AND uncommitted = 0 AND NOT (state = 'local' AND pinned = 1 AND partial = 0)"
         let gone = "state IN ('downloading', 'local') AND uncommitted = 0 AND onStore = 0 AND kind != ?"

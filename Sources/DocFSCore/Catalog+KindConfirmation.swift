@@ -1,11 +1,8 @@
 import DocFSStore
 import GRDB
 
-/// Entries whose kind is still to be confirmed (see `SymlinkProbe`): placeholders on the store,
-/// small enough to be a link or a special file, whose kind the catalog knows for no version or
-/// for an older one than the store's (`kindKnownFor` is not `etag`).
+/// Small placeholders whose kind is known for no version or an older one (see `SymlinkProbe`).
 extension Catalog {
-    /// What confirming one entry's kind needs: where it is, and where its row lives.
     public struct KindToConfirm: Sendable {
         public var inode: Inode
         public var parent: Inode
@@ -17,17 +14,15 @@ extension Catalog {
         AND etag IS NOT NULL AND size <= ? AND (kindKnownFor IS NULL OR kindKnownFor != etag)
         """
 
-    /// `item`, when its kind is still to be confirmed on a store whose objects up to
-    /// `maximumSize` bytes may be links; nil otherwise (most items: decided without a query).
+    /// Nil for most items, decided without a query.
     public func kindToConfirm(_ item: Item, maximumSize: Int64) throws(FSError) -> KindToConfirm? {
-        // Decided from the item (`toConfirm`'s terms), without a query: lookups and getattr of
-        // small objects run this, answered from the catalog's cache.
+        // Without a query: lookups and getattr of small objects run this from the cache.
         guard item.kind != .directory, item.state == .placeholder, item.onStore, item.etag != nil,
               item.size <= maximumSize, !item.kindConfirmed, let parent = item.parent else { return nil }
         return KindToConfirm(inode: item.inode, parent: parent, path: item.path)
     }
 
-    /// The children of `directory` whose kind is still to be confirmed, in name order.
+    /// In name order.
     public func kindsToConfirm(in directory: Inode, maximumSize: Int64) throws(FSError) -> [KindToConfirm] {
         try read { db in
             let rows = try Row.fetchCursor(db.cachedStatement(sql: """
@@ -44,8 +39,7 @@ extension Catalog {
         }
     }
 
-    /// The inodes among `directory`'s children whose kind is still to be confirmed: readdir
-    /// hands the kernel no attributes for them, so that a `stat` asks (and confirms) first.
+    /// readdir gives the kernel no attributes for them, so a `stat` confirms first.
     public func inodesToConfirm(in directory: Inode, maximumSize: Int64) throws(FSError) -> Set<Inode> {
         try quickRead { db in
             let inodes = try Int64.fetchCursor(db.cachedStatement(sql: "SELECT inode FROM item WHERE parent = ? AND \(Catalog.toConfirm)"),

@@ -1,12 +1,7 @@
 import GRDB
 
-/// What the catalog keeps about pinning ("keep downloaded", `docfs pin`) and what it tells
-/// about a folder's children at a glance (`user.docfs.state` of a directory).
-///
-/// The `pinned` column is read on its own rather than decoded with every item: only opens,
-/// pins and evictions ask for it, and lookups stay as cheap as they were.
+/// `pinned` is read on its own, not with every item, so lookups stay cheap.
 extension Catalog {
-    /// Whether `inode` is pinned.
     public func isPinned(_ inode: Inode) throws(FSError) -> Bool {
         try read { db in
             try Bool.fetchOne(db.cachedStatement(sql: "SELECT pinned FROM item WHERE inode = ?"),
@@ -14,8 +9,7 @@ extension Catalog {
         }
     }
 
-    /// Pins or unpins `item`, and for a folder everything below it (what is added to a pinned
-    /// folder later is pinned by the `item_inherits_pin` trigger).
+    /// Also everything below a folder.
     public func setPinned(_ item: Item, _ pinned: Bool) throws(FSError) {
         let path = item.path.description
         try write { db in
@@ -27,7 +21,6 @@ extension Catalog {
         }
     }
 
-    /// Files at or below `item` that have a local copy (or hold changes).
     public func filesWithCopies(under item: Item) throws(FSError) -> [Inode] {
         let path = item.path.description
         let prefix = path == "/" ? "/" : path + "/"
@@ -40,7 +33,7 @@ extension Catalog {
         }.map { Inode(bitPattern: $0) }
     }
 
-    /// The pinned items whose copy is complete and clean: the copies a restart keeps.
+    /// The copies a restart keeps.
     public func pinnedLocalItems() throws(FSError) -> [(inode: Inode, id: String)] {
         try read { db in
             try Row.fetchAll(db, sql: "SELECT inode, id FROM item WHERE pinned = 1 AND state = 'local' AND uncommitted = 0 AND partial = 0")
@@ -48,8 +41,6 @@ extension Catalog {
         }
     }
 
-    /// Identifiers of pinned files that have a local copy or are getting one: which files of
-    /// the cache directory are pinned (`docfs status` splits the cache's size by them).
     public func pinnedCopyIDs() throws(FSError) -> Set<String> {
         try read { db in
             Set(try String.fetchAll(db, sql: "SELECT id FROM item WHERE pinned = 1 AND state != 'placeholder' AND kind = ?",
@@ -57,8 +48,6 @@ extension Catalog {
         }
     }
 
-    /// The pinned children of `directory` that may need fetching after a listing of it: files
-    /// with no copy and folders never listed (`PinnedRefresher` decides which it fetches).
     public func pinnedToRefresh(in directory: Inode) throws(FSError) -> (files: [Inode], folders: [Inode]) {
         try read { db in
             let files = try Int64.fetchAll(db, sql: """
@@ -72,16 +61,11 @@ extension Catalog {
         }
     }
 
-    /// How many children of `directory` are in each state, in one query: what a folder's
-    /// `user.docfs.state` shows (`local=3 modified=1`). Pinned complete copies count as
-    /// `pinned`, not `local`; an upload that keeps failing counts as `error`; subfolders are
-    /// not counted.
+    /// Pinned complete copies count as `pinned`, failing uploads as `error`; no subfolders.
     public func childStateCounts(of directory: Inode) throws(FSError) -> [(state: String, count: Int)] {
         try stateCounts(parent: directory)
     }
 
-    /// Counts per state (as `childStateCounts`) of the children of `parent`, or of every file
-    /// and special file in the catalog when nil (`docfs status`).
     public func stateCounts(parent: Inode? = nil) throws(FSError) -> [(state: String, count: Int)] {
         let rows = try read { db in
             try Row.fetchAll(db.cachedStatement(sql: """
@@ -98,7 +82,6 @@ extension Catalog {
             + counts.filter { !order.contains($0.key) }.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
     }
 
-    /// Items whose latest upload failed, with why (`docfs status`).
     public func uploadErrors(limit: Int = 20) throws(FSError) -> [(path: String, error: String)] {
         try read { db in
             try Row.fetchAll(db, sql: "SELECT path, uploadError FROM item WHERE uploadError IS NOT NULL ORDER BY path LIMIT ?",
@@ -106,7 +89,6 @@ extension Catalog {
         }
     }
 
-    /// Paths of files being downloaded or uploaded now (`docfs status`).
     public func transferringPaths(limit: Int = 50) throws(FSError) -> [(path: String, state: String)] {
         try read { db in
             try Row.fetchAll(db, sql: "SELECT path, state FROM item WHERE state IN ('downloading', 'uploading') ORDER BY path LIMIT ?",

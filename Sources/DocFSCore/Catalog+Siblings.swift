@@ -2,9 +2,7 @@ import DocFSStore
 import GRDB
 
 extension Catalog {
-    /// The files of `parent` after `name` in name order (the order of readdir and of a sorted
-    /// glob), the first `limit` of them; from the first file with a nil `name`. For reading
-    /// ahead (`Prefetcher`).
+    /// In name order (readdir's and a sorted glob's), from the first with a nil `name`; for `Prefetcher`.
     func files(in parent: Inode, after name: String?, limit: Int) throws(FSError) -> [Item] {
         try read { db in
             try Row.fetchAll(db.cachedStatement(sql: """

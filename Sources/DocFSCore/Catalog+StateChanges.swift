@@ -2,15 +2,12 @@ import DocFSStore
 import GRDB
 import Synchronization
 
-/// Which items' shown state (`user.docfs.state`) may have changed, told after each committed
-/// write of the catalog: a copy's state, a pin, an upload's error or conflict, a streamed copy
-/// completed. (A new item needs no word: a file manager sees it appear, and asks.) Watched in SQLite itself (a transaction observer on the columns that
-/// make a state), so no writer of the catalog can forget to tell.
+/// Items whose shown state may have changed, told after each commit. A transaction observer on
+/// the state's columns, so no writer can forget to tell. (New items need no word.)
 final class StateChangeObserver: TransactionObserver, @unchecked Sendable {
-    /// The columns a shown state is made of.
     static let columns: Set<String> = ["state", "pinned", "uploadError", "conflictCopy", "partial"]
 
-    /// Rows changed by the transaction under way (touched on the writer's queue only).
+    /// Touched on the writer's queue only.
     private var changed: Set<Inode> = []
     private let committed: @Sendable (Set<Inode>) -> Void
 
@@ -42,8 +39,7 @@ final class StateChangeObserver: TransactionObserver, @unchecked Sendable {
 }
 
 extension Catalog {
-    /// Calls `handler` after each committed write with the items whose shown state may have
-    /// changed, on the writer's queue (keep it short), for as long as the returned observer lives.
+    /// On the writer's queue (keep it short), while the returned observer lives.
     func observeStateChanges(_ handler: @escaping @Sendable (Set<Inode>) -> Void) -> StateChangeObserver {
         let observer = StateChangeObserver(handler)
         db.add(transactionObserver: observer, extent: .observerLifetime)

@@ -3,20 +3,14 @@ import Foundation
 import GRDB
 import Synchronization
 
-/// The local database of items: every placeholder's metadata and every item's state,
-/// persisted in SQLite so that placeholders (and, later, unsynced changes) survive an
-/// unmount, a crash and a restart. One catalog per store, under `$XDG_STATE_HOME/docfs/`.
-///
-/// Inode numbers are SQLite `AUTOINCREMENT` row ids: never reused for the catalog's life,
-/// so an inode the kernel still remembers can never name a different item.
+/// Placeholders and unsynced changes survive a crash here. Inodes are `AUTOINCREMENT` row ids,
+/// never reused, so a remembered inode never names another item.
 public final class Catalog: Sendable {
     let db: DatabasePool
-    /// Rows read recently, for lookups and getattr without a database round trip (see
-    /// `CatalogCache`; every write below invalidates what it touched).
     let cache = CatalogCache()
     private let writeTransactions = Atomic<Int>(0)
     private let databaseLookups = Atomic<Int>(0)
-    /// Names local operations removed lately, which an older listing must not bring back.
+    /// Names removed locally of late, which an older listing must not bring back.
     let removedNames = RemovedNames()
     /// Items a local rename is moving, which no listing may drop meanwhile.
     let moving = MovingItems()
@@ -36,8 +30,7 @@ public final class Catalog: Sendable {
 
     public func item(_ inode: Inode) throws(FSError) -> Item? {
         if let cached = cache.item(inode) { return cached }
-        // Cached statements: lookups and getattr run these thousands of times a second, and
-        // compiling one (GRDB authorizes every column) costs more than running it.
+        // Cached statements: compiling one costs more than running it.
         let ticket = cache.ticket()
         let item = try quickRead { db in try Catalog.item(inode, in: db) }
         cache.fill(item, ticket: ticket)
@@ -52,11 +45,9 @@ public final class Catalog: Sendable {
         return child
     }
 
-    /// A directory and one of its children, read on one connection in one hop: a lookup needs
-    /// both, and each separate read is a queue hop and a connection taken from the pool.
+    /// One hop: each separate read is a queue hop and a pooled connection.
     public func directoryAndChild(_ parent: Inode, named name: String) throws(FSError) -> (directory: Item?, child: Item?) {
         if let directory = cache.item(parent) {
-            // The folder is known: only the name is read.
             if let child = cache.child(of: parent, named: name) { return (directory, child) }
             let ticket = cache.ticket()
             let child = try quickRead { db in try Catalog.child(of: parent, named: name, in: db) }
@@ -82,7 +73,7 @@ public final class Catalog: Sendable {
                          arguments: [Int64(bitPattern: parent), name]).map(item(from:))
     }
 
-    /// The children of a directory, ordered by name (a stable order for readdir offsets).
+    /// Ordered by name (a stable order for readdir offsets).
     public func children(of parent: Inode) throws(FSError) -> [Item] {
         let ticket = cache.ticket()
         let children = try read { db in
@@ -93,14 +84,10 @@ public final class Catalog: Sendable {
         return children
     }
 
-    /// Each child of `parent` in name order, read through a cursor (one row at a time).
-    /// A listing read (`ls`, readdir) also fills the cache, up to its capacity, so that the
-    /// lookups and stats that follow it are answered from memory.
+    /// A listing also fills the cache, so the lookups that follow hit memory.
     public func forEachChild(of parent: Inode, _ body: (Item) -> Void) throws(FSError) {
         let ticket = cache.ticket()
-        // Handed to the cache a few hundred at a time: holding every row until the end kept a
-        // second copy of the cache's worth of items (4 MiB at 16,384) alive at the listing's peak.
-        // (The cache stops taking items at its capacity.)
+        // In batches, so the listing's peak holds no second copy.
         var seen: [Item] = []
         seen.reserveCapacity(Self.fillChunk)
         try read { db in
@@ -121,17 +108,13 @@ public final class Catalog: Sendable {
 
     private static let fillChunk = 256
 
-    /// Write transactions since the catalog was opened: how tests pin what an open and a
-    /// close of a file cost.
+    /// For tests.
     public var transactionsWritten: Int { writeTransactions.load(ordering: .relaxed) }
 
-    /// Reads of one item or name (lookup, getattr) that went to the database rather than to
-    /// the cache: how tests tell that a listed folder's names are answered from memory.
+    /// For tests.
     public var itemReadsFromDatabase: Int { databaseLookups.load(ordering: .relaxed) }
 
-    /// Rows inserted, updated or deleted since the catalog was opened (SQLite's
-    /// `total_changes()` of the one writing connection): how tests and the bench tell that a
-    /// refresh of an unchanged folder wrote nothing.
+    /// For tests and the bench.
     public func rowsWritten() throws(FSError) -> Int {
         try write(invalidating: .nothing) { db in db.totalChangesCount }
     }
@@ -140,7 +123,6 @@ public final class Catalog: Sendable {
         try read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM item") ?? 0 }
     }
 
-    /// Items whose state is one of `states`.
     public func items(in states: [ItemState]) throws(FSError) -> [Item] {
         let list = states.map { "'\($0.rawValue)'" }.joined(separator: ",")
         return try read { db in try Row.fetchAll(db, sql: "SELECT \(Catalog.itemColumns) FROM item WHERE state IN (\(list))") }
@@ -149,7 +131,6 @@ public final class Catalog: Sendable {
 
     // MARK: Writing
 
-    /// The files whose store version is `etag` (the names of one file, on a store with hard links).
     public func files(withVersion etag: ETag) throws(FSError) -> [Item] {
         try read { db in
             try Row.fetchAll(db, sql: "SELECT \(Catalog.itemColumns) FROM item WHERE etag = ? AND kind = ? LIMIT 1000",
@@ -157,14 +138,12 @@ public final class Catalog: Sendable {
         }
     }
 
-    /// How many names the store gives `inode`'s file now (after a hard link was made or removed).
     public func recordLinks(of inode: Inode, _ links: Int) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
             try db.cachedExecute(sql: "UPDATE item SET links = ? WHERE inode = ?", arguments: [links, Int64(bitPattern: inode)])
         }
     }
 
-    /// Records what the store said about an item's content (after a fetch: the ETag may be new).
     public func updateMetadata(of inode: Inode, from entry: RemoteEntry) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
             try db.cachedExecute(sql: """
@@ -177,9 +156,7 @@ public final class Catalog: Sendable {
         }
     }
 
-    /// Adds an item created here (mkdir, create). A file not uploaded yet has `onStore` false.
-    /// `folderChanged`: when the user made it, so the parent's modification and status change
-    /// times follow (as a local file system's do when an entry is added); nil leaves them.
+    /// `folderChanged`: the parent's mtime and ctime follow; nil leaves them.
     public func createItem(in parent: Inode, name: String, kind: Item.Kind, size: Int64 = 0, modified: Timestamp,
                            etag: ETag? = nil, mode: UInt32?, owner: UInt32? = nil, group: UInt32? = nil,
                            state: ItemState, onStore: Bool, listedAt: Double? = nil, symlinkTarget: String? = nil,
@@ -203,8 +180,7 @@ public final class Catalog: Sendable {
         return item
     }
 
-    /// Removes an item and its subtree. `folderChanged`: when the user removed it, so the
-    /// parent's times follow (see `createItem`); nil leaves them.
+    /// Removes the subtree too.
     public func removeItem(_ inode: Inode, folderChanged: Timestamp? = nil) throws(FSError) {
         let removedNames = self.removedNames
         try write { db in
@@ -217,9 +193,7 @@ public final class Catalog: Sendable {
         }
     }
 
-    /// Moves an item (and, for a directory, every path below it) to `name` in `parent`,
-    /// replacing whatever was there. Inode and identifier stay: a rename keeps identity. The
-    /// item's status change time and both folders' times become `changed`.
+    /// Replaces what was there; inode and identifier stay.
     public func moveItem(_ inode: Inode, to parent: Inode, name: String, changed: Timestamp) throws(FSError) {
         let removedNames = self.removedNames
         try write { db in
@@ -239,28 +213,24 @@ public final class Catalog: Sendable {
             try db.cachedExecute(sql: "UPDATE item SET parent = ?, name = ?, path = ?, changedNs = ?, versionAt = ? WHERE inode = ?",
                            arguments: [Int64(bitPattern: parent), name, newPath, changed.nanoseconds, Date().timeIntervalSince1970,
                                        Int64(bitPattern: inode)])
-            // SQLite's substr counts characters (code points), hence unicodeScalars below.
-            // The subtree is the range of paths between "old/" and "old0" ('0' follows '/'),
-            // which the path index finds without scanning the table.
+            // substr counts code points. The subtree is the path range "old/" to "old0" ('0' follows '/'),
+            // which the index finds without a scan.
             try db.cachedExecute(sql: """
                 UPDATE item SET path = ? || substr(path, ?) WHERE path > ? AND path < ?
                 """, arguments: [newPath, oldPath.unicodeScalars.count + 1, oldPath + "/", oldPath + "0"])
         }
     }
 
-    /// A folder's entries changed here: its modification and status change times become `time`.
     private static func touchFolder(_ db: Database, _ folder: Inode, at time: Timestamp) throws {
-        // An access time never set follows the modification time: it keeps the old one.
+        // An unset atime follows the mtime: keep the old one.
         try db.cachedExecute(sql: """
             UPDATE item SET accessedNs = COALESCE(accessedNs, modifiedNs), modifiedNs = ?, changedNs = ? WHERE inode = ?
             """, arguments: [time.nanoseconds, time.nanoseconds, Int64(bitPattern: folder)])
     }
 
-    /// The store's version of an item changed without a content change (attributes pushed).
-    /// A copy based on the old version is based on the new one: its content did not change.
+    /// A copy based on the old version is based on the new one.
     public func recordVersion(of inode: Inode, etag: ETag?) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
-            // Attributes do not change an item's kind: a kind known for the old version stays known.
             try db.cachedExecute(sql: """
                 UPDATE item SET kindKnownFor = CASE WHEN kindKnownFor = etag THEN COALESCE(?, etag) ELSE kindKnownFor END,
                     baseEtag = CASE WHEN baseEtag = etag THEN COALESCE(?, etag) ELSE baseEtag END,
@@ -269,7 +239,6 @@ public final class Catalog: Sendable {
         }
     }
 
-    /// Records why the last upload of `inode` failed (nil message: it no longer does).
     public func recordUploadError(of inode: Inode, _ message: String?, trouble: UploadTrouble = .failed) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
             try db.cachedExecute(sql: "UPDATE item SET uploadError = ?, uploadTrouble = ? WHERE inode = ?",
@@ -277,14 +246,11 @@ public final class Catalog: Sendable {
         }
     }
 
-    /// chmod/chown/utimensat results; nil leaves a value as it is. `changed` is the new ctime.
-    /// They are news about the item (`versionAt`): a store's answer asked before them (a HEAD
-    /// with the old `x-amz-meta-mtime` and mode) does not put the old values back.
+    /// Nil leaves a value. They are news (`versionAt`): an older store answer does not undo them.
     public func setAttributes(of inode: Inode, mode: UInt32? = nil, owner: UInt32? = nil, group: UInt32? = nil,
                               modified: Timestamp? = nil, accessed: Timestamp? = nil, changed: Timestamp) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
-            // An access time never set follows the modification time; pin it before that moves
-            // (utimensat with UTIME_OMIT for atime must leave atime as it was).
+            // An unset atime follows the mtime: pin it first (UTIME_OMIT must keep it).
             try db.cachedExecute(sql: """
                 UPDATE item SET mode = COALESCE(?, mode), owner = COALESCE(?, owner), "group" = COALESCE(?, "group"),
                     accessedNs = COALESCE(?, accessedNs, modifiedNs), modifiedNs = COALESCE(?, modifiedNs), changedNs = ?,
@@ -295,7 +261,6 @@ public final class Catalog: Sendable {
         }
     }
 
-    /// Sets a directory's listing time (a directory made here is complete: it is empty).
     public func markListed(_ inode: Inode, at time: Double) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
             try db.cachedExecute(sql: "UPDATE item SET listedAt = ? WHERE inode = ?", arguments: [time, Int64(bitPattern: inode)])
@@ -304,10 +269,7 @@ public final class Catalog: Sendable {
 
     // MARK: Plumbing
 
-    /// A read of one or two rows on a hot path (lookup, getattr): no transaction around it.
-    /// Each statement sees a committed state; BEGIN and COMMIT around a pair of indexed reads
-    /// cost about as much as the reads (a lookup of a name whose row changes meanwhile sees it
-    /// before or after the change, as if it had come a moment earlier or later).
+    /// No transaction: BEGIN/COMMIT would cost as much as the reads, and each statement sees a commit.
     func quickRead<T>(_ body: (Database) throws -> T) throws(FSError) -> T {
         databaseLookups.add(1, ordering: .relaxed)
         do { return try db.unsafeRead(body) } catch { throw Catalog.failure(error) }
@@ -317,24 +279,18 @@ public final class Catalog: Sendable {
         do { return try db.read(body) } catch { throw Catalog.failure(error) }
     }
 
-    /// A write that may change any row (listings, renames, removals, creates): the cache of
-    /// rows is dropped once it is committed.
     func write<T>(_ body: (Database) throws -> T) throws(FSError) -> T {
         try write(invalidating: .all, body)
     }
 
-    /// What a write may have changed, for the cache of rows.
     enum Invalidation {
-        /// Any row, any name.
         case all
         /// Columns of this one row, not its name nor its folder (nor whether it exists).
         case item(Inode)
-        /// No row.
         case nothing
     }
 
-    /// A write transaction; once it is committed (or rolled back) the cache forgets what it
-    /// may have changed (see `CatalogCache` for why after, and why that is enough).
+    /// After commit or rollback the cache forgets what it may have changed (see `CatalogCache`).
     func write<T>(invalidating scope: Invalidation, _ body: (Database) throws -> T) throws(FSError) -> T {
         defer {
             writeTransactions.add(1, ordering: .relaxed)
@@ -353,8 +309,7 @@ public final class Catalog: Sendable {
         }
     }
 
-    /// A failure of the database as the caller sees it. A full disk (the state directory's) is
-    /// ENOSPC and a read-only one EROFS, which the user can act on; the rest is an I/O error.
+    /// A full disk is ENOSPC and a read-only one EROFS, which the user can act on.
     static func failure(_ error: any Error, _ what: String = "catalog") -> FSError {
         if let error = error as? DatabaseError {
             switch error.resultCode {
@@ -367,7 +322,6 @@ public final class Catalog: Sendable {
         return .io("\(what): \(error)")
     }
 
-    /// Whether docfs learned `row`'s version from the store at or after `time`.
     static func learnedSince(_ row: Row, _ time: Double) -> Bool {
         guard let learned = row["versionAt"] as Double? else { return false }
         return learned >= time
@@ -378,13 +332,11 @@ public final class Catalog: Sendable {
         return state == ItemState.modified.rawValue || state == ItemState.uploading.rawValue || (row["uncommitted"] as Bool? ?? false)
     }
 
-    /// Whether the item has a local copy: being fetched, open, or holding changes.
     static func hasLocalCopy(_ row: Row) -> Bool {
         let state: String = row["state"]
         return hasLocalChanges(row) || state == ItemState.local.rawValue || state == ItemState.downloading.rawValue
     }
 
-    /// Whether `row`, or anything below it, has a local copy.
     static func holdsLocalCopies(_ db: Database, _ row: Row) throws -> Bool {
         if hasLocalCopy(row) { return true }
         guard (row["kind"] as Int) == Item.Kind.directory.rawValue else { return false }
@@ -408,18 +360,13 @@ public final class Catalog: Sendable {
         }
     }
 
-    /// The device number a listing entry carries (0 unless a device).
     static func rdev(of entry: RemoteEntry) -> Int64 {
         if case .special(let special) = entry.kind { return Int64(bitPattern: special.rdev) }
         return 0
     }
 
-    /// Whether owners the store reports (S3's `x-amz-meta-uid`, a local directory's files)
-    /// become the items' owners: only for a daemon running as root. The kernel checks access
-    /// against the owner docfs shows (`default_permissions`), and a daemon that is not root
-    /// can neither give files away nor take them back: its user's mount would show files of
-    /// other uids that it may not change, and a chown kept in the catalog would be undone by
-    /// the next listing. Such a mount shows the mounting user, as before owners were stored.
+    /// Only a root daemon takes owners from the store: another could not chown, and a listing would
+    /// undo a chown. It shows the mounting user.
     static let takesOwnersFromStore = geteuid() == 0
 
     static func storeOwner(of entry: RemoteEntry) -> Int64? {
@@ -435,8 +382,6 @@ public final class Catalog: Sendable {
         return nil
     }
 
-    /// Whether a row without a local copy already says what `entry` says (the update a listing
-    /// would make changes nothing).
     static func matches(_ row: Row, _ entry: RemoteEntry) -> Bool {
         let etag = entry.etag?.value
         guard (row["size"] as Int64) == entry.size, (row["etag"] as String?) == etag,
@@ -450,16 +395,13 @@ public final class Catalog: Sendable {
         return etag != nil || (row["modifiedNs"] as Int64) == Timestamp(seconds: entry.modified).nanoseconds
     }
 
-    /// The columns `item(from:)` decodes, in the order it reads them. Rows are decoded by
-    /// index: GRDB finds a column by name with a case-insensitive search (a `lowercased()`
-    /// per column per row), which was most of the cost of a lookup.
+    /// Decoded by index: GRDB's by-name lookup was most of a lookup's cost.
     static let itemColumns = """
         inode, id, parent, name, path, kind, size, modifiedNs, etag, symlinkTarget, mode, state, listedAt, onStore, \
         owner, "group", accessedNs, changedNs, uploadError, conflictCopy, baseEtag, uncommitted, rdev, \
         kindKnownFor IS NOT NULL AND kindKnownFor = etag, uploadTrouble, links
         """
 
-    /// An item from a row of `SELECT \(itemColumns)`.
     static func item(from row: Row) -> Item {
         let pathString: String = row[4]
         let components = pathString.split(separator: "/", omittingEmptySubsequences: true).map(String.init)

@@ -1,8 +1,7 @@
 import Foundation
 
-/// `report (conflict 2026-11-22 061530).pdf`: the name a local version is kept under when the
-/// store changed meanwhile; `report (unsaved 2026-11-22 061530).pdf` for writes no close handed
-/// over before the daemon died. Dot files and names without an extension get the suffix at the end.
+/// `report (conflict 2026-11-22 061530).pdf`, or `(unsaved …)` for writes never handed over.
+/// Dot files and names without an extension get the suffix at the end.
 public enum ConflictName {
     public enum Kind: String, Sendable {
         case conflict

@@ -2,35 +2,21 @@ import DocFSStore
 import Foundation
 import Logging
 
-/// What a mount does first with what an earlier one left behind (a clean unmount, a crash, a
-/// `kill -9`): no handle survives a restart, so
-/// - a clean copy goes (the store has its content) and its item is a placeholder again,
-///   unless it is pinned: a pinned copy is kept for the next open (`Catalog+Pinning.swift`);
-/// - committed changes the store does not have stay in the cache: the uploader sends them;
-/// - writes no close or fsync handed over (a file open when the daemon died: an `O_TRUNC`
-///   that was never refilled, a copy half overwritten) may never replace the store's version.
-///   They are kept, visibly and separately, as a new file `NAME (unsaved DATE).EXT` next to
-///   the item, which the uploader then creates on the store; the item itself shows the store's
-///   version again;
-/// - after the machine restarted under a mount that never ended (`SessionMarker`), committed
-///   changes not uploaded are treated the same way: a close does not flush its copy to disk,
-///   so the copy may be torn, and only a separate new file may carry it to the store.
+/// What a mount does first with what an earlier one left: clean copies go unless pinned,
+/// committed changes stay for the uploader, and uncommitted writes (or, after a machine crash,
+/// pending commits) become a new file `NAME (unsaved DATE).EXT`, never replacing the store's.
 struct CrashRecovery {
     let catalog: Catalog
     let cacheDirectory: String
     let logger: Logger
-    /// Whether the machine restarted since the mount before stopped without ending.
     var machineRestarted = false
 
-    /// Runs the recovery. Returns the items whose unsaved writes were set aside (their store
-    /// version should be looked up again: the catalog's size may be a local one).
+    /// Their size should be asked again.
     func run(now: Date = Date()) throws(FSError) -> [Item] {
         var reverted: [Item] = []
         var suspect = try catalog.itemsWithUncommittedWrites()
         if machineRestarted {
-            // Only an empty file that the journal says is empty can be trusted as it is: the
-            // copy a power loss tears most often is one left empty (delayed allocation) or
-            // missing, which must not go to the store as the file either.
+            // Only an empty file the journal says is empty can be trusted: a torn copy is often empty.
             let unflushed = try catalog.itemsPendingUpload().filter { item in
                 var info = stat()
                 let empty = stat(cacheDirectory + "/" + item.id, &info) == 0 && info.st_size == 0
@@ -79,8 +65,7 @@ struct CrashRecovery {
         return reverted
     }
 
-    /// Creates `NAME (unsaved …).EXT` as a new file with committed content (the journal then
-    /// uploads it with `If-None-Match: *`), and moves the copy's file to it.
+    /// Uploaded with `If-None-Match: *`.
     private func keepUnsaved(_ item: Item, parent: Inode, copyPath: String, size: Int64, modified: Timestamp, now: Date) throws(FSError) -> Item {
         var attempt = 1
         while true {
@@ -89,7 +74,6 @@ struct CrashRecovery {
                 let created = try catalog.createItem(in: parent, name: name, kind: .file, size: size, modified: modified,
                                                      mode: item.mode, owner: item.owner, group: item.group,
                                                      state: .modified, onStore: false)
-                // A new file whose one commit is the unsaved writes: uploaded as a creation.
                 var life = CopyLife(content: .present, base: nil, startedFromNothing: true)
                 life.changed()
                 life.committedChanges()

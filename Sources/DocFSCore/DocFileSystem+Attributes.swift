@@ -1,32 +1,22 @@
-// DocFileSystem+Attributes: setattr. A new size is a change of the content (a truncate
-// through a handle, or through a handle opened for the call); mode, owner and times live in
-// the catalog and go to the store where it can carry them.
+// setattr: a new size is a content change; the rest lives in the catalog and goes to the store.
 
 import DocFSStore
 import Foundation
 import Logging
 
 extension DocFileSystem {
-    /// Changes attributes: size (truncate, never downloading for a size of 0), times, mode,
-    /// owner. Kept in the catalog, so they survive eviction and remount.
-    ///
-    /// A truncate by path opens the file for the call, and closes it only once everything is
-    /// recorded: that close hands the truncated content to the uploader, and an upload that
-    /// finds the item's folder gone from the store keeps it elsewhere and removes its row. Had
-    /// the call read the item after that close, a truncate that took effect would report ENOENT.
+    /// A truncate by path closes its handle only once all is recorded: reading the item after that
+    /// close (which may upload and move the row) would report ENOENT.
     public func setAttributes(of inode: Inode, _ changes: AttributeChanges, handle: UInt64?) async throws(FSError) -> Item {
         if readOnly { throw .readOnly }
         let item = try item(inode)
         var temporary: UInt64?
         if let size = changes.size {
             guard item.kind == .file else { throw item.isDirectory ? .isADirectory : .invalidArgument }
-            // A size of 0 needs no content (the handle stays as it is; a truncating open does it).
             if let handle, size != 0 { try await provideForChange(handle) }
             if let handle, let file = openFiles[handle] {
-                // A copy its reads left sparse needs none of its content for a size of 0: its
-                // fetch stops first, so no fetched byte lands after the truncate (as for O_TRUNC).
+                // A sparse copy's fetch stops first, so no fetched byte lands after the truncate.
                 if size == 0 { await file.copy.stopFetching() }
-                // Like a write: handed over by the handle's close or fsync.
                 try file.copy.truncate(to: size)
             } else {
                 temporary = try await open(inode, mode: OpenMode(writable: true, truncate: size == 0))
@@ -37,7 +27,6 @@ extension DocFileSystem {
             if let temporary, let size = changes.size, size != 0, let file = openFiles[temporary] {
                 try file.copy.truncate(to: size)
             }
-            // A new size shows in the item (its copy's size); otherwise the item read above is current.
             let changed = try await recordAttributes(of: inode, changes, item: changes.size == nil ? item : try self.item(inode))
             if let temporary { await release(handle: temporary) }
             return changed
@@ -47,7 +36,6 @@ extension DocFileSystem {
         }
     }
 
-    /// The rest of `setAttributes`, once a new size is in the local copy (`item` shows it).
     private func recordAttributes(of inode: Inode, _ changes: AttributeChanges, item: Item) async throws(FSError) -> Item {
         let now = Timestamp.now
         if let modified = changes.modified, item.hasUnsyncedChanges, let copy = provider.presentCopies.withLock({ $0[inode] }) {
@@ -55,9 +43,7 @@ extension DocFileSystem {
         }
         try catalog.setAttributes(of: inode, mode: changes.mode.map { $0 & 0o7777 }, owner: changes.owner, group: changes.group,
                                   modified: changes.modified, accessed: changes.accessed, changed: now)
-        // Where the store can carry them too, it gets them; a file not uploaded yet gets them
-        // with its upload, or just after it (the state is read after the catalog was written,
-        // so an upload finishing meanwhile is seen: see Uploader.pushAttributesChangedDuringUpload).
+        // Read after the catalog write, so an upload ending meanwhile is seen.
         let current = try self.item(inode)
         if !current.hasUnsyncedChanges {
             let carried = StoreAttributes(mode: changes.mode.map { $0 & 0o7777 }, modified: changes.modified, accessed: changes.accessed,

@@ -1,24 +1,18 @@
-// DocFileSystem+Content: reads, writes, flush, fsync and the last close of a handle. Reads
-// never touch the network on the caller's thread: `lendForRead` answers from the copy, or says
-// to wait (`waitForContent`). A close commits what its handle wrote and hands the copy to the
-// uploader.
+// Reads never touch the network on the caller's thread; a close commits and hands over the copy.
 
 import DocFSStore
 import Foundation
 import Logging
 
 extension DocFileSystem {
-    /// Lends the local copy's descriptor for a read of `count` bytes at `offset` whose bytes
-    /// are local (a zero-copy reply); the loan's `count` stops at the end of the file.
+    /// A zero-copy reply.
     public func lendLocalBytes(handle: UInt64, offset: Int64, count: Int) throws(FSError) -> DescriptorLoan {
         guard let file = openFiles[handle] else { throw .invalidArgument }
         if prefetching { file.reads.reached(offset + Int64(count)) }  // only the prefetcher asks
         return try file.copy.lend(at: offset, count: count)
     }
 
-    /// A read's loan of the local copy's descriptor when its bytes are local; nil when they
-    /// are being fetched (see `LocalCopy.lendForRead`): wait with `waitForContent`, then
-    /// `lendLocalBytes`. One handle lookup, and for a complete copy one lock, per read.
+    /// Nil while the bytes are fetched: wait with `waitForContent`. One lock per read.
     public func lendForRead(handle: UInt64, offset: Int64, count: Int) throws(FSError) -> DescriptorLoan? {
         guard let file = openFiles[handle] else { throw .invalidArgument }
         if prefetching { file.reads.reached(offset + Int64(count)) }  // only the prefetcher asks
@@ -29,8 +23,7 @@ extension DocFileSystem {
         return try file.copy.lendForRead(at: offset, count: count, stream: handle)
     }
 
-    /// A read through a handle that may not fetch gets the bytes a sparse copy holds already,
-    /// or `fetchRefused` (nothing is asked of the store).
+    /// A handle that may not fetch gets only bytes already held, else `fetchRefused`.
     private func requireHeld(_ file: OpenFile, offset: Int64, count: Int) throws(FSError) {
         guard !file.mayFetch else { return }
         let end = min(offset + Int64(count), file.copy.length)
@@ -39,22 +32,19 @@ extension DocFileSystem {
         }
     }
 
-    /// The store version an open handle's copy holds, unchanged: nil when the copy has local
-    /// changes (or is a new file). What the kernel's page cache of it can be labelled with.
+    /// Nil when the copy has local changes.
     public func cleanVersion(handle: UInt64) -> ETag? {
         guard let file = openFiles[handle] else { return nil }
         let life = file.copy.life
         return life.isDirty || file.copy.wasWritten ? nil : life.base
     }
 
-    /// Waits until `count` bytes at `offset` of an open file are local: at most `ioTimeout`
-    /// (`ETIMEDOUT`), and only while the calling task is not cancelled (`EINTR`).
+    /// At most `ioTimeout` (`ETIMEDOUT`), and only while not cancelled (`EINTR`).
     public func waitForContent(handle: UInt64, offset: Int64, count: Int) async throws(FSError) {
         guard let file = openFiles[handle] else { throw .invalidArgument }
         let copy = file.copy
         let timedOut = FSError.timedOut("bytes \(offset)..<\(offset + Int64(count)) of \(file.opened.path) did not arrive within \(ioTimeout.map { "\($0)" } ?? "")")
-        // A stall a reader just waited out fails the next read at once: the kernel retries
-        // each page of a failed read-ahead, and one caller must not wait the timeout per page.
+        // A fresh stall fails the next read at once: the kernel retries each page of a read-ahead.
         if let ioTimeout, copy.stalled(within: ioTimeout), !copy.prepareRead(at: offset, count: count) { throw timedOut }
         do {
             try await CallerWait.run(limit: ioTimeout, timeout: { timedOut }) { () throws(FSError) in
@@ -66,16 +56,11 @@ extension DocFileSystem {
         }
     }
 
-    /// Writes into an open handle's local copy. The first write since a commit is recorded in
-    /// the journal before its bytes land; flush/fsync/close commit them. A sparse copy is
-    /// written at once (see `LocalCopy.writeLocal`).
     public func write(handle: UInt64, offset: Int64, bytes: UnsafeRawBufferPointer) throws(FSError) -> Int {
         try writeLanding(handle: handle, offset: offset, bytes: bytes).count
     }
 
-    /// `write`, saying where the bytes landed: at `offset`, or at the copy's end for a handle
-    /// opened with O_APPEND (`OpenMode.append`). Where that is not `offset`, the kernel's size
-    /// and pages of the file are wrong (it computed the offset from the size it cached).
+    /// For O_APPEND the bytes land at the copy's end, and the kernel's size and pages are wrong.
     public func writeLanding(handle: UInt64, offset: Int64, bytes: UnsafeRawBufferPointer) throws(FSError) -> (count: Int, offset: Int64, inode: Inode) {
         guard let file = openFiles[handle], file.writable else { throw .invalidArgument }
         let landed = file.appends ? try file.copy.appendLocal(bytes) : (try file.copy.writeLocal(bytes, at: offset), offset)
@@ -83,9 +68,7 @@ extension DocFileSystem {
         return (landed.0, landed.1, file.inode)
     }
 
-    /// Commits the copy's changes to the journal: the catalog row with its size and a new
-    /// commit (not flushed to disk: see `SessionMarker`). Runs before every close() returns.
-    /// Only committed content is ever uploaded over the store's version.
+    /// Commits to the journal before every close() returns (not flushed to disk: see `SessionMarker`).
     public func flush(handle: UInt64) async throws(FSError) {
         guard let file = openFiles[handle] else { return }
         noteRead(file)
@@ -93,8 +76,7 @@ extension DocFileSystem {
         try file.copy.commit()
     }
 
-    /// `flush` on the calling thread, or false (nothing done) when the copy's holes must be
-    /// fetched first: call `flush` then. What every close() costs, without a task for most.
+    /// False when holes must be fetched first (then call `flush`).
     public func flushIfComplete(handle: UInt64) throws(FSError) -> Bool {
         guard let file = openFiles[handle] else { return true }
         noteRead(file)
@@ -103,24 +85,19 @@ extension DocFileSystem {
         return true
     }
 
-    /// A reader's close (its flush, which close() waits for, unlike the release after it): the
-    /// prefetcher learns of a file read whole.
     private func noteRead(_ file: OpenFile) {
         guard prefetching, !file.writable, file.reads.furthest >= file.copy.length, let parent = file.opened.parent else { return }
         prefetcher.readWhole(file.opened.name, in: parent)
     }
 
-    /// Fetches what a changed sparse copy lacks, none of the bytes written into it, before its
-    /// changes are committed: only a complete copy is committed and uploaded. The caller waits
-    /// as a writer does (`Provider.complete`); a version changed on the store meanwhile fails
-    /// with `ESTALE`. The changes stay uncommitted then; a last close hands them to the
-    /// uploader all the same (`CopyLife.awaitingFill`).
+    /// Only a complete copy is committed. If the version changed, `ESTALE`, and a last close hands
+    /// the changes to the uploader all the same.
     func completeForCommit(_ file: OpenFile) async throws(FSError) {
         guard file.copy.needsFillBeforeCommit else { return }
         try await provider.complete(file.copy, of: file.opened)
     }
 
-    /// fsync: commit (flushed to local disk), then upload now and wait for the store to confirm.
+    /// Commit, flushed, then upload now and wait for the store to confirm.
     public func fsync(handle: UInt64) async throws(FSError) {
         guard let file = openFiles[handle] else { throw .invalidArgument }
         if file.copy.life.uncommitted {
@@ -136,12 +113,11 @@ extension DocFileSystem {
         }
     }
 
-    /// Closes a handle. The last close evicts the local copy, or hands it to the uploader.
+    /// The last close evicts the copy, or hands it to the uploader.
     public func release(handle: UInt64) async {
         guard let file = openFiles.remove(handle) else { return }
         file.copy.endReadStream(handle)
-        // Most closes have nothing to commit (a reader, or a writer that already flushed): no
-        // hop to the blocking queue for them.
+        // Most closes have nothing to commit: no hop to the blocking queue for them.
         if file.copy.life.uncommitted {
             do {
                 do { try await completeForCommit(file) } catch {
@@ -167,8 +143,7 @@ extension DocFileSystem {
         logger.trace("released", metadata: ["inode": "\(file.inode)", "outcome": "\(outcome)"])
     }
 
-    /// Readies a writer's handle for a truncate: where its copy is sparse, every byte it lacks
-    /// is fetched first, of the version it opened (writes need none: see `LocalCopy.writeLocal`).
+    /// Before a truncate, a sparse copy fetches every byte it lacks.
     public func provideForChange(_ handle: UInt64) async throws(FSError) {
         if let file = openFiles[handle], file.writable {
             try await provider.complete(file.copy, of: file.opened)

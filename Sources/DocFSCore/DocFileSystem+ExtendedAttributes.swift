@@ -1,6 +1,3 @@
-// DocFileSystem+ExtendedAttributes: docfs's own `user.docfs.*` attributes, the way state is
-// shown (`getfattr`, `docfs status`, file managers) and steered (`setfattr`, `docfs pin`).
-
 import DocFSStore
 import Foundation
 import Logging
@@ -11,15 +8,12 @@ extension DocFileSystem {
     public static let etagAttribute = "user.docfs.etag"
     public static let errorAttribute = "user.docfs.error"
     public static let conflictAttribute = "user.docfs.conflict"
-    /// `DONE/TOTAL` bytes of the download or upload under way (absent otherwise).
     public static let progressAttribute = "user.docfs.progress"
-    /// `1` on a pinned item; set to `1`/`0` (or removed) to pin or unpin.
+    /// Set to `1`/`0` (or removed) to pin or unpin.
     public static let pinnedAttribute = "user.docfs.pinned"
-    /// Set (any value) to make the item, or every file below a folder, a placeholder now.
+    /// Set to make the item, or every file below a folder, a placeholder now.
     public static let evictAttribute = "user.docfs.evict"
-    /// On the mount's root: the downloads under way, one `downloading<TAB>path` line each
-    /// (streamed ones too, which the catalog shows as local; `prefetching` for a file fetched
-    /// ahead of its reader), for `docfs status`.
+    /// On the root: one line per download under way.
     public static let transfersAttribute = "user.docfs.transfers"
 
     public func extendedAttributeNames(of inode: Inode) throws(FSError) -> [String] {
@@ -35,12 +29,7 @@ extension DocFileSystem {
     }
 
     public func extendedAttribute(_ name: String, of inode: Inode) throws(FSError) -> [UInt8] {
-        // Only docfs's own attributes exist (setxattr of any other name is refused as not
-        // supported): for every other name "not supported", not "no such attribute", answered
-        // without the catalog. `ls -l` asks each file for its SELinux label and its ACL; told
-        // once that the file system supports neither, it stops asking for the rest of the
-        // device (coreutils caches ENOTSUP per st_dev), where "no such attribute" cost two
-        // round trips through the kernel for every file listed.
+        // Other names are "not supported": `ls -l` then stops asking for labels and ACLs on the device.
         guard name.hasPrefix("user.docfs.") else { throw .notSupported }
         let item = try item(inode)
         let value: String?
@@ -67,14 +56,11 @@ extension DocFileSystem {
         return Array(value.utf8)
     }
 
-    /// What `user.docfs.state` shows: a file's state (`pinned` for a pinned complete copy); for
-    /// a folder, `pinned` if it is, and how many of its files are in each state, from one query
-    /// (`local=3 modified=1`; `empty`, or `unlisted` before its first listing).
+    /// For a folder, `pinned` and counts per state, from one query.
     func shownState(of item: Item) throws(FSError) -> String {
         let pinned = try catalog.isPinned(item.inode)
         guard item.isDirectory else {
-            // A streamed copy is `local` in the catalog from its first bytes on; while ranges
-            // still come down, it shows as the download it is.
+            // A streamed copy is `local` in the catalog; while ranges still come, it shows as downloading.
             if item.state == .local, provider.downloadProgress(of: item.inode) != nil { return ItemState.downloading.rawValue }
             return item.state == .local && pinned ? "pinned" : item.state.rawValue
         }
@@ -83,8 +69,6 @@ extension DocFileSystem {
         return pinned ? "pinned " + summary : summary
     }
 
-    /// Bytes done and total of the transfer under way for `item`: its download (the whole file
-    /// at open, or ranges a reader is waiting for) or its upload.
     public func transferProgress(of item: Item) -> (done: Int64, total: Int64)? {
         guard item.kind == .file else { return nil }
         if let download = provider.downloadProgress(of: item.inode) {
@@ -99,8 +83,6 @@ extension DocFileSystem {
         return nil
     }
 
-    /// Sets one of docfs's own attributes: the way `docfs pin`, `unpin` and `evict` (and any
-    /// tool, `setfattr -n user.docfs.pinned -v 1 FILE`) steer what is local.
     public func setExtendedAttribute(_ name: String, value: [UInt8], of inode: Inode) async throws(FSError) {
         let text = String(decoding: value, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines.union(CharacterSet(charactersIn: "\0")))
         switch name {
@@ -117,7 +99,6 @@ extension DocFileSystem {
         }
     }
 
-    /// Removes one of docfs's own attributes: `user.docfs.pinned` unpins.
     public func removeExtendedAttribute(_ name: String, of inode: Inode) async throws(FSError) {
         guard name == Self.pinnedAttribute else { throw name.hasPrefix("user.docfs.") ? .notPermitted : .notSupported }
         try await unpin(inode)

@@ -1,16 +1,10 @@
-// DocFileSystem+HardLinks: link(2), where the store has hard links (the local directory store;
-// WebDAV and S3 have no second name for one content, and answer EPERM as s3fs and rclone do).
-//
-// The new name is an item of its own in the catalog (its own inode number in the mount) for the
-// same file on the store; every name shows the store's link count, from the link on and after a
-// remount (listings carry it). Content with changes not yet on the store goes up first: the
-// second name would otherwise start from the old bytes. The local store writes a file with
-// several names in place, so an edit through one name reaches all of them.
+// link(2), where the store has hard links (the local store; elsewhere EPERM, as s3fs and
+// rclone). The new name is its own item for the same store file, showing the store's link
+// count. Unsent changes go up first, or the second name would start from the old bytes.
 
 import DocFSStore
 
 extension DocFileSystem {
-    /// Gives the file `inode` the name `name` in `parent` as well.
     public func makeHardLink(to inode: Inode, in parent: Inode, name: String) async throws(FSError) -> Item {
         let source = try item(inode)
         // As on ext4: a folder gets no second name.
@@ -36,8 +30,7 @@ extension DocFileSystem {
         return try item(created.inode)
     }
 
-    /// One name of a file with several went: the names left count one less (found by the
-    /// version, which names the store's file: its inode on the local store).
+    /// The names left count one less (found by the version, which names the store's file).
     func forgetOneLink(of removed: Item) throws(FSError) {
         guard let etag = removed.etag else { return }
         for other in try catalog.files(withVersion: etag) where other.inode != removed.inode {

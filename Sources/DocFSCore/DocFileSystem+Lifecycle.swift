@@ -1,16 +1,9 @@
-// DocFileSystem+Lifecycle: start (taking over what the last mount left) and shutdown
-// (uploads within a grace, then every clean copy evicted), and the waits that mounting and
-// `docfs unmount` use.
-
 import DocFSStore
 import Foundation
 import Logging
 
 extension DocFileSystem {
-    /// Takes over what an earlier mount left (see `CrashRecovery`): clean copies go, committed
-    /// changes are uploaded, writes never closed are kept as `NAME (unsaved …)` (a sparse
-    /// one's holes fetched first: `UnfilledCopies`). Call before
-    /// the filesystem serves anything.
+    /// See `CrashRecovery`. Call before serving anything.
     public func start() async throws(FSError) {
         let bootID = SessionMarker.currentBootID()
         await UnfilledCopies(catalog: catalog, cacheDirectory: cacheDirectory, store: store, logger: logger).fill()
@@ -21,8 +14,7 @@ extension DocFileSystem {
         try sessionMarker?.markRunning(bootID: bootID)
         try await settleChangesCutShort()
         try await uploader.resumePending()
-        // Items whose unsaved writes were set aside show the store's version: ask for its size
-        // now, so stat is right at once (a store that is down leaves them to the next listing).
+        // Set-aside items show the store's version: ask its size now, so stat is right at once.
         for item in reverted {
             if let entry = try? await store.stat(item.path), try catalog.item(item.inode)?.state == .placeholder {
                 try? catalog.updateMetadata(of: item.inode, from: entry)
@@ -30,9 +22,7 @@ extension DocFileSystem {
         }
     }
 
-    /// Removals and renames the last mount left under way (see `InterruptedChanges`): settled
-    /// in the background, asking the store once per change and again every few seconds while
-    /// it does not answer; the uploads of the paths they touch wait until then.
+    /// In the background; uploads of the paths they touch wait until then.
     private func settleChangesCutShort() async throws(FSError) {
         let notes = try catalog.changesUnderWay()
         guard !notes.isEmpty else { return }
@@ -54,13 +44,8 @@ extension DocFileSystem {
         settlingChangesCutShort.withLock { $0 = task }
     }
 
-    /// Starts listing the top folder while the mount comes up, when it was never listed and the
-    /// first lookup of any name would have to list it anyway (a store that cannot look up one
-    /// name alone: WebDAV, a local directory). The first command run on the mount then joins
-    /// the listing or finds it done, instead of paying a whole round trip and its parsing
-    /// before its first answer. An S3 store, whose lookups need no listing, is left alone: a
-    /// bucket's top may hold millions of keys nobody asked for.
-    /// Returns the listing's task (nil when none was started).
+    /// On stores whose first lookup lists the top folder anyway (not S3: millions of keys), so the
+    /// first command joins the listing. Nil when none was started.
     @discardableResult
     public func startListingTheTop() -> Task<Void, Never>? {
         guard !store.capabilities.looksUpByStat, let root = try? item(Item.rootInode), root.listedAt == nil else { return nil }
@@ -68,32 +53,26 @@ extension DocFileSystem {
             do {
                 try await enumerator.ensureListed(root)
             } catch {
-                // The first lookup lists it again and says what failed.
                 logger.debug("listing the top folder at mount failed", metadata: ["error": "\(error)"])
             }
         }
     }
 
-    /// Waits until every queued upload has been tried (`untilStalled`: or waits for a retry).
     public func waitForUploads(untilStalled: Bool = false) async {
         await uploader.waitUntilIdle(untilStalled: untilStalled)
     }
 
-    /// How many items the catalog holds (`statfs`'s file count).
     public func itemCount() throws(FSError) -> Int {
         try catalog.itemCount()
     }
 
-    /// The mount is going away: wait (at most `uploadGrace`) for pending uploads, then evict
-    /// every clean local copy. Unsynced copies stay in the cache and the journal for the next mount.
+    /// Unsynced copies stay in the cache and journal for the next mount.
     public func shutdown(uploadGrace: Duration = .seconds(10)) async {
         pinnedRefresher.stop()
         await prefetcher.stop()
         settlingChangesCutShort.withLock { $0 }?.cancel()
         let handlesLeft = openFiles.removeAll()
-        // The holes of changed sparse copies, side by side, for at most the grace in all: else
-        // their writes stay uncommitted, and the next mount keeps them as unsaved copies
-        // (`UnfilledCopies`).
+        // Within the grace; else the next mount keeps their writes as unsaved copies.
         let unfilled = handlesLeft.filter { $0.copy.needsFillBeforeCommit }
         if !unfilled.isEmpty {
             await withTaskGroup(of: Bool.self) { group in
@@ -129,15 +108,14 @@ extension DocFileSystem {
             group.addTask { await uploader.waitUntilIdle(untilStalled: true); return true }
             group.addTask { try? await Task.sleep(for: uploadGrace); return false }
             let first = await group.next() ?? false
-            // The grace is over: uploads still under way are cancelled, which also ends the
-            // wait above (a group waits for all its tasks: an upload that hangs held it forever).
+            // Cancelling uploads also ends the wait above (a hung upload would hold it forever).
             await uploader.stop()
             group.cancelAll()
             return first
         }
         if !drained { logger.warning("unmounting with uploads still pending; the next mount resumes them") }
         await provider.shutdown()
-        // What stays for the next mount is flushed, so that one may trust it after any crash.
+        // Flushed, so the next mount may trust what stays after any crash.
         do {
             try catalog.makeDurable()
             try sessionMarker?.markClean()

@@ -1,24 +1,15 @@
-// DocFileSystem+Lookup: names to items, and items as `stat` shows them. A lookup of a folder
-// listed within its time to live is answered from the catalog on the caller's thread; one never
-// listed waits for its listing (or, on S3, asks the store about that one name).
-
 import DocFSStore
 import Foundation
 import Logging
 
 extension DocFileSystem {
-    /// An item as `stat` should show it: a file with a local copy shows the copy's size, since
-    /// the copy is what reads return. The catalog's size is only as new as the last commit:
-    /// after an fsync's upload the item is `local` again while its handles go on writing and
-    /// truncating. A copy still downloading (or just created, before that starts) holds only a
-    /// prefix, so then the catalog answers. The copy's modification time counts once the copy
-    /// was changed here: a fresh download's file time is the download's.
+    /// A file with a copy shows the copy's size (what reads return), except while it downloads; its
+    /// mtime once it was changed here.
     public func item(_ inode: Inode) throws(FSError) -> Item {
         guard let item = try catalog.item(inode) ?? openFiles.unlinkedButOpen(inode) else { throw .notFound }
         return shownWithLocalCopy(item)
     }
 
-    /// `item` as `stat` shows it, given its local copy (see `item(_:)`).
     private func shownWithLocalCopy(_ item: Item) -> Item {
         var item = item
         guard item.kind == .file, item.state != .downloading, item.state != .placeholder,
@@ -30,7 +21,6 @@ extension DocFileSystem {
         return item
     }
 
-    /// Finds `name` in `parent`, listing the parent first if it never was.
     public func lookup(parent: Inode, name: String) async throws(FSError) -> Item {
         guard name.utf8.count <= 255 else { throw .nameTooLong }
         let directory = try item(parent)
@@ -48,15 +38,12 @@ extension DocFileSystem {
         return try item(child.inode)
     }
 
-    /// Looks up one name of a folder never listed by asking the store about that name only
-    /// (see `StoreCapabilities.looksUpByStat`). The entry found joins the catalog as a listing
-    /// page of one; the folder stays unlisted, so `ls` still lists it whole.
+    /// The entry joins the catalog as a one-entry page; the folder stays unlisted.
     private func lookUpByStat(_ name: String, in directory: Item) async throws(FSError) -> Item {
         if let child = try catalog.child(of: directory.inode, named: name),
            !child.onStore || child.hasUnsyncedChanges || child.state == .local || child.state == .downloading {
             return try item(child.inode)  // made, changed or open here: the catalog knows better
         }
-        // From the second name, a small folder is listed for the lookups that follow.
         await enumerator.noteLookupByName(in: directory)
         let path: StorePath
         do { path = try directory.path.appending(name) } catch { throw .invalidArgument }
@@ -69,8 +56,7 @@ extension DocFileSystem {
         } catch {
             throw FSError(error)
         }
-        // An answer carrying the item's own time (S3's `x-amz-meta-mtime`) replaces the time of
-        // storing a listing that landed meanwhile gave the row (`RemoteEntry.carriesOwnTime`).
+        // The item's own time replaces a stored-at time a listing gave meanwhile.
         try await Blocking.run { [catalog] () throws(FSError) in
             try catalog.applyListingPage([entry], of: directory.inode, askedAt: askedAt, progress: ListingProgress(startedAt: askedAt))
         }
@@ -78,9 +64,7 @@ extension DocFileSystem {
         return try item(child.inode)
     }
 
-    /// Finds `name` in `parent` when the catalog can answer at once (the parent was listed);
-    /// nil when a listing must come first (call `lookup`). Never touches the network: this is
-    /// how the FUSE layer answers most lookups on its own thread, without a task per call.
+    /// Nil when a listing must come first. Never touches the network: most lookups end here.
     public func lookupIfListed(parent: Inode, name: String) throws(FSError) -> Item? {
         guard name.utf8.count <= 255 else { throw .nameTooLong }
         let (row, child) = try catalog.directoryAndChild(parent, named: name)
@@ -93,36 +77,32 @@ extension DocFileSystem {
         return shownWithLocalCopy(child)
     }
 
-    /// The items of `inodes` that exist, as `stat` shows them (see `item(_:)`), read at once.
     public func items(_ inodes: [Inode]) throws(FSError) -> [Inode: Item] {
         try catalog.items(inodes).mapValues(shownWithLocalCopy)
     }
 
-    /// The children of `directory` whose kind is still to be confirmed (see `SymlinkProbe`):
-    /// readdir gives the kernel no attributes for them, so `stat` looks them up.
+    /// `stat` looks them up: readdir gives no attributes for them.
     public func childrenToConfirm(of directory: Inode) -> Set<Inode> {
         enumerator.inodesToConfirm(in: directory)
     }
 
-    /// The children of a directory, listing it first if it never was.
     public func children(of inode: Inode) async throws(FSError) -> [Item] {
         let directory = try item(inode)
         try await enumerator.ensureListed(directory)
         return try catalog.children(of: inode)
     }
 
-    /// Each child of a directory, in name order, listing it first if it never was. The
-    /// children stream from the catalog: a huge folder is never decoded whole at once.
+    /// Streamed: a huge folder is never decoded whole.
     public func forEachChild(of inode: Inode, _ body: (Item) -> Void) async throws(FSError) {
         let directory = try item(inode)
         try await enumerator.ensureListed(directory)
         try catalog.forEachChild(of: inode) { body(shownWithLocalCopy($0)) }
     }
 
-    /// 512-byte blocks the item's local copy uses: 0 for a placeholder, so `du` tells what is local.
+    /// 0 for a placeholder, so `du` tells what is local.
     public func localBlocks(of item: Item) -> Int64 {
         if let copy = provider.presentCopies.withLock({ $0[item.inode] }) { return copy.allocatedBlocks }
-        // A copy kept from before this mount (a pinned file) is local before anything opens it.
+        // A pinned copy kept from before this mount is local before anything opens it.
         guard item.kind == .file, item.state == .local else { return 0 }
         var info = stat()
         return lstat(provider.copyPath(for: item), &info) == 0 ? Int64(info.st_blocks) : 0

@@ -1,14 +1,12 @@
-// DocFileSystem+Namespace: mkdir, symlink, mknod, unlink, rmdir and rename. Each changes the
-// store first, under the uploader's exclusion of the paths it touches, then the catalog; a
-// change a kill could cut between the two is noted first (Catalog+ChangesUnderWay.swift).
+// Namespace changes: the store first, under the uploader's exclusion of the paths, then the
+// catalog; a change a kill could split is noted first.
 
 import DocFSStore
 import Foundation
 import Logging
 
 extension DocFileSystem {
-    /// symlink: on stores that can represent links (a local directory: a real link; S3: a link
-    /// object, as s3fs writes it); `EPERM` elsewhere.
+    /// `EPERM` on stores that cannot represent links.
     public func makeSymlink(in parent: Inode, name: String, target: String, owner: UInt32, group: UInt32) async throws(FSError) -> Item {
         let path = try await pathForNewEntry(named: name, in: parent)
         let (group, _) = try inheriting(group: group, mode: 0o777, from: parent, directory: false)
@@ -27,10 +25,7 @@ extension DocFileSystem {
         return await withOwnerOnStore(created)
     }
 
-    /// mknod/mkfifo/bind: a FIFO, socket or device node, on stores that can represent one (a
-    /// local directory: the real thing; S3: an empty object whose mode carries the type, as
-    /// s3fs writes it); `EPERM` elsewhere. Only metadata: the kernel serves opens of such an
-    /// inode itself, so no content is ever read or written for it.
+    /// mknod/mkfifo/bind; `EPERM` where the store cannot represent them. Metadata only.
     public func makeSpecial(in parent: Inode, name: String, _ special: SpecialFile, mode: UInt32, owner: UInt32,
                             group: UInt32) async throws(FSError) -> Item {
         if readOnly { throw .readOnly }
@@ -51,8 +46,6 @@ extension DocFileSystem {
         return await withOwnerOnStore(created)
     }
 
-
-    /// mkdir: on the store first, then in the catalog.
     public func makeDirectory(in parent: Inode, name: String, mode: UInt32, owner: UInt32, group: UInt32) async throws(FSError) -> Item {
         let path = try await pathForNewEntry(named: name, in: parent)
         let (group, mode) = try inheriting(group: group, mode: mode, from: parent, directory: true)
@@ -66,20 +59,14 @@ extension DocFileSystem {
         return await withOwnerOnStore(created)
     }
 
-    /// The group and mode of an entry made in `parent` by a caller of group `group`: in a
-    /// setgid folder (mode 02000), the folder's group, and a folder made there is setgid too,
-    /// as on every local file system (the kernel leaves this to a FUSE file system).
+    /// Setgid folders pass on their group (and setgid to folders): the kernel leaves it to FUSE.
     func inheriting(group: UInt32, mode: UInt32, from parent: Inode, directory: Bool) throws(FSError) -> (group: UInt32, mode: UInt32) {
         let folder = try item(parent)
         guard let folderMode = folder.mode, folderMode & UInt32(S_ISGID) != 0 else { return (group, mode) }
         return (folder.group ?? UInt32(getegid()), directory ? mode | UInt32(S_ISGID) : mode)
     }
 
-    /// An entry made on the store belongs to the daemon's user there (a local directory) or to
-    /// no one (S3 without `x-amz-meta-uid`, read as the mounting user). When the caller is
-    /// someone else, the store that can keep owners gets the caller's, so a fresh catalog (another
-    /// machine, or s3fs) sees the same owner; in the usual case (the mounting user makes it) this
-    /// costs no request.
+    /// A store that keeps owners gets a non-mounting caller's, so a fresh catalog sees the same owner.
     private func withOwnerOnStore(_ created: Item) async -> Item {
         let owner = created.owner.flatMap { $0 == geteuid() ? nil : $0 }
         let group = created.group.flatMap { $0 == getegid() ? nil : $0 }
@@ -89,7 +76,7 @@ extension DocFileSystem {
         return (try? catalog.item(created.inode)) ?? created
     }
 
-    /// unlink / rmdir: on the store first (unless the item never got there), then the catalog.
+    /// The store first (unless the item never got there), then the catalog.
     public func remove(from parent: Inode, name: String, directory: Bool) async throws(FSError) {
         if readOnly { throw .readOnly }
         let target = try await lookup(parent: parent, name: name)
@@ -102,18 +89,15 @@ extension DocFileSystem {
         // An open streamed copy gets the rest of its bytes while the store still has them.
         await completeOpenFiles(under: [target.path])
         try await uploader.exclusively(touching: [target.path]) { () async throws(FSError) in
-            // Re-read: an upload that was in flight until now may have put it on the store.
+            // Re-read: an upload in flight until now may have put it on the store.
             let target = try catalog.item(target.inode) ?? target
             if target.onStore {
-                // Noted first when a kill between the store's change and the catalog's would
-                // bring the item back with its changes (Catalog+ChangesUnderWay.swift). A
-                // failure leaves the file, and its pending upload (not cancelled yet).
+                // Noted first where a kill between store and catalog would bring the item back.
                 let change = try catalog.holdsUnsentChanges(target) ? ChangeUnderWay.removal(of: target) : nil
                 try await catalog.noting(change) { () async throws(StoreError) in
                     do throws(StoreError) {
                         try await store.delete(target.path, isDirectory: directory)
                     } catch .notFound {
-                        // Already gone on the store: the catalog follows.
                     }
                 }
             }
@@ -127,8 +111,7 @@ extension DocFileSystem {
         }
     }
 
-    /// rename, including over an existing target and across directories. A directory moves
-    /// with everything below it; identities (inodes) stay.
+    /// Inodes stay.
     public func rename(from parent: Inode, name: String, to newParent: Inode, newName: String, noReplace: Bool) async throws(FSError) {
         if readOnly { throw .readOnly }
         guard newName.utf8.count <= 255 else { throw .nameTooLong }
@@ -144,7 +127,6 @@ extension DocFileSystem {
             if existing.isDirectory, try !(await children(of: existing.inode)).isEmpty { throw .notEmpty }
         }
         if source.isDirectory {
-            // A directory cannot move into itself.
             var cursor: Inode? = newParent
             while let current = cursor {
                 if current == source.inode { throw .invalidArgument }
@@ -152,21 +134,16 @@ extension DocFileSystem {
             }
         }
         let targetPath = try storePath(destinationDirectory.path, newName)
-        // Open streamed copies of what moves (and of what it replaces) get the rest of their
-        // bytes first: their ranges are read by name and version, which a move changes.
+        // Open streamed copies read ranges by name and version: they get the rest first.
         await completeOpenFiles(under: [source.path] + (existing.map { [$0.path] } ?? []))
         try await uploader.exclusively(touching: [source.path, targetPath]) { () async throws(FSError) in
-            // Re-read both: an upload that was in flight until now may have put them on the store.
-            // A source whose row went meanwhile (a copy the store no longer had, evicted) is
-            // gone: moving the old row's idea of it could delete the target on the store.
+            // Re-read both. A source whose row went is gone: moving it could delete the target on the store.
             guard let source = try catalog.item(source.inode) else { throw .notFound }
             let existing = try existing.map { (old: Item) throws(FSError) -> Item in try catalog.item(old.inode) ?? old }
             // From the store's move to the catalog's, no listing asked before may drop the row.
             try await catalog.moving.whileMoving(source.inode) { () async throws(FSError) in
-                // Noted first when a kill between the store's change and the catalog's would
-                // send the changes under the old name, or (a store that renames by copying)
-                // leave the file under both names (Catalog+ChangesUnderWay.swift); the
-                // catalog's move removes the note.
+                // Noted first where a kill between store and catalog would upload under the old name or
+                // leave both names; the catalog's move removes the note.
                 var change: ChangeUnderWay?
                 if source.onStore {
                     var noted = store.capabilities.renamesByCopying && !source.isDirectory
@@ -198,8 +175,7 @@ extension DocFileSystem {
         }
     }
 
-    /// Completes the open streamed copies of items at or below `paths`: an open file stays
-    /// usable whatever happens to its name (POSIX).
+    /// POSIX: an open file stays usable whatever happens to its name.
     private func completeOpenFiles(under paths: [StorePath]) async {
         let catalog = self.catalog
         let isAffected = { @Sendable (inode: Inode) -> Bool in
@@ -209,8 +185,6 @@ extension DocFileSystem {
         await provider.completeStreams(where: isAffected)
     }
 
-    /// Where a new entry `name` in `parent` goes on the store; refuses a read-only mount, a
-    /// name too long and a name already taken.
     func pathForNewEntry(named name: String, in parent: Inode) async throws(FSError) -> StorePath {
         if readOnly { throw .readOnly }
         guard name.utf8.count <= 255 else { throw .nameTooLong }

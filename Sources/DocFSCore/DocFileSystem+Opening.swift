@@ -1,22 +1,17 @@
-// DocFileSystem+Opening: open and create. Which version a handle's copy holds is decided
-// here, once, at open: a reader's is the store's now (or the one the kernel caches pages of),
-// a writer's is the one its change belongs to.
+// A handle's version is decided once, at open: a reader's is the store's now, a writer's the
+// one its change belongs to.
 
 import DocFSStore
 import Foundation
 import Logging
 
 extension DocFileSystem {
-    /// Opens a file: provides its local copy (without a download when truncating). A large
-    /// file gets a sparse copy that reads fill (see `StreamingPolicy`), a writer's too: its
-    /// writes land at once, and the bytes they do not cover are fetched before its changes are
-    /// committed (`completeForCommit`), since only a complete copy is ever uploaded. With
-    /// `fetchOnFirstUse` a writer's open waits for nothing.
+    /// Large files and writers get sparse copies; uncovered bytes are fetched before commit.
     public func open(_ inode: Inode, mode: OpenMode) async throws(FSError) -> UInt64 {
         if mode.writable && readOnly { throw .readOnly }
         let item = try item(inode)
         let truncating = mode.truncate && mode.writable
-        // A writer that may not fetch needs every byte local already (its commit would fetch them).
+        // A writer that may not fetch needs every byte local already.
         var intent: Provider.OpenIntent = truncating ? .empty : mode.writable && !mode.mayFetch ? .content : .streamed
         if intent == .streamed, mode.writable, mode.fetchOnFirstUse, item.kind == .file, item.onStore {
             intent = .writer(opened: try await versionToEdit(item))
@@ -38,16 +33,8 @@ extension DocFileSystem {
                                  appends: mode.writable && mode.append))
     }
 
-    /// The version a writer's open of `item` edits (`Provider.OpenIntent.writer`): the store's
-    /// now. A small file's is what the open's fetch gets; a large one's, of which nothing is
-    /// fetched at open, is asked of the store (a stat, no content), since the catalog's may be a
-    /// listing behind another client's change, and the edit would then be checked against a
-    /// version the program never saw. A newer one than the catalog's is recorded, and the FUSE
-    /// layer drops the size the kernel cached. Where the store does not answer, the edit is of
-    /// the catalog's version, whose size the kernel was given: a newer one on the store then
-    /// meets it as a conflict. A copy in use or holding changes is what the open joins: nothing
-    /// to ask. (The catalog's row, not the item as `stat` shows it: a copy kept from an earlier
-    /// open shows its own size, which a newer version does not have.)
+    /// The store's version now (a stat for a large file: the catalog's may be a listing behind).
+    /// If the store does not answer, the catalog's, and a newer one meets the edit as a conflict.
     private func versionToEdit(_ shown: Item) async throws(FSError) -> RemoteEntry {
         let item = try catalog.item(shown.inode) ?? shown
         let listed = RemoteEntry(path: item.path, kind: .file, size: item.size, modified: item.modified.seconds, etag: item.etag)
@@ -67,7 +54,6 @@ extension DocFileSystem {
         return entry
     }
 
-    /// The store's entry at `path` (a stat), retried and waited for as an open waits.
     private func askStore(about path: StorePath) async throws(FSError) -> RemoteEntry {
         let (store, retry) = (store, retry)
         let timedOut = FSError.timedOut("no answer about \(path) within \(ioTimeout.map { "\($0)" } ?? "the limit")")
@@ -80,11 +66,7 @@ extension DocFileSystem {
         }
     }
 
-    /// The store's entry for `item` if it is still `version`, the one the kernel caches pages
-    /// of (asked of the store: a stat, no content); nil if it moved on (the open fetches the new
-    /// one). Asked even when a copy is there now: a close just before this open may evict it
-    /// before the provider sees the open (the kernel sends a release without waiting), and
-    /// then the open must not download what the kernel holds.
+    /// Nil if the store moved on. Asked even with a copy there: a close just before may evict it.
     private func storeStillHas(_ version: ETag, of item: Item) async throws(FSError) -> RemoteEntry? {
         guard item.kind == .file, item.onStore, item.etag == version, !item.hasUnsyncedChanges,
               store.capabilities.hasRangeReads else { return nil }
@@ -97,14 +79,12 @@ extension DocFileSystem {
         }
     }
 
-    /// Whether `inode` has a complete local copy: an open of it downloads nothing, whoever asks.
     public func hasCompleteLocalCopy(_ inode: Inode) -> Bool {
         guard let copy = provider.presentCopies.withLock({ $0[inode] }) else { return false }
         return copy.life.content == .present && !copy.isSparse && copy.isComplete
     }
 
-    /// Creates a new file in `parent` and opens it. No download, nothing on the store until
-    /// the last close (or fsync) uploads it with `If-None-Match: *`.
+    /// Nothing reaches the store until the last close or fsync uploads it.
     public func create(in parent: Inode, name: String, mode: UInt32, owner: UInt32, group: UInt32,
                        exclusive: Bool, truncate: Bool) async throws(FSError) -> (item: Item, handle: UInt64) {
         if readOnly { throw .readOnly }

@@ -1,25 +1,20 @@
-// DocFileSystem+StateEvents: what `user.docfs.state` says of each item, told as it changes, so
-// a file manager's emblems follow a download, an upload or a pin without polling. The mount's
-// daemon publishes the changes on a socket (its path is the root's `user.docfs.events`).
+// `user.docfs.state` changes told as they happen, so file manager emblems follow without
+// polling; the daemon publishes them on a socket (the root's `user.docfs.events`).
 
 import DocFSStore
 
 extension DocFileSystem {
-    /// On the mount's root: the path of the Unix socket that tells state changes (absent when
-    /// the daemon publishes none).
+    /// On the root; absent when the daemon publishes none.
     public static let eventsAttribute = "user.docfs.events"
 
-    /// An item's shown state changed: its path in the mount (from the root, `/` first) and
-    /// what `user.docfs.state` says now.
+    /// The path is from the mount's root, `/` first.
     public struct StateChange: Sendable, Equatable {
         public var path: String
         public var state: String
     }
 
-    /// Calls `handler` with the items whose `user.docfs.state` may have changed, within a tenth
-    /// of a second, while `isListened` says someone listens (no cost otherwise: a listing of a
-    /// big folder would make a batch of every row); `socketPath` is what the root's
-    /// `user.docfs.events` announces. Call once.
+    /// Within a tenth of a second, only while `isListened` (else a big listing would batch every
+    /// row). Call once.
     public func followStates(announcedAt socketPath: String, isListened: @escaping @Sendable () -> Bool,
                              _ handler: @escaping @Sendable ([StateChange]) -> Void) {
         stateFeed.socketPath.withLock { $0 = socketPath }

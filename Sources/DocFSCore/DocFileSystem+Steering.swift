@@ -1,14 +1,12 @@
-// DocFileSystem+Steering: pin ("keep downloaded"), unpin and evict ("free up space"): what the
-// user decides about which copies stay local.
+// Pin ("keep downloaded"), unpin and evict: which copies stay local.
 
 import DocFSStore
 import Foundation
 import Logging
 
 extension DocFileSystem {
-    /// Pins `inode` ("keep downloaded") and downloads it now; a folder with everything below
-    /// it (listing what was never listed). What is added to a pinned folder later is pinned too.
-    /// The first failure is thrown once every other file was tried.
+    /// Downloads now; a folder with everything below it. The first failure is thrown once every
+    /// other file was tried.
     public func pin(_ inode: Inode) async throws(FSError) {
         let item = try item(inode)
         try catalog.setPinned(item, true)
@@ -37,8 +35,7 @@ extension DocFileSystem {
         }
     }
 
-    /// Returns `inode` (and everything below a folder) to the default policy: copies nobody
-    /// uses go now, as on their last release.
+    /// Copies nobody uses go now, as on their last release.
     public func unpin(_ inode: Inode) async throws(FSError) {
         let item = try item(inode)
         try catalog.setPinned(item, false)
@@ -52,9 +49,7 @@ extension DocFileSystem {
         }
     }
 
-    /// Makes `inode` (every file below a folder) a placeholder now, and unpins it. Refuses
-    /// (`.busy`, naming each) files that are open or hold changes the store does not have;
-    /// the others are evicted all the same.
+    /// Also unpins. Files open or holding changes are refused (`.busy`, naming each); the others go.
     public func evict(_ inode: Inode) async throws(FSError) {
         let item = try item(inode)
         var refused: [String] = []

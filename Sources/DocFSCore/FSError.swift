@@ -1,8 +1,7 @@
 import DocFSStore
 
-/// Why a filesystem operation failed, in the core's terms. The FUSE adapter maps each case
-/// to one errno in one table (`FSError+Errno.swift` there); the core names errno only for
-/// the local disk's own failures (`local(errno:)`), which pass through as they are.
+/// Why an operation failed, in the core's terms; the FUSE adapter maps each case to one errno.
+/// Only the local disk's own failures carry an errno (`local(errno:)`).
 public enum FSError: Error, Sendable, Equatable, CustomStringConvertible {
     case notFound
     case notADirectory
@@ -11,30 +10,24 @@ public enum FSError: Error, Sendable, Equatable, CustomStringConvertible {
     case exists
     case readOnly
     case accessDenied
-    /// The operation is not permitted on this kind of item or store (hard links, FIFOs).
+    /// Not permitted on this kind of item or store (hard links, FIFOs).
     case notPermitted
     case invalidArgument
     case nameTooLong
     case notSupported
-    /// An item's identity is no longer valid (removed from the store while in use).
+    /// Removed from the store while in use.
     case stale
-    /// The content is not local and the caller may not have it fetched (a thumbnailer or
-    /// indexer under `--no-fetch-for`): nothing was downloaded. The message names the item.
+    /// The caller may not fetch content that is not local (`--no-fetch-for`). Names the item.
     case fetchRefused(String)
-    /// The extended attribute does not exist.
     case noAttribute
     /// The caller's buffer is too small (xattr).
     case rangeTooSmall
-    /// The item is in use or holds changes the store does not have (an eviction asked for
-    /// now): the message says which.
+    /// In use or holding changes (an eviction asked for now): the message says which.
     case busy(String)
-    /// The store could not be reached.
     case storeUnreachable(String)
-    /// The store did not answer in time.
     case timedOut(String)
-    /// The local disk said no (ENOSPC and friends): carries the errno from the OS.
+    /// ENOSPC and friends, with the OS's errno.
     case local(errno: Int32, String)
-    /// Anything else that went wrong with the store: an I/O error for the caller.
     case io(String)
 
     public var description: String {

@@ -2,20 +2,9 @@ import DocFSStore
 import Foundation
 import Logging
 
-/// Settles the removals and renames a killed daemon left under way (see
-/// `Catalog+ChangesUnderWay.swift`): the store is asked whether it made each one, and the
-/// catalog follows it.
-///
-/// - Made (the path it frees is gone): a removal removes the item and its copy, unless a
-///   commit was made since (after the restart, on the file the mount showed again: that edit
-///   is kept and sent); a move moves the item, replacing what its new name held. A move that a
-///   store without rename (S3) left half-way, copied to the new name and still at the old one,
-///   is finished first by deleting the old name (`finishedMovingACopy`).
-/// - Not made (the path is still there): the note goes, and the item is as the catalog had
-///   it, its changes sent as usual.
-/// - A store that does not answer: the items stay as they are and unsent (the uploader holds
-///   their paths), and the store is asked again later. Sending them first would put them back
-///   under a name the store may have dropped.
+/// Settles changes a killed daemon left under way by asking the store: made, the catalog
+/// follows; not made, the note goes. Without an answer the items stay unsent and are asked
+/// about later: sending them could restore a name the store dropped.
 struct InterruptedChanges {
     let store: any Store
     let catalog: Catalog
@@ -23,7 +12,6 @@ struct InterruptedChanges {
     let uploader: Uploader
     let logger: Logger
 
-    /// Every path a note's settling may touch, for the uploader to hold meanwhile.
     func paths(of notes: [ChangeUnderWay]) -> [StorePath] {
         notes.flatMap { note -> [StorePath] in
             var paths = [note.gonePath]
@@ -33,13 +21,11 @@ struct InterruptedChanges {
         }
     }
 
-    /// Where a move goes on the store (nil for a removal, or a folder gone since).
     private func destination(of note: ChangeUnderWay) -> StorePath? {
         guard let parent = note.toParent, let name = note.toName, let folder = try? catalog.item(parent) else { return nil }
         return try? folder.path.appending(name)
     }
 
-    /// Settles what it can of `notes`; returns those the store could not answer about.
     func settle(_ notes: [ChangeUnderWay]) async -> [ChangeUnderWay] {
         var open: [ChangeUnderWay] = []
         for note in notes {
@@ -53,12 +39,7 @@ struct InterruptedChanges {
         return open
     }
 
-    /// Whether a move the store makes as a copy and a deletion (S3 has no rename: CopyObject to
-    /// the new key, then DeleteObject of the old one) was cut between the two, and is now
-    /// finished by that deletion. Then both names hold the same version: the new one has the
-    /// ETag of the one still at the old name (a copy keeps it), and the move is what the user
-    /// asked for. Anything else (no copy at the new name, another version there, a store that
-    /// gives no ETag) says nothing of a copy made whole: the move counts as never made.
+    /// An S3 move cut between copy and delete is finished when both names hold the same ETag.
     private func finishedMovingACopy(of note: ChangeUnderWay, item: Item, from still: RemoteEntry) async throws(StoreError) -> Bool {
         guard note.kind == .move, note.gonePath == item.path, !still.isDirectory, let version = still.etag,
               let target = destination(of: note) else { return false }
@@ -71,10 +52,8 @@ struct InterruptedChanges {
         return true
     }
 
-    /// Returns false when the store could not say.
     private func settle(_ note: ChangeUnderWay) async throws(FSError) -> Bool {
-        // A removal or rename made since (while the store did not answer) replaced the note, or
-        // completed and dropped it: this one no longer says where the item is.
+        // A change made since replaced or completed the note.
         guard try catalog.changeUnderWay(of: note.inode) == note, let item = try catalog.item(note.inode) else { return true }
         let made: Bool
         do throws(StoreError) {
@@ -111,9 +90,7 @@ struct InterruptedChanges {
                 await uploader.cancel(replaced.inode)
                 await provider.itemRemoved(replaced.inode, item: replaced)
             }
-            // The store moved what it held under the old name: the item stands on the store
-            // again, under the new one (a listing of the old folder meanwhile found it gone),
-            // and its upload replaces that version, not a file someone else made there.
+            // The store moved it: its upload replaces that version, not someone else's file.
             if note.gonePath == item.path { try catalog.recordOnStore(item.inode) }
             try catalog.moveItem(item.inode, to: parent, name: name, changed: .now)
             logger.info("a rename cut short by the last mount is completed", metadata: ["from": "\(item.path)", "to": "\(name)"])

@@ -1,11 +1,8 @@
 import Foundation
 
-/// Item ids: a random (version 4) UUID per row, which also names the item's local copy in the
-/// cache (see `Provider.copyPath`), so it is never reused or guessed.
+/// A random UUID per row, which also names the item's copy in the cache: never reused or guessed.
 enum ItemIdentifier {
-    /// A new id. Foundation's `UUID()` opened, read and closed /dev/urandom for every id here:
-    /// three system calls per row of a first listing (4% of a 100,000-entry listing's time).
-    /// The system generator asks `getrandom` instead.
+    /// The system generator asks `getrandom`, where `UUID()` costs three system calls per id.
     static func make() -> String {
         var generator = SystemRandomNumberGenerator()
         var bytes = (generator.next() as UInt64, generator.next() as UInt64)

@@ -1,20 +1,13 @@
 import DocFSStore
 import Foundation
 
-/// What an upload reads: a snapshot of one commit, never the live file that writes may still
-/// change. A complete copy shares its file with the snapshot (a hard link) until its next
-/// change, which gives the copy a file of its own (`unshare`).
 extension LocalCopy {
-    /// Copies the committed content to `snapshotPath` for an upload, and records that the
-    /// upload of that commit started. Returns the commit it holds, or nil when there is nothing
-    /// to upload or writes since the last commit are in the copy (their close commits and
-    /// uploads them). With `committingPending` (fsync), those writes are committed first.
+    /// Nil when there is nothing to upload or uncommitted writes are in the copy (unless
+    /// `committingPending`, for fsync).
     public func startUpload(snapshotTo snapshotPath: String, committingPending: Bool) throws(FSError) -> UInt64? {
         if committingPending && life.uncommitted { try sync() }
         return try state.withLock { (state) throws(FSError) -> UInt64? in
-            // A copy let go (evicted, or the mount shut down while this upload waited) has no
-            // descriptor any more: its number may be another file's now (a catalog's database
-            // once was, and its first bytes went to the store as the file).
+            // A discarded copy has no descriptor: its number may be another file's now.
             guard !state.discarded else { throw .stale }
             guard state.writesInFlight == 0 else { return nil }
             var life = state.life
@@ -26,10 +19,7 @@ extension LocalCopy {
         }
     }
 
-    /// Takes the snapshot an upload reads. A complete copy gets a second name (a hard link:
-    /// no byte copied, however large), and the first change after it gives the copy a file of
-    /// its own (`unshare`), so the upload still reads the bytes it started with. A copy still
-    /// being filled is copied.
+    /// A complete copy gets a hard link (no byte copied); a copy still being filled is copied.
     private func snapshot(to snapshotPath: String, _ state: inout State) throws(FSError) {
         unlink(snapshotPath)
         var info = stat()
@@ -41,7 +31,6 @@ extension LocalCopy {
         try Snapshot.copy(from: state.descriptor, length: state.length, to: snapshotPath)
     }
 
-    /// The upload whose snapshot shared the copy's file is over (its snapshot is gone).
     public func snapshotReleased() {
         state.withLock { $0.sharedWithSnapshot = false }
     }

@@ -2,37 +2,21 @@ import DocFSStore
 import Foundation
 import Synchronization
 
-/// The content of one item on local disk, in docfs's private cache directory (mode 0600), and
-/// the one owner of that copy's life (`CopyLife`).
-///
-/// A local copy is filled by byte ranges and knows which ranges it holds (`held`), so a read
-/// can be served only from bytes that really arrived; a partial download is never presented
-/// as the file. The store writes into it through `ContentSink`; readers borrow its descriptor (`lend`).
-/// Reads and writes use `pread`/`pwrite` on one descriptor, which is safe from any thread.
-///
-/// Every change of the copy's life happens under its lock and is written to the catalog
-/// before the lock is let go (`Catalog.recordCopy` and friends), so the journal on disk never
-/// lags what the copy is: the first write after a commit is recorded *before* its bytes land
-/// (write-ahead), a commit once its writes have landed (flushed to disk first by fsync), and an
-/// upload's snapshot is taken while no write is under way. The lock is never held across the network.
+/// One item's content in the private cache, and the one owner of its `CopyLife`. Every life
+/// change is recorded under the copy's lock, so the journal never lags the copy: a first write
+/// is journaled before its bytes land. The lock is never held across the network.
 public final class LocalCopy: ContentSink, Sendable {
     public let path: String
     public let inode: Inode
     let catalog: Catalog
-    /// Everything about the copy that changes, under one lock. Touched only by `LocalCopy`'s
-    /// own files (`LocalCopy+Fetching`, `LocalCopy+StreamedUpload`).
     let state: Mutex<State>
-    /// Taken around every write of bytes into the file, the user's and the fetched ones alike
-    /// (before `state`), so that a fetched chunk never lands over a write made meanwhile.
+    /// Taken around every write of bytes (before `state`): a fetched chunk never lands over a user's write.
     let landing = Mutex(())
 
     struct State {
-        /// One user of `used` (the descriptor it was given) is done; returns the descriptors to
-        /// close now. A retired one goes as soon as its own users are done, whatever the current
-        /// one is used for: reads that never pause would otherwise keep an old snapshot's file alive.
+        /// A retired descriptor goes once its own users are done, or endless reads keep an old file alive.
         mutating func releaseDescriptor(_ used: Int32) -> [Int32] {
             if let count = retired[used] {
-                // Numbers are unambiguous: a retired descriptor is open, so no newer one has its number.
                 retired[used] = count > 1 ? count - 1 : nil
                 return count > 1 ? [] : [used]
             }
@@ -40,63 +24,48 @@ public final class LocalCopy: ContentSink, Sendable {
             return closable()
         }
 
-        /// A discarded copy's descriptor, once no call uses it.
         mutating func closable() -> [Int32] {
             guard users == 0, discarded, !closed else { return [] }
             closed = true
             return [descriptor]
         }
 
-        /// The copy's file. Replaced (never closed under a user) when the copy stops sharing its
-        /// file with an upload's snapshot (`unshare`).
+        /// Never closed under a user; replaced by `unshare`.
         var descriptor: Int32
-        /// Descriptors of files the copy left, with the calls that began before and still use them.
         var retired: [Int32: Int] = [:]
-        /// An upload's snapshot is a second name of the copy's file (`startUpload`): the first
-        /// change gives the copy a file of its own again, and the snapshot keeps the old one.
+        /// A snapshot shares the copy's file: the first change gives the copy its own.
         var sharedWithSnapshot = false
-        /// A completed stream still reads the copy's file: the first change gives the copy a file
-        /// of its own, as for a snapshot (only `unshare` clears it, so no upload's end can).
+        /// A completed stream still reads the file, as a snapshot does (only `unshare` clears it).
         var sharedWithStream = false
 
         var held = ByteRangeSet()
-        /// The file's length as the user sees it (downloads and local writes extend it).
         var length: Int64 = 0
-        /// Whether a local write ever touched the copy (its time is then the item's).
+        /// Then its time is the item's.
         var written = false
-        /// A time set with utimensat, and the one the cache's file system kept of it (ext4 keeps
-        /// nothing before 1901): while the file still has the kept time, the set one is its time.
+        /// A utimensat time and what the file system kept of it (ext4 keeps nothing before 1901).
         var setTime: (requested: Timestamp, kept: Timestamp)?
-        /// Local writes whose bytes are landing right now (a snapshot waits for none).
+        /// A snapshot waits for none landing.
         var writesInFlight = 0
-        /// Calls using the current descriptor right now: a discarded copy's descriptor is closed
-        /// by the last of them, never under one (its number could be reused by another file).
+        /// A discarded copy's descriptor is closed by the last user, never under one (its number could be reused).
         var users = 0
         var discarded = false
         var closed = false
-        /// Fills a sparse copy on demand (a large file streamed, not downloaded at open).
         var fetcher: RangeFetcher?
-        /// The fetcher's last requests ending, once it is detached from a complete copy: until
-        /// then a fetched chunk may still arrive, and must not land on the user's bytes.
+        /// Until the detached fetcher's last requests end, a fetched chunk may still arrive.
         var draining: Task<Void, Never>?
-        /// Bytes the user wrote while fetched bytes could still arrive: those never land on them.
+        /// Fetched bytes never land on these.
         var local = ByteRangeSet()
-        /// Which bytes a changed sparse copy holds, on disk for a restart (see `HeldLog`).
         var heldLog: HeldLog?
-        /// A new file's upload sent while it is written (`StreamedUpload`), until it is settled.
         var streamed: StreamedUpload?
-        /// A stream was started once: a copy streams at most once.
         var streamTried = false
 
-        /// A new file nothing of which was uploaded, long enough, that never streamed.
         func mayStream(_ policy: StreamedUpload.Policy) -> Bool {
             !streamTried && length >= policy.minimumLength && life.startedFromNothing && life.uploaded == 0
         }
         var life: CopyLife
     }
 
-    /// Creates an empty local copy at `path` (replacing whatever was there), at the start of
-    /// `life`. Nothing is recorded yet: the caller records the copy once it is in place.
+    /// Nothing is recorded: the caller does once it is in place.
     public init(path: String, inode: Inode, catalog: Catalog, life: CopyLife) throws(FSError) {
         let fd = CacheDirectory.creating(path) { open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600) }
         guard fd >= 0 else { throw .local(errno: errno, "cannot create local copy \(path): \(String(cString: strerror(errno)))") }
@@ -106,8 +75,7 @@ public final class LocalCopy: ContentSink, Sendable {
         self.state = Mutex(State(descriptor: fd, life: life))
     }
 
-    /// Reopens a complete local copy that is already on disk (committed changes from before a
-    /// restart, as the journal recorded them in `life`): every byte of it is held.
+    /// Committed changes from before a restart.
     public init(adopting path: String, inode: Inode, catalog: Catalog, life: CopyLife) throws(FSError) {
         let fd = open(path, O_RDWR | O_CLOEXEC)
         guard fd >= 0 else { throw .local(errno: errno, "cannot open local copy \(path): \(String(cString: strerror(errno)))") }
@@ -123,26 +91,21 @@ public final class LocalCopy: ContentSink, Sendable {
         self.state = Mutex(initial)
     }
 
-    /// The file's current length.
     public var length: Int64 { state.withLock { $0.length } }
 
-    /// The copy's life as it stands.
     public var life: CopyLife { state.withLock { $0.life } }
 
-    /// Whether a local write ever touched the copy.
     public var wasWritten: Bool { state.withLock { $0.written } }
 
     // MARK: Life
 
-    /// Applies `event` to the copy's life and records the result in the catalog, under the
-    /// copy's lock; returns the event's action. The one way anyone changes a copy's life.
+    /// The one way anyone changes a copy's life, under the lock.
     @discardableResult
     public func update<Result>(_ event: (inout CopyLife) -> Result) throws(FSError) -> Result {
         try state.withLock { (state) throws(FSError) -> Result in
             var life = state.life
             let result = event(&life)
-            // Only what the catalog keeps is recorded (`CopyLife.Recorded`): an open or a
-            // release that changes only the count of handles writes nothing.
+            // Only what the catalog keeps is recorded: a change of the handle count writes nothing.
             if life.recorded != state.life.recorded {
                 try catalog.recordCopy(inode, life)
             }
@@ -151,12 +114,8 @@ public final class LocalCopy: ContentSink, Sendable {
         }
     }
 
-    /// Applies `event` and records it as `update` does, but keeps the new life also when the
-    /// catalog cannot record it (its disk is full), and returns that error. Only for an event
-    /// the journal may lag: one whose recorded result a restart reads as it reads the old one.
-    /// (An upload attempt that ended leaves the journal saying `uploading`, which a restart
-    /// takes for a pending change, as it is; in memory the attempt must be over, or no later
-    /// one could start.)
+    /// Keeps the new life even when it cannot be recorded (full disk). Only for events a restart
+    /// reads the same either way.
     public func updateLettingTheJournalLag(_ event: (inout CopyLife) -> Void) -> FSError? {
         state.withLock { state in
             var life = state.life
@@ -172,16 +131,12 @@ public final class LocalCopy: ContentSink, Sendable {
 
     // MARK: Local changes
 
-    /// Writes the user's bytes at `offset`. The first change since a commit is recorded in
-    /// the journal before the bytes land. A sparse copy is written at once: the bytes the
-    /// write does not cover are fetched only before the commit (`fetchRemaining`), and none
-    /// of them lands on the user's.
+    /// Journaled before the bytes land; a sparse copy's other bytes are fetched before commit.
     public func writeLocal(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(FSError) -> Int {
         try landing.withLock { _ throws(FSError) -> Int in try landUsers(bytes, at: offset) }
     }
 
-    /// `writeLocal` at the copy's end as it stands when the bytes land (O_APPEND), whatever
-    /// offset the caller was given. Returns the count and where they landed.
+    /// O_APPEND: at the end as it stands when the bytes land.
     public func appendLocal(_ bytes: UnsafeRawBufferPointer) throws(FSError) -> (Int, Int64) {
         try landing.withLock { _ throws(FSError) -> (Int, Int64) in
             let end = length
@@ -189,7 +144,6 @@ public final class LocalCopy: ContentSink, Sendable {
         }
     }
 
-    /// The body of `writeLocal`, under the `landing` lock.
     private func landUsers(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(FSError) -> Int {
         let descriptor = try beginChange(writing: offset..<(offset + Int64(bytes.count)))
         var written = 0
@@ -213,7 +167,6 @@ public final class LocalCopy: ContentSink, Sendable {
         return written
     }
 
-    /// Ends a change begun by `beginChange` on `descriptor`, applying `done` to the state under the same lock.
     private func endChange(_ descriptor: Int32, _ done: (inout State) -> Void = { _ in }) {
         let unused = state.withLock { state -> [Int32] in
             state.writesInFlight -= 1
@@ -227,8 +180,7 @@ public final class LocalCopy: ContentSink, Sendable {
         for descriptor in descriptors { Glibc.close(descriptor) }
     }
 
-    /// Sets the length (truncate/ftruncate/O_TRUNC): a change like a write. Growing adds
-    /// zeros, which are held.
+    /// A change like a write. Growing adds held zeros.
     public func truncate(to size: Int64) throws(FSError) {
         let descriptor = try beginChange()
         guard ftruncate(descriptor, off_t(size)) == 0 else {
@@ -251,16 +203,13 @@ public final class LocalCopy: ContentSink, Sendable {
         }
     }
 
-    /// Records a change with no bytes (a new, empty file): it must reach the store.
+    /// A new, empty file: it must reach the store.
     public func markChanged() throws(FSError) {
         endChange(try beginChange())
     }
 
-    /// Hands the local changes over: the journal's commit (what close() and fsync() wait for).
-    /// `durably` (fsync) flushes the copy to disk first; a close does not, as on any local file
-    /// system: a daemon that dies loses nothing the kernel holds, and after a machine crash
-    /// `SessionMarker` keeps copies that may be torn from replacing the store's version.
-    /// Returns false when there was nothing to commit.
+    /// The journal's commit. Only `durably` (fsync) flushes first, as on local file systems.
+    /// Returns false if nothing was committed.
     @discardableResult
     public func commit(durably: Bool = false) throws(FSError) -> Bool {
         guard life.uncommitted else { return false }
@@ -268,7 +217,7 @@ public final class LocalCopy: ContentSink, Sendable {
         return try state.withLock { (state) throws(FSError) -> Bool in
             // A write still landing, or one that began after the sync, stays uncommitted.
             guard state.life.uncommitted, state.writesInFlight == 0 else { return false }
-            // Holes are never committed: `fetchRemaining` first (`DocFileSystem.completeForCommit`).
+            // Holes are never committed: `fetchRemaining` first.
             guard state.fetcher == nil else { throw .io("\(path) is committed before all its content is local") }
             var life = state.life
             life.committedChanges()
@@ -277,8 +226,6 @@ public final class LocalCopy: ContentSink, Sendable {
         }
     }
 
-    /// Records `life` in the catalog and makes it the copy's, under the lock; a new commit
-    /// records the copy's size and time with it.
     func record(_ life: CopyLife, in state: inout State) throws(FSError) {
         if life.committed != state.life.committed {
             try catalog.recordCommit(inode, life, size: state.length, modified: modificationTime(state))
@@ -288,18 +235,13 @@ public final class LocalCopy: ContentSink, Sendable {
         state.life = life
     }
 
-    /// Begins a local change; returns the descriptor to make it through (`endChange` ends it).
-    /// A write (`writing`, the bytes it sets, under `landing`) may change a sparse copy: its
-    /// bytes are marked the user's, so no fetched chunk lands on them, and recorded in the
-    /// copy's `HeldLog` before they land. Any other change (a truncate) needs a complete copy
-    /// (`DocFileSystem.provideForChange`).
+    /// A write into a sparse copy marks and logs its bytes before they land; other changes need a complete copy.
     private func beginChange(writing range: ByteRange? = nil) throws(FSError) -> Int32 {
         try unshareAhead()
         return try state.withLock { (state) throws(FSError) -> Int32 in
             guard !state.discarded else { throw .stale }
             if state.fetcher != nil || state.draining != nil {
                 guard let range else { throw .io("\(path) is changed before all its content is local") }
-                // Zeros up to a write past the end are the user's too.
                 let users = range.lowerBound > state.length ? state.length..<range.upperBound : range
                 if state.fetcher != nil {
                     if state.heldLog == nil { state.heldLog = try HeldLog(copyPath: path, holding: state.held) }
@@ -319,12 +261,10 @@ public final class LocalCopy: ContentSink, Sendable {
         }
     }
 
-    /// Whether every byte of the file is local.
     public var isComplete: Bool {
         state.withLock { $0.held.contains(0..<$0.length) }
     }
 
-    /// Makes the local changes durable on disk.
     public func sync() throws(FSError) {
         guard let descriptor = try acquireDescriptor() else { throw .stale }
         defer { releaseDescriptor(descriptor) }
@@ -340,18 +280,16 @@ public final class LocalCopy: ContentSink, Sendable {
         }
     }
 
-    /// The byte ranges that have arrived.
     public var held: ByteRangeSet { state.withLock { $0.held } }
 
     // MARK: ContentSink
 
-    /// Fetched bytes land, except on any the user wrote meanwhile (`local`).
+    /// Never on bytes the user wrote meanwhile (`local`).
     public func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(StoreError) {
         let outcome = landing.withLock { _ in Result { () throws(StoreError) in try land(bytes, at: offset) } }
         try outcome.get()
     }
 
-    /// `write`, under `landing`.
     private func land(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(StoreError) {
         let range = offset..<(offset + Int64(bytes.count))
         do { try unshareAhead() } catch {
@@ -394,12 +332,11 @@ public final class LocalCopy: ContentSink, Sendable {
             return (state.releaseDescriptor(descriptor), state.heldLog)
         }
         Self.close(unused)
-        // After the bytes landed (still under `landing`, so in order with the user's writes).
+        // Still under `landing`: in order with the user's writes.
         do { try log?.append(range) } catch { throw .localIO(errno: EIO, message: "\(error)") }
     }
 
-    /// Counts one more user of the descriptor and returns it; nil when the copy is gone.
-    /// `forChange`: the call changes the file, which an upload's snapshot must not see.
+    /// `forChange`: a change an upload's snapshot must not see.
     private func acquireDescriptor(forChange: Bool = false) throws(FSError) -> Int32? {
         if forChange { try unshareAhead() }
         return try state.withLock { (state) throws(FSError) -> Int32? in
@@ -416,8 +353,7 @@ public final class LocalCopy: ContentSink, Sendable {
 
     // MARK: Reading
 
-    /// Lends the descriptor for a read of `count` bytes at `offset` (stopping at the end of
-    /// the file), all of which must be held: the caller reads them straight from the file.
+    /// All bytes must be held: the caller reads them from the file.
     public func lend(at offset: Int64, count: Int) throws(FSError) -> DescriptorLoan {
         let (available, descriptor) = try state.withLock { (state) throws(FSError) -> (Int, Int32) in
             (try lendable(at: offset, count: count, &state), state.descriptor)
@@ -425,9 +361,7 @@ public final class LocalCopy: ContentSink, Sendable {
         return DescriptorLoan(descriptor: descriptor, count: available, copy: available > 0 ? self : nil)
     }
 
-    /// A read's loan when its bytes are local, in one lock for a complete copy; nil when a
-    /// sparse copy must fetch them first (the fetch, and read-ahead for `stream`, has started:
-    /// wait with `waitForBytes`). The hot path of every read.
+    /// The hot path of every read. Nil when a sparse copy must fetch first (`waitForBytes`).
     public func lendForRead(at offset: Int64, count: Int, stream: UInt64) throws(FSError) -> DescriptorLoan? {
         let (available, descriptor, fetcher) = try state.withLock { (state) throws(FSError) -> (Int, Int32, RangeFetcher?) in
             if let fetcher = state.fetcher { return (0, state.descriptor, fetcher) }
@@ -440,8 +374,6 @@ public final class LocalCopy: ContentSink, Sendable {
         return DescriptorLoan(descriptor: descriptor, count: available, copy: available > 0 ? self : nil)
     }
 
-    /// How many of `count` bytes at `offset` a read gets (0 at the end), counting a user of the
-    /// descriptor when more than none; throws when they are not all local.
     private func lendable(at offset: Int64, count: Int, _ state: inout State) throws(FSError) -> Int {
         let end = min(offset + Int64(count), state.length)
         guard end > offset else { return 0 }
@@ -453,7 +385,7 @@ public final class LocalCopy: ContentSink, Sendable {
         return Int(end - offset)
     }
 
-    /// Forgets every byte (before a fetch is tried again from the start).
+    /// Before a fetch is retried from the start.
     public func reset() {
         state.withLock { state in
             state.streamed?.abandon()
@@ -465,7 +397,6 @@ public final class LocalCopy: ContentSink, Sendable {
         releaseDescriptor(descriptor)
     }
 
-    /// Sets the file's length to the downloaded item's size.
     public func setLength(_ size: Int64) throws(FSError) {
         guard let descriptor = try acquireDescriptor(forChange: true) else { throw .stale }
         defer { releaseDescriptor(descriptor) }
@@ -475,11 +406,7 @@ public final class LocalCopy: ContentSink, Sendable {
         state.withLock { $0.length = size }
     }
 
-    /// The local file's modification time (the kernel moves it on every local write), or the
-    /// time last set with `setModificationTime` while no write came after it.
-    /// The copy's time, or nil once its file is closed (evicted while a `stat` looked at it:
-    /// an fstat of the closed descriptor read as time 0, or another file's time had the number
-    /// been reused). The catalog's time is the item's then.
+    /// The set time while no write came after it. Nil once closed (an fstat would read garbage).
     public var modificationTime: Timestamp? { state.withLock { $0.closed ? nil : modificationTime($0) } }
 
     private func modificationTime(_ state: State) -> Timestamp {
@@ -494,7 +421,6 @@ public final class LocalCopy: ContentSink, Sendable {
         return Timestamp(seconds: Int64(info.st_mtim.tv_sec), nanoseconds: Int64(info.st_mtim.tv_nsec))
     }
 
-    /// Sets the local file's modification time (utimensat on an item with local changes).
     public func setModificationTime(_ time: Timestamp) {
         state.withLock { state in
             guard !state.closed else { return }
@@ -505,7 +431,7 @@ public final class LocalCopy: ContentSink, Sendable {
         }
     }
 
-    /// Disk space the copy really uses, in 512-byte blocks (what `st_blocks` reports).
+    /// `st_blocks`.
     public var allocatedBlocks: Int64 {
         guard let descriptor = try? acquireDescriptor() else { return 0 }
         defer { releaseDescriptor(descriptor) }
@@ -514,12 +440,11 @@ public final class LocalCopy: ContentSink, Sendable {
         return Int64(info.st_blocks)
     }
 
-    /// Closes the copy and keeps the file (unsynced changes stay on disk for a later upload).
+    /// Unsynced changes stay on disk for a later upload.
     public func close() {
         _ = letGo()
     }
 
-    /// Closes and deletes the copy. Idempotent.
     public func discard() {
         if letGo() {
             unlink(path)
@@ -527,8 +452,7 @@ public final class LocalCopy: ContentSink, Sendable {
         }
     }
 
-    /// Marks the copy gone, stops its fetcher and closes the descriptor (now, or when its last
-    /// user is done). Returns whether this call did it.
+    /// Returns whether this call did it.
     private func letGo() -> Bool {
         let (first, unused, fetcher) = state.withLock { state -> (Bool, [Int32], RangeFetcher?) in
             guard !state.discarded else { return (false, [], nil) }
@@ -546,11 +470,9 @@ public final class LocalCopy: ContentSink, Sendable {
 
 }
 
-/// A local copy's descriptor, lent for one read: the copy cannot close it until the loan ends
-/// (when this value goes away).
+/// The copy cannot close the descriptor until the loan ends.
 public struct DescriptorLoan: ~Copyable {
     public let descriptor: Int32
-    /// How many bytes to read (0 at or past the end of the file).
     public let count: Int
     fileprivate let copy: LocalCopy?
 

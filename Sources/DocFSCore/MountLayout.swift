@@ -2,23 +2,19 @@ import Crypto
 import DocFSStore
 import Foundation
 
-/// Where a mount keeps its state: the catalog under `$XDG_STATE_HOME/docfs/<key>/` and local
-/// copies under `$XDG_CACHE_HOME/docfs/<key>/` (0700). The key is derived from the store's
-/// credential-free identity, so a remount of the same store finds its placeholders again.
+/// Catalog under `$XDG_STATE_HOME/docfs/<key>/`, copies under `$XDG_CACHE_HOME/docfs/<key>/`
+/// (0700). The key comes from the store's credential-free identity, so a remount finds its state.
 public struct MountLayout: Sendable, Equatable {
     public var key: String
     public var stateDirectory: String
     public var cacheDirectory: String
     public var catalogPath: String { Self.catalogPath(stateDirectory: stateDirectory) }
 
-    /// The catalog of the mount whose state is in `stateDirectory` (for `docfs status` and
-    /// `unmount`, which know a running mount by its record).
+    /// For `docfs status` and `unmount`.
     public static func catalogPath(stateDirectory: String) -> String { stateDirectory + "/catalog.sqlite" }
 
-    /// - Parameters:
-    ///   - stateDirectoryOverride: `--state-dir`, in place of `$XDG_STATE_HOME/docfs` (a store
-    ///     mounted twice at once needs a second state: StateLock.swift).
-    ///   - cacheDirectoryOverride: `--cache-dir`, in place of `$XDG_CACHE_HOME/docfs`.
+    /// `--state-dir` and `--cache-dir` replace the XDG parents (mounting a store twice needs a
+    /// second state: StateLock.swift).
     public init(store: StoreIdentity, environment: [String: String], stateDirectoryOverride: String? = nil,
                 cacheDirectoryOverride: String? = nil) {
         let home = environment["HOME"] ?? NSHomeDirectory()
@@ -31,12 +27,11 @@ public struct MountLayout: Sendable, Equatable {
         ownsCacheParent = cacheDirectoryOverride == nil
     }
 
-    /// Whether the state and cache directories' parents are docfs's own (`$XDG_STATE_HOME/docfs`,
-    /// `$XDG_CACHE_HOME/docfs`), not a `--state-dir` or `--cache-dir` the user named.
+    /// Not a directory the user named.
     private var ownsStateParent: Bool
     private var ownsCacheParent: Bool
 
-    /// A readable, filesystem-safe key: `webdav-127.0.0.1-8080-docs-1a2b3c4d5e6f`.
+    /// E.g. `webdav-127.0.0.1-8080-docs-1a2b3c4d5e6f`.
     public static func key(for store: StoreIdentity) -> String {
         let readable = (store.kind + "-" + store.location)
             .replacingOccurrences(of: "://", with: "-")
@@ -48,9 +43,7 @@ public struct MountLayout: Sendable, Equatable {
         return String(readable.prefix(60)) + "-" + digest.prefix(12)
     }
 
-    /// Creates both directories with private permissions (0700), and makes them and docfs's
-    /// own parents (`$XDG_STATE_HOME/docfs`, `$XDG_CACHE_HOME/docfs`) 0700 also when they
-    /// exist with looser modes.
+    /// 0700, also making docfs's own parents 0700 when they exist with looser modes.
     public func createDirectories() throws(FSError) {
         for directory in [stateDirectory, cacheDirectory] {
             do {
@@ -65,19 +58,17 @@ public struct MountLayout: Sendable, Equatable {
         for directory in parents { _ = chmod((directory as NSString).deletingLastPathComponent, 0o700) }
     }
 
-    /// Removes the local copies in the cache directory, except those named in `keeping`
-    /// (copies with unsynced changes: the upload journal needs them). Returns how many went.
+    /// Keeps copies with unsynced changes (the journal needs them). Returns how many went.
     @discardableResult
     public func clearCache(keeping: Set<String> = []) -> Int {
         MountLayout.clear(directory: cacheDirectory, keeping: keeping)
     }
 
-    /// Removes the files in `directory` except those named in `keeping`; returns how many went.
     @discardableResult
     public static func clear(directory: String, keeping: Set<String>) -> Int {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return 0 }
         var removed = 0
-        // A kept copy keeps its held-bytes log (a changed sparse copy's: see `HeldLog`).
+        // A kept copy keeps its held-bytes log (see `HeldLog`).
         for name in names where !keeping.contains(name) && !keeping.contains(HeldLog.owner(ofFileNamed: name) ?? "") {
             unlink(directory + "/" + name)
             removed += 1

@@ -3,24 +3,15 @@ import DocFSStore
 import Foundation
 import Synchronization
 
-/// Versions an item's uploads sent whose answer never came: the connection broke or timed out
-/// after the body went out, so the store may hold the bytes under a version docfs never heard
-/// of. The next upload of the item then meets that version as a change made elsewhere (a 412 on
-/// `If-Match`, or "exists" on `If-None-Match: *`). Keeping a conflict copy of it would keep a
-/// copy of our own bytes; `Uploader` looks first (`SnapshotComparison`), and only a version that
-/// is neither the content being sent nor one of these is another client's.
-///
-/// Kept in memory: what a restart forgets is at worst a conflict copy too many, never a loss.
+/// Versions whose upload answer never came, so our own bytes on the store get no conflict copy.
+/// In memory: a restart forgets at worst a conflict copy too many.
 struct SentVersions {
-    /// A SHA-256, as bytes (swift-crypto's digest type is not `Sendable`).
+    /// swift-crypto's digest type is not `Sendable`.
     typealias Digest = [UInt8]
-    /// At most this many per item: a long outage repeats the same few.
     static let keptPerItem = 8
     private var digests: [Inode: [Digest]] = [:]
 
-    /// Whether a failed upload's error leaves open that the store took the body: the answer
-    /// was lost (a reset, a timeout) or the server failed after reading it. A refusal it sent
-    /// (busy, a 4xx) says the store did not take it.
+    /// The answer was lost or the server failed after reading; a refusal it sent says it did not.
     static func mayHaveReachedTheStore(_ error: StoreError) -> Bool {
         switch error {
         case .unreachable, .timedOut, .serverError: return true
@@ -39,11 +30,8 @@ struct SentVersions {
 
     func sent(_ digest: Digest, for inode: Inode) -> Bool { digests[inode]?.contains(digest) ?? false }
 
-    /// The item's upload is confirmed (or its content settled otherwise): what was sent before
-    /// is history.
     mutating func forget(_ inode: Inode) { digests[inode] = nil }
 
-    /// The SHA-256 of a file's content, read in 1 MiB pieces.
     static func digest(ofFile path: String) throws(FSError) -> Digest {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw .local(errno: errno, "cannot read \(path): \(String(cString: strerror(errno)))") }
@@ -65,21 +53,17 @@ struct SentVersions {
     }
 }
 
-/// A download of the store's version compared, as its bytes arrive, with an upload's snapshot,
-/// and hashed, so one GET tells whether the store holds the content being sent (then there is
-/// nothing to keep twice) or one that an upload of this item sent before (`SentVersions`).
-/// Nothing is written anywhere.
+/// One GET tells whether the store holds the content being sent or one sent before.
 final class SnapshotComparison: ContentSink, Sendable {
     private struct State {
         var hasher = SHA256()
-        /// The bytes arrived so far, in order; anything else (a gap, a range twice) spoils the hash.
+        /// A gap or a range twice spoils the hash.
         var next: Int64 = 0
         var inOrder = true
         var identical = true
         var closed = false
     }
     private let descriptor: Int32
-    /// The snapshot's length.
     let length: Int64
     private let state = Mutex(State())
 
@@ -111,8 +95,6 @@ final class SnapshotComparison: ContentSink, Sendable {
         }
     }
 
-    /// Whether the version read (`size` bytes) is the snapshot byte for byte, and its SHA-256
-    /// (nil when its bytes did not arrive whole and in order).
     func result(size: Int64) -> (identical: Bool, digest: SentVersions.Digest?) {
         state.withLock { state in
             let whole = state.inOrder && state.next == size

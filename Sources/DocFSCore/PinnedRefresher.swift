@@ -2,23 +2,10 @@ import DocFSStore
 import Logging
 import Synchronization
 
-/// "Keep downloaded" for what is added on the store meanwhile. After a listing of a pinned
-/// folder, its pinned files that have no copy (added on the store, by another client: they
-/// are pinned by the catalog's `item_inherits_pin` trigger) are downloaded in the background
-/// and kept, and its pinned subfolders never listed are listed (their files then follow the
-/// same way). Without it such files were fetched only at their next open.
-///
-/// A kept copy of an older version than the store's (changed there) stays as it is until the
-/// file is next opened, which fetches the new version: replacing it here would drop the copy
-/// before the new version had arrived, and a download that failed (the store gone, a large
-/// file over a slow link) would leave a pinned file with no copy at all.
-///
-/// One at a time, in the order the listings named them: a listing of a big pinned folder never
-/// starts a download per file at once. A file open here, holding changes, or with a kind still
-/// to be confirmed (see `SymlinkProbe`) is left alone: the provider never moves an open copy,
-/// and a change goes up through the uploader (which keeps a conflict copy if need be). Nothing
-/// polls the store: what a listing of the folder (at a lookup or `ls` after `--dir-cache-ttl`)
-/// shows is what is refreshed.
+/// "Keep downloaded" for what the store adds: after a pinned folder's listing, its pinned files
+/// with no copy are downloaded, one at a time. A kept older copy stays until the next open, so
+/// a failed download never leaves a pinned file with no copy. Open, changed or unconfirmed
+/// files are left alone; nothing polls the store.
 final class PinnedRefresher: Sendable {
     private enum Work: Hashable {
         case file(Inode)
@@ -30,7 +17,6 @@ final class PinnedRefresher: Sendable {
         var queued: Set<Work> = []
         var working = false
         var stopped = false
-        /// Those waiting for the queue to drain (`waitUntilIdle`).
         var idleWaiters: [CheckedContinuation<Void, Never>] = []
     }
 
@@ -39,7 +25,6 @@ final class PinnedRefresher: Sendable {
     private let enumerator: DirectoryEnumerator
     private let logger: Logger
     private let queue = Mutex(Queue())
-    /// Told about each file whose copy was replaced (`DocFileSystem.whenPinnedCopyRefreshed`).
     let refreshed = Mutex<(@Sendable (Inode) -> Void)?>(nil)
 
     init(catalog: Catalog, provider: Provider, enumerator: DirectoryEnumerator, logger: Logger) {
@@ -49,22 +34,18 @@ final class PinnedRefresher: Sendable {
         self.logger = logger
     }
 
-    /// A listing of `directory` reached the catalog: queue what of it is pinned and not as
-    /// the store has it. Cheap for a folder that is not pinned (one indexed read).
+    /// Cheap for a folder that is not pinned (one indexed read).
     func listed(_ directory: Item) {
         guard (try? catalog.isPinned(directory.inode)) == true,
               let due = try? catalog.pinnedToRefresh(in: directory.inode) else { return }
         enqueue(due.files.map(Work.file) + due.folders.map(Work.folder))
     }
 
-    /// No new work after this; the download running (if any) ends with the provider's shutdown.
     func stop() {
         queue.withLock { $0.stopped = true; $0.waiting.removeAll(); $0.queued.removeAll() }
     }
 
-    /// Returns once no download or listing of this queue runs and none waits: what a test
-    /// checking the cache after everything settled needs, since a listing's refresh creates a
-    /// copy moments after the listing itself is done.
+    /// For tests: a refresh creates a copy moments after the listing is done.
     func waitUntilIdle() async {
         await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
             let idle = queue.withLock { queue -> Bool in
@@ -121,7 +102,6 @@ final class PinnedRefresher: Sendable {
         }
     }
 
-    /// A pinned file with no copy, that nobody here is changing.
     static func needsDownload(_ item: Item) -> Bool {
         item.kind == .file && item.kindConfirmed && !item.hasUnsyncedChanges && item.onStore && item.state == .placeholder
     }

@@ -3,28 +3,12 @@ import Foundation
 import Logging
 import Synchronization
 
-/// Reads the next small files of a folder before they are asked for, when a reader walks it in
-/// name order (`cat *`, `grep -r`, `cp -r` out of the mount, a thumbnailer allowed to fetch): at
-/// a distance, each file costs a round trip, and a reader that opens them one after another
-/// waits for every one in turn.
-///
-/// A walk is an open for reading of the file right after one just read whole (closed after a
-/// read to its end), in name order among the files of its kind (its extension); or of a
-/// folder's first file of that kind right after its previous folder's last (a tree walked in
-/// order). A file manager that sniffs the heads of files whose names do not tell their type
-/// walks those only, and gets only those ahead. Then the next files of that kind of the folder (small ones only: a large file is streamed, never
-/// fetched whole ahead) are opened here, several at once, within `Policy` (files and bytes held
-/// ahead). An open here is a hold like a reader's: when the reader opens the file it joins the
-/// copy (or the fetch under way) and the hold is let go; a hold the reader never takes is let go
-/// after `Policy.hold`, or as soon as the reader opens something out of order, and the copy goes
-/// as any released copy does. Only opens that may fetch count (never `--no-fetch-for`).
+/// Reads the next small files ahead of a reader walking a folder in name order (`cat *`): at a
+/// distance each file is a round trip. A hold ahead goes if its reader does not come in time.
 public actor Prefetcher {
     public struct Policy: Sendable, Equatable {
-        /// Files held ahead of the reader at most (0: no prefetch).
         public var files: Int
-        /// Bytes held ahead of the reader at most.
         public var bytes: Int64
-        /// How long a file fetched ahead waits for its reader.
         public var hold: Duration
 
         public init(files: Int, bytes: Int64 = 8 << 20, hold: Duration = .seconds(5)) {
@@ -48,14 +32,11 @@ public actor Prefetcher {
     private let policy: Policy
     private let logger: Logger
     private var held: [Inode: Hold] = [:]
-    /// The last file a reader read whole (told at its close, from any thread).
     private nonisolated let lastReadWhole = Mutex<(parent: Inode, name: String)?>(nil)
     private var serial = 0
     private var stopped = false
-    /// Files fetched ahead, and how many of them a reader opened (for the log and `docfs status`).
     private(set) var fetchedAhead = 0
     private(set) var used = 0
-    /// The files being fetched ahead now, readable from any thread (`user.docfs.transfers`).
     nonisolated let underWay = Mutex<Set<Inode>>([])
 
     init(catalog: Catalog, provider: Provider, policy: Policy, logger: Logger) {
@@ -65,30 +46,25 @@ public actor Prefetcher {
         self.logger = logger
     }
 
-    /// A reader closed `name` of `parent` after reading it to its end.
     nonisolated func readWhole(_ name: String, in parent: Inode) {
         lastReadWhole.withLock { $0 = (parent, name) }
     }
 
-    /// A reader is opening `item` (before its own fetch starts, so the next ones go alongside).
+    /// Before its own fetch starts, so the next ones go alongside.
     func readerOpening(_ item: Item) {
         guard policy.files > 0, !stopped, item.kind == .file, let parent = item.parent else { return }
-        // What the reader left behind in other folders is not coming back; files ahead in this
-        // one wait for it (a file read again is no step elsewhere) until their hold ends.
+        // Files ahead in other folders are not coming back.
         letGo(where: { [catalog] inode in (try? catalog.item(inode))??.parent != parent }, except: item.inode)
         guard isWalk(to: item, in: parent) else { return }
         fetchAhead(after: item, in: parent)
     }
 
-    /// A reader's open of `inode` has its copy: a hold of ours on it is let go (the reader's
-    /// keeps the copy now).
     func readerOpened(_ inode: Inode) {
         guard let hold = held.removeValue(forKey: inode) else { return }
         used += 1
         release(inode, hold)
     }
 
-    /// Lets every hold go (the mount is going away).
     func stop() async {
         stopped = true
         for (inode, hold) in held {
@@ -104,17 +80,12 @@ public actor Prefetcher {
     private func isWalk(to item: Item, in parent: Inode) -> Bool {
         guard let last = lastReadWhole.withLock({ $0 }), Self.kind(of: last.name) == Self.kind(of: item.name) else { return false }
         if last.parent == parent { return (try? next(after: last.name, in: parent, like: item.name, limit: 1).first?.inode) == item.inode }
-        // Into the next folder of a tree walked in order: from the last such file of one folder
-        // to the first of another.
         guard let first = try? next(after: nil, in: parent, like: item.name, limit: 1).first, first.inode == item.inode,
               let after = try? next(after: last.name, in: last.parent, like: item.name, limit: 1) else { return false }
         return after.isEmpty
     }
 
-    /// The files of `parent` after `name` (from the first with nil) whose names end as `like`'s
-    /// does: a walk reads files of one kind (`cat *.txt`, `grep -r` over text, a folder of photos);
-    /// a file manager sniffing the heads of files whose names do not say their type reads those
-    /// and skips the rest.
+    /// Same extension only: a walk reads one kind.
     private func next(after name: String?, in parent: Inode, like: String, limit: Int) throws(FSError) -> [Item] {
         let kind = Self.kind(of: like)
         var found: [Item] = []
@@ -128,7 +99,6 @@ public actor Prefetcher {
         return found
     }
 
-    /// What a name says of its type: its extension, lowercased ("" without one).
     private static func kind(of name: String) -> String {
         guard let dot = name.lastIndex(of: "."), dot != name.startIndex else { return "" }
         return name[name.index(after: dot)...].lowercased()
@@ -156,7 +126,6 @@ public actor Prefetcher {
         }
     }
 
-    /// Opens `file` as a reader would; true when that open holds the copy now.
     private func fetch(_ file: Item) -> Task<Bool, Never> {
         underWay.withLock { _ = $0.insert(file.inode) }
         return Task { [provider, logger] in
@@ -186,7 +155,6 @@ public actor Prefetcher {
         }
     }
 
-    /// Lets a hold go once its open ended (a cancelled one ends at once).
     private func release(_ inode: Inode, _ hold: Hold) {
         Task { [provider] in
             if await hold.fetch.value { await provider.release(inode) }

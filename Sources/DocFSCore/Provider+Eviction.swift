@@ -1,14 +1,8 @@
 import DocFSStore
 import Foundation
 
-/// When copies go: on their last release (`perform`'s `.evict`), after `--evict-delay` or to
-/// make room under `--cache-max` (a released clean copy waits in `idle`), when pins change, and
-/// when the user asks (`docfs evict`). An eviction deletes the copy and records the item as a
-/// placeholder again.
+/// When copies go: last release, `--evict-delay`, `--cache-max`, pin changes, `docfs evict`.
 extension Provider {
-    /// The copies' lives follow the catalog's pins (after `Catalog.setPinned` on `inodes`, or
-    /// on everything held when nil): a pinned copy is kept; an unpinned one nobody uses goes
-    /// as on its last release.
     public func pinsChanged(_ inodes: Set<Inode>? = nil) {
         for (inode, entry) in providing where inodes?.contains(inode) ?? true {
             guard let pinned = try? catalog.isPinned(inode), pinned != entry.copy.life.pinned else { continue }
@@ -21,12 +15,11 @@ extension Provider {
         }
     }
 
-    /// Makes `item` a placeholder now (`docfs evict`), unpinned. Refuses (`.busy`, saying
-    /// why) a copy that is open, being fetched, or holds changes the store does not have.
+    /// Refuses (`.busy`, saying why) a copy open, being fetched, or holding changes.
     public func evictNow(_ item: Item) throws(FSError) {
         if let entry = providing[item.inode] {
             if let refusal = entry.copy.life.evictionRefusal { throw .busy("\(item.path): \(refusal)") }
-            // Unpinned, and evicted whatever the unpin's own action: the user asked for it now.
+            // Evicted whatever the unpin's own action: the user asked for it now.
             _ = try entry.copy.update { $0.pinChanged(false) }
             idle[item.inode] = nil
             evict(entry.copy)
@@ -37,8 +30,6 @@ extension Provider {
         if item.state == .local { try LocalCopy.evict(at: copyPath(for: item), of: item.inode, in: catalog) }
     }
 
-    /// A released clean copy stays for the retention policy: until `evictDelay` has passed
-    /// without a new open, or until `cacheMax` needs its space.
     func keepIdle(_ copy: LocalCopy) {
         let released = ContinuousClock.now
         idle[copy.inode] = released
@@ -51,7 +42,6 @@ extension Provider {
         makeRoom(for: 0)
     }
 
-    /// The delay of a kept copy ran out: it goes unless it was opened (or released) since.
     private func expire(_ copy: LocalCopy, releasedAt released: ContinuousClock.Instant) {
         guard idle[copy.inode] == released, providing[copy.inode]?.copy === copy else { return }
         guard copy.life.mayExpire else { return }
@@ -59,8 +49,6 @@ extension Provider {
         evict(copy)
     }
 
-    /// Evicts kept copies, least recently released first, until unpinned copies and `incoming`
-    /// more bytes fit in `cacheMax`.
     func makeRoom(for incoming: Int64) {
         guard let limit = retention.cacheMax else { return }
         var used = providing.values.reduce(Int64(0)) { sum, entry in
@@ -93,10 +81,7 @@ extension Provider {
         }
     }
 
-    /// An eviction the catalog could not record (its disk is full) leaves the item shown as
-    /// `local` with no copy on disk: it is recorded again a little later, and later still,
-    /// until it is, unless the item has a copy again by then (whose life the catalog records).
-    /// A restart would reset it anyway.
+    /// An unrecorded eviction (full disk) is retried later, unless the item has a copy again by then.
     private func recordEvictionLater(_ inode: Inode, after delay: Duration) {
         Task { [weak self] in
             try? await Task.sleep(for: delay)

@@ -2,16 +2,8 @@ import DocFSStore
 import Logging
 import Synchronization
 
-/// How a large file is streamed instead of downloaded whole at open: what is fetched when.
-///
-/// A file up to `wholeFileLimit` bytes is fetched whole when it is opened (one request; most
-/// documents). A larger one gets only its `head` at open, which also pins its version and
-/// tells its true size; every later byte is fetched by ranged reads when a `read()` asks for
-/// it. A reader that goes on sequentially grows a read-ahead window from `initialWindow` to
-/// `maximumWindow`, never larger than half what it has read so far (a sniffer that stops
-/// wastes little), fetched in requests of at most `maximumRequest` bytes, at most
-/// `requestsInFlight` at a time; a reader that jumps away drops its read-ahead not yet on the
-/// wire. A random read fetches its own bytes, rounded out to `minimumRequest`, and nothing more.
+/// Small files are fetched whole at open; larger ones by ranges as reads ask, read-ahead never
+/// past half of what a reader has read (a sniffer that stops wastes little).
 public struct StreamingPolicy: Sendable, Equatable {
     public var wholeFileLimit: Int64
     public var head: Int64
@@ -35,25 +27,14 @@ public struct StreamingPolicy: Sendable, Equatable {
 
     public static let `default` = StreamingPolicy()
 
-    /// Every file fetched whole at open (stores without ranged reads, and tests of that path).
     public static let wholeFiles = StreamingPolicy(wholeFileLimit: .max)
 }
 
-/// Fills one sparse local copy by byte ranges, on demand: rclone's `item._ensure(offset, size)`
-/// and mountpoint-s3's prefetcher, over a copy on disk rather than buffers in memory.
-///
-/// A `read()` asks for its bytes (`prepare`, which never waits) and, if they are not local,
-/// waits only for them (`wait`): every delivered chunk wakes the readers whose bytes are now
-/// held, so a read in the middle of a long ranged GET returns as soon as its part arrived.
-/// Concurrent readers share the requests and the bytes. Every range is read with `If-Match`
-/// on the version the head came with: a later range of another version fails the read with
-/// `ESTALE` and never mixes versions into one copy.
-///
-/// Lock order: the fetcher's lock, then the copy's (the copy never calls back).
+/// Fills a sparse copy by ranges on demand, each `If-Match` the head's version, so versions
+/// never mix. Lock order: the fetcher's lock, then the copy's (the copy never calls back).
 public final class RangeFetcher: Sendable {
     public let size: Int64
     private let store: any Store
-    /// Where the ranges are read: the item's path, which a rename moves (`retarget`).
     private let location: Mutex<StorePath>
     private var path: StorePath { location.withLock { $0 } }
     private let copy: LocalCopy
@@ -68,59 +49,42 @@ public final class RangeFetcher: Sendable {
     }
 
     private struct State {
-        /// Requests on the wire, by id.
         var inFlight: [UInt64: ByteRange] = [:]
         var tasks: [UInt64: Task<Void, Never>] = [:]
-        /// Requests waiting for a free slot, the most urgent first.
         var queued: [ByteRange] = []
         var nextRequest: UInt64 = 0
         var waiters: [UInt64: Waiter] = [:]
         var nextWaiter: UInt64 = 0
-        /// Once set, every wait fails with it (the version changed; the copy went away).
         var failure: FSError?
-        /// The store version every range must come from. Moves only when docfs itself gave the
-        /// same content a new version (attributes pushed to the store: `rebase`).
+        /// Moves only when docfs itself gave the same content a new version (`rebase`).
         var version: ETag
-        /// Each reader's stream of reads (by handle), so that two processes reading one file in
-        /// different places each keep their own read-ahead.
+        /// Per handle: two readers in different places each keep their own read-ahead.
         var streams: [UInt64: ReadStream] = [:]
-        /// Reads prepared so far: the clock `ReadStream.lastRead` is told by.
         var reads: UInt64 = 0
-        /// Where a new stream starts out: the head fetched at open is already there.
         var headEnd: Int64
-        /// Bytes delivered so far, and the count when a reader last gave up waiting (a stall).
+        /// Also the count at the last stall.
         var arrivedBytes: Int64 = 0
         var stall: (at: ContinuousClock.Instant, arrivedBytes: Int64)?
-        /// Requests that failed while no reader waited for their bytes yet (the reader that
-        /// started one may not have begun to wait): the next wait that overlaps one gets its
-        /// error, once; a later one asks again.
+        /// The next overlapping wait gets the error once; a later one asks again.
         var unreported: [(range: ByteRange, failure: FSError)] = []
     }
 
-    /// Failed requests kept for the reader that has yet to wait for them; beyond, the oldest go.
     private static let maximumUnreported = 16
 
-    /// Whether ranges are on the wire or queued: a transfer `user.docfs.progress` shows.
     public var isFetching: Bool {
         state.withLock { !$0.inFlight.isEmpty || !$0.queued.isEmpty }
     }
 
-    /// One reader's sequential stream: where it started, how far it read, how far ahead it was
-    /// requested, and its read-ahead window.
     private struct ReadStream {
         var start: Int64 = 0
         var consumed: Int64 = 0
         var frontier: Int64
         var window: Int64 = 0
-        /// When it was last read, on the fetcher's own count of reads.
         var lastRead: UInt64 = 0
     }
 
-    /// Streams kept at most; beyond, the one read least recently is forgotten.
     private static let maximumStreams = 16
 
-    /// A fetcher for `copy`, the content of `path` at `version` (`size` bytes), of which
-    /// `0..<fetched` is already local.
     init(store: any Store, path: StorePath, version: ETag, size: Int64, fetched: Int64, copy: LocalCopy,
          policy: StreamingPolicy, retry: RetryPolicy, logger: Logger) {
         self.store = store
@@ -135,9 +99,7 @@ public final class RangeFetcher: Sendable {
 
     // MARK: Reading
 
-    /// Called by every read of `wanted` (by the reader `stream`, e.g. its handle): starts
-    /// fetching what it needs and what a sequential reader will need next. Returns whether its
-    /// bytes are local now; never waits.
+    /// Never waits. Returns whether the read's bytes are local now.
     public func prepare(_ wanted: ByteRange, stream id: UInt64 = 0) -> Bool {
         let range = clamped(wanted)
         if range.isEmpty { return true }
@@ -147,22 +109,16 @@ public final class RangeFetcher: Sendable {
             let sequential = range.lowerBound >= stream.start
                 && range.lowerBound <= max(stream.frontier, stream.consumed) + policy.minimumRequest
             if !sequential {
-                // A jump (a sniffer going from a file's head to its end): what this stream asked
-                // for ahead and is not on the wire yet is not wanted any more.
+                // A jump: this stream's read-ahead not on the wire yet is not wanted any more.
                 dropReadAhead(stream.consumed..<stream.frontier, of: id, in: &state)
-                // A new stream, with no read-ahead until it proves sequential.
                 stream = ReadStream(start: alignedDown(range.lowerBound), consumed: range.lowerBound,
                                     frontier: alignedDown(range.lowerBound))
             }
             stream.consumed = max(stream.consumed, range.upperBound)
-            // A file small enough to be fetched whole at open, opened without a fetch (its pages
-            // were in the kernel's cache): the first read that reaches docfs fetches all of it.
+            // Its pages were cached, so no fetch at open: the first read fetches it all.
             let ownEnd = size <= policy.wholeFileLimit ? size : min(size, alignedUp(range.upperBound))
             if sequential && (range.upperBound > stream.frontier || (stream.window > 0 && stream.consumed + stream.window / 2 >= stream.frontier)) {
-                // Never further ahead than half what the stream has read: a reader that stops
-                // after N bytes (`file` reads 7 MiB of a file's head, and the kernel's own
-                // read-ahead adds 2 more) leaves at most about N/2 fetched for nothing, and a long
-                // sequential reader reaches `maximumWindow` after twice as many bytes.
+                // At most half what the stream has read: a reader stopping after N bytes wastes about N/2.
                 let read = max((stream.consumed - stream.start) / 2, policy.minimumRequest)
                 stream.window = min(max(stream.window * 2, policy.initialWindow), policy.maximumWindow, read)
                 let ahead = min(size, max(stream.frontier, stream.consumed) + stream.window)
@@ -188,15 +144,12 @@ public final class RangeFetcher: Sendable {
         }
     }
 
-    /// A reader gave up waiting for its bytes (`--io-timeout`): the store is stalled. Until
-    /// `stalled(within:)` says otherwise, further reads fail at once instead of waiting out the
-    /// timeout again (the kernel asks once per page after a failed read-ahead).
+    /// Further reads fail at once until `stalled` says otherwise (the kernel asks once per page).
     public func noteStall() {
         state.withLock { $0.stall = (ContinuousClock.now, $0.arrivedBytes) }
     }
 
-    /// Whether a stall was noted less than `window` ago with hardly a byte (under 64 KiB)
-    /// delivered since: a trickle counts as stalled.
+    /// A trickle (under 64 KiB since the stall) counts as stalled.
     public func stalled(within window: Duration) -> Bool {
         state.withLock { state in
             guard let stall = state.stall else { return false }
@@ -204,14 +157,11 @@ public final class RangeFetcher: Sendable {
         }
     }
 
-    /// The reader `stream` is gone (its handle closed).
     public func endStream(_ id: UInt64) {
         state.withLock { _ = $0.streams.removeValue(forKey: id) }
     }
 
-    /// Waits until every byte of `wanted` is local (fetching what is not yet asked for). A
-    /// cancelled wait ends at once with `CallerWait.interrupted`; the requests it started go on
-    /// for the other readers (and stop with the copy).
+    /// A cancelled wait ends at once; its requests go on for other readers.
     public func wait(for wanted: ByteRange) async throws(FSError) {
         let range = clamped(wanted)
         if range.isEmpty { return }
@@ -242,20 +192,16 @@ public final class RangeFetcher: Sendable {
         if let failure { throw failure }
     }
 
-    /// Fetches every byte not local yet and waits for them (before a copy is written to).
     public func fetchAll() async throws(FSError) {
         try await wait(for: 0..<size)
     }
 
-    /// Stops fetching for good: queued requests are dropped, those on the wire cancelled, and
-    /// waiting readers fail with `reason`. Returns once no request can write into the copy.
+    /// Returns once no request can write into the copy.
     public func stop(_ reason: FSError) async {
         let tasks = cancel(reason)
         for task in tasks { await task.value }
     }
 
-    /// Like `stop`, without waiting for requests on the wire to end (the copy is going away:
-    /// its writes fail from now on).
     @discardableResult
     public func cancel(_ reason: FSError) -> [Task<Void, Never>] {
         let (tasks, waiters) = state.withLock { state in
@@ -270,13 +216,11 @@ public final class RangeFetcher: Sendable {
         return tasks
     }
 
-    /// The item was renamed (by docfs, on the store): its ranges are read from `newPath` now.
     public func retarget(to newPath: StorePath) {
         location.withLock { $0 = newPath }
     }
 
-    /// docfs gave the same content a new version on the store (mode or times pushed there):
-    /// ranges come from `new` from now on; a request that met the change is asked again.
+    /// Same content, new version: a request that met the change is asked again.
     public func rebase(from old: ETag, to new: ETag) {
         state.withLock { state in
             if state.version == old { state.version = new }
@@ -285,9 +229,7 @@ public final class RangeFetcher: Sendable {
 
     // MARK: Requests
 
-    /// Takes out of the queue the parts of `range` (read-ahead of the stream `id`, which
-    /// jumped away) that no other stream has asked for and no reader waits for. Requests on
-    /// the wire go on: their bytes are coming already.
+    /// Unless another stream or a waiting reader wants it. Requests on the wire go on.
     private func dropReadAhead(_ range: ByteRange, of id: UInt64, in state: inout State) {
         guard !range.isEmpty, !state.queued.isEmpty else { return }
         var kept = ByteRangeSet()
@@ -298,9 +240,7 @@ public final class RangeFetcher: Sendable {
         state.queued = state.queued.flatMap { dropped.missing(in: $0) }
     }
 
-    /// Queues the parts of `range` that are neither local nor on the wire (nor, unless
-    /// `urgent`, queued already), split into requests. Urgent ranges go first, taken out of
-    /// the queued requests that held them.
+    /// Urgent ranges go first.
     private func request(_ range: ByteRange, urgent: Bool, in state: inout State) {
         let range = clamped(range)
         guard !range.isEmpty else { return }
@@ -310,7 +250,6 @@ public final class RangeFetcher: Sendable {
         let gaps = covered.missing(in: range)
         guard !gaps.isEmpty else { return }
         var pieces: [ByteRange] = []
-        // A file small enough to be fetched whole is fetched in one request, as an open would.
         let pieceLimit = size <= policy.wholeFileLimit ? max(size, 1) : policy.maximumRequest
         for gap in gaps {
             var start = gap.lowerBound
@@ -329,7 +268,6 @@ public final class RangeFetcher: Sendable {
         }
     }
 
-    /// Starts queued requests while slots are free.
     private func launch(_ state: inout State) {
         while state.inFlight.count < policy.requestsInFlight, !state.queued.isEmpty, state.failure == nil {
             let range = state.queued.removeFirst()
@@ -337,8 +275,7 @@ public final class RangeFetcher: Sendable {
             let id = state.nextRequest
             state.nextRequest += 1
             state.inFlight[id] = range
-            // Created under the lock: its `finished` waits for the lock, so it always finds
-            // itself registered.
+            // Created under the lock, so `finished` finds it registered.
             state.tasks[id] = Task.detached { [self] in
                 let failure = await fetch(range)
                 finished(id, range: range, failure: failure)
@@ -346,7 +283,6 @@ public final class RangeFetcher: Sendable {
         }
     }
 
-    /// One ranged GET, tried again while it fails transiently.
     private func fetch(_ range: ByteRange) async -> FSError? {
         let sink = Sink(copy: copy, fetcher: self)
         do {
@@ -355,7 +291,7 @@ public final class RangeFetcher: Sendable {
                 let version = state.withLock { $0.version }
                 do {
                     try await retry.run({ () async throws(StoreError) -> Void in
-                        // A retry asks again only for what did not arrive.
+                        // A retry asks only for what did not arrive.
                         let missing = copy.held.missing(in: range)
                         guard let first = missing.first, let last = missing.last else { return }
                         _ = try await store.read(path, range: first.lowerBound..<last.upperBound, ifMatch: version, into: sink)
@@ -379,7 +315,6 @@ public final class RangeFetcher: Sendable {
         return .io("short read of \(path) bytes \(range.lowerBound)..<\(range.upperBound): \(copy.held)")
     }
 
-    /// Bytes arrived: wake the readers that have theirs.
     fileprivate func arrived(_ count: Int) {
         let ready = state.withLock { state -> [Waiter] in
             state.arrivedBytes += Int64(count)
@@ -395,7 +330,6 @@ public final class RangeFetcher: Sendable {
         for waiter in ready { waiter.continuation.resume(returning: nil) }
     }
 
-    /// A request ended: next requests start; readers whose bytes can no longer come fail.
     private func finished(_ id: UInt64, range: ByteRange, failure: FSError?) {
         let answers = state.withLock { state -> [(Waiter, FSError?)] in
             state.inFlight[id] = nil
@@ -447,7 +381,6 @@ public final class RangeFetcher: Sendable {
         return remainder == 0 ? offset : offset + (policy.minimumRequest - remainder)
     }
 
-    /// Where a ranged read delivers: the copy, then the readers waiting for those bytes.
     private struct Sink: ContentSink {
         let copy: LocalCopy
         let fetcher: RangeFetcher

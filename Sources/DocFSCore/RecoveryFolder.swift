@@ -1,21 +1,13 @@
 import Foundation
 
-/// Where a mount that ends with changes not on the store yet (`docfs unmount --force` while the
-/// store is down, a killed daemon, a SIGTERM) leaves them for the user: each under its own path
-/// in the store, in `$XDG_STATE_HOME/docfs/<key>/recovery/<YYYY-MM-DD HHMMSS>/`, readable
-/// without docfs.
-///
-/// The journal (the catalog's `modified` rows and their copies in the cache, named by item id)
-/// still drives the upload: the next mount of the store uploads them, and once nothing is
-/// pending it removes the recovery folders, whose files then all reached the store.
-/// Files are hard links to the cache's copies (no bytes copied; a copy when the cache lies
-/// on another filesystem), so a second call for the same pending files finds them already kept.
+/// Where a mount ending with unsent changes leaves them for the user, readable without docfs:
+/// `<state>/recovery/<YYYY-MM-DD HHMMSS>/` under their store paths. The journal still drives
+/// the upload; the next mount removes the folders once nothing is pending. Hard links to the
+/// cache's copies (a copy across filesystems), so a second call finds them kept.
 public enum RecoveryFolder {
-    /// The folder holding every recovery folder of a mount's state directory.
     public static func root(stateDirectory: String) -> String { stateDirectory + "/recovery" }
 
-    /// Keeps `pending` (items with unsynced changes, whose local copies are in `cacheDirectory`)
-    /// under their names; returns the folder, or nil when there is nothing to keep.
+    /// Returns the folder, or nil when there is nothing to keep.
     public static func keep(_ pending: [Item], cacheDirectory: String, stateDirectory: String, now: Date = Date()) throws(FSError) -> String? {
         let files = pending.filter { FileManager.default.fileExists(atPath: cacheDirectory + "/" + $0.id) }
         guard !files.isEmpty else { return nil }
@@ -52,12 +44,12 @@ public enum RecoveryFolder {
         return folder
     }
 
-    /// Removes every recovery folder: call when nothing is pending any more.
+    /// Call when nothing is pending any more.
     public static func removeAll(stateDirectory: String) {
         try? FileManager.default.removeItem(atPath: root(stateDirectory: stateDirectory))
     }
 
-    /// The recovery folders there are, oldest first.
+    /// Oldest first.
     public static func folders(stateDirectory: String) -> [String] {
         let root = root(stateDirectory: stateDirectory)
         let names = (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []

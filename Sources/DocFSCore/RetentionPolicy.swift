@@ -1,17 +1,12 @@
 import Foundation
 
-/// How long a clean local copy nobody uses stays on disk: the trade-off between making users
-/// wait for files they just used and filling the disk (see README, "Keeping files local").
-///
-/// The default is File Provider's: the last release evicts. `evictDelay` keeps a released copy
-/// that long, so a close-then-reopen (editors, build tools, media players) downloads once;
-/// `cacheMax` bounds the disk space of unpinned copies, evicting the least recently released
-/// idle ones first. With only `cacheMax`, released copies stay until space is needed. Pinned
-/// copies (`CopyLife.pinned`) are outside the policy: neither expires nor counts.
+/// How long an unused clean copy stays. By default the last release evicts; `evictDelay` keeps
+/// it so a reopen downloads once; `cacheMax` bounds unpinned copies, evicting the least
+/// recently released first. Pinned copies neither expire nor count.
 public struct RetentionPolicy: Sendable, Equatable {
-    /// How long a released clean copy is kept; nil or zero: not kept for time's sake.
+    /// Nil or zero: not kept for time's sake.
     public var evictDelay: Duration?
-    /// The most bytes unpinned copies may take on disk; nil: no bound.
+    /// Nil: no bound.
     public var cacheMax: Int64?
 
     public init(evictDelay: Duration? = nil, cacheMax: Int64? = nil) {
@@ -19,15 +14,13 @@ public struct RetentionPolicy: Sendable, Equatable {
         self.cacheMax = cacheMax
     }
 
-    /// Evict on the last release.
     public static let onLastRelease = RetentionPolicy()
 
-    /// Whether a released clean copy stays at all.
     public var keepsReleasedCopies: Bool {
         (evictDelay.map { $0 > .zero } ?? false) || cacheMax != nil
     }
 
-    /// Parses a size such as `500M`, `2G`, `1048576` or `64KiB` (powers of 1024).
+    /// `500M`, `2G`, `1048576` or `64KiB` (powers of 1024).
     public static func parseSize(_ text: String) -> Int64? {
         var digits = text.trimmingCharacters(in: .whitespaces).uppercased()
         for suffix in ["IB", "B"] where digits.hasSuffix(suffix) && digits.count > suffix.count {

@@ -1,18 +1,14 @@
 import DocFSStore
 import Foundation
 
-/// A frozen copy of a local copy's content for an upload: writes made while the upload runs
-/// land in the live copy, never in the bytes on their way to the store, so the store never
-/// gets a torn object with a valid ETag.
-///
-/// A reflink (`FICLONE`) where the filesystem shares blocks (btrfs, XFS), else an in-kernel
-/// `copy_file_range`, else a plain read/write loop.
+/// A frozen copy of the content for an upload, so the store never gets a torn object with a
+/// valid ETag. A reflink, else `copy_file_range`, else a read/write loop.
 enum Snapshot {
     /// `_IOW(0x94, 9, int)`: clone the whole file.
     private static let ficlone: UInt = 0x4004_9409
 
     private typealias CopyFileRange = @convention(c) (Int32, UnsafeMutablePointer<off_t>?, Int32, UnsafeMutablePointer<off_t>?, Int, UInt32) -> Int
-    /// glibc's `copy_file_range`, which its Swift module does not export (it is `_GNU_SOURCE`).
+    /// Swift's glibc module does not export it (`_GNU_SOURCE`).
     nonisolated(unsafe) private static let copyFileRange: CopyFileRange? =
         dlsym(UnsafeMutableRawPointer(bitPattern: 0), "copy_file_range").map { unsafeBitCast($0, to: CopyFileRange.self) }
 
@@ -58,7 +54,7 @@ enum Snapshot {
             sourceOffset += off_t(n)
             targetOffset += off_t(n)
         }
-        // The copy's length wins over what the file holds (a sparse tail reads as zeros).
+        // The copy's length wins (a sparse tail reads as zeros).
         guard ftruncate(target, off_t(length)) == 0 else {
             throw .local(errno: errno, "sizing the upload snapshot: \(String(cString: strerror(errno)))")
         }

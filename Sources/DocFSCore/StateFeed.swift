@@ -1,9 +1,7 @@
 import DocFSStore
 import Synchronization
 
-/// The changes of items' shown state, gathered as the catalog commits them and handed on in
-/// batches: a change is told within `delay`, and many close together (a folder pinned, a `cp -r`)
-/// come as one batch, each item once, in the state it has by then.
+/// Shown-state changes in batches: told within `delay`, each item once, in its state by then.
 final class StateFeed: Sendable {
     private struct Pending {
         var inodes: Set<Inode> = []
@@ -12,7 +10,7 @@ final class StateFeed: Sendable {
 
     private let pending = Mutex(Pending())
     private let observer = Mutex<StateChangeObserver?>(nil)
-    /// What the mount root's `user.docfs.events` announces (nil: no one is told of changes).
+    /// Nil: no one is told of changes.
     let socketPath = Mutex<String?>(nil)
     private let delay: Duration
 
@@ -20,8 +18,7 @@ final class StateFeed: Sendable {
         self.delay = delay
     }
 
-    /// Starts watching `catalog`; `flush` is given the changed items of each batch. Changes
-    /// made while `isWanted` says no one listens are not kept.
+    /// Changes made while `isWanted` says no one listens are not kept.
     func start(watching catalog: Catalog, isWanted: @escaping @Sendable () -> Bool, flush: @escaping @Sendable (Set<Inode>) async -> Void) {
         let watcher = catalog.observeStateChanges { [weak self] inodes in
             guard isWanted() else { return }

@@ -1,19 +1,12 @@
 import Foundation
 
-/// One mount at a time per store: an exclusive `flock` on `lock` in the store's state
-/// directory, held by the daemon for as long as it runs (the kernel lets it go when the daemon
-/// exits, also on SIGKILL, so a crash never leaves a stale lock behind).
-///
-/// Two mounts of one store would share one catalog, one journal and one cache directory, and
-/// the second would run its crash recovery over the first's live state: it uploaded writes the
-/// first had not closed yet (a torn version under the real name), evicted copies the first
-/// still served, and turned the first's next upload into a conflict copy. So the second mount
-/// is refused, naming the first; a store mounted twice on purpose needs a state of its own
-/// (`--state-dir`).
+/// One mount per store: an exclusive `flock` held while the daemon runs (the kernel releases
+/// it on any exit). Two mounts would share catalog, journal and cache, and the second's crash
+/// recovery would trample the first's live state, so it is refused, naming the first.
 public final class StateLock: Sendable {
     private let descriptor: Int32
 
-    /// Who holds the lock, as the holder wrote it: its pid and mount point.
+    /// Its pid and mount point, as the holder wrote them.
     public struct Holder: Sendable, Equatable, CustomStringConvertible {
         public var pid: Int32?
         public var mountpoint: String?
@@ -29,13 +22,11 @@ public final class StateLock: Sendable {
     }
 
     public enum Failure: Error, Equatable {
-        /// Another running mount holds it.
         case held(by: Holder)
-        /// The lock file cannot be opened or locked (errno).
         case unavailable(errno: Int32)
     }
 
-    /// Takes the lock of `stateDirectory` for a mount on `mountpoint`, without waiting.
+    /// Without waiting.
     public init(stateDirectory: String, mountpoint: String) throws(Failure) {
         let path = stateDirectory + "/lock"
         let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
@@ -48,7 +39,7 @@ public final class StateLock: Sendable {
             throw .unavailable(errno: code)
         }
         descriptor = fd
-        // Who holds it, for the message a second mount prints; the lock, not this text, decides.
+        // For the message a second mount prints; the lock, not this text, decides.
         let text = Array("\(getpid())\n\(mountpoint)\n".utf8)
         if ftruncate(fd, 0) == 0 { _ = text.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) } }
     }

@@ -2,47 +2,24 @@ import DocFSStore
 import Foundation
 import Synchronization
 
-/// The upload of a new file that goes out while the file is still being written: a large file
-/// copied into the mount in order (`cp`, `dd`, a download saved there) is on the store about
-/// when its `close()` returns, instead of an upload's time after it. rclone and davfs2 upload
-/// after the close; mountpoint-s3 streams every write this way and so refuses writes out of order.
-///
-/// docfs keeps its journal as it is (the local copy is written, committed at close and
-/// uploaded from there, whatever happens to the stream), and sends the bytes the copy gains at
-/// its end as they land, in one body of unknown length (`Store.write(_:growing:condition:)`),
-/// with the new file's condition (nothing may be at the name). The store shows nothing at the
-/// name before the body is whole (WebDAV: it goes to a temporary name, then one MOVE). How it ends:
-/// - the close (or an fsync) commits exactly the bytes sent in order: the body ends there and
-///   the store's answer confirms that commit as an upload's would; nothing more is sent;
-/// - anything else — a write out of order, a truncate, a rename or unlink of the file, a
-///   writer that pauses or trickles — cancels it, and the upload at close sends the file as
-///   before; the store never held a part of it (the model test checks that no torn content
-///   ever reaches the store);
-/// - a failure of the transfer also leaves the upload at close to do everything.
-///
-/// It reads the copy through a descriptor of its own, of the file the copy had when the stream
-/// began; at the commit that completes it, the copy gives the next write a file of its own
-/// (as for an upload's snapshot), so bytes written after the close are never sent as part of it.
+/// Uploads a new file while it is written in order, so it is on the store about when `close()`
+/// returns. The journal is unchanged: the copy is still committed and uploaded at close. A
+/// commit of exactly the bytes sent completes the body; anything else cancels it, leaving
+/// nothing on the store. Bytes written after the completing commit are never sent in it.
 public final class StreamedUpload: GrowingContent, Sendable {
-    /// What the store holds once the stream ended.
     public enum Outcome: Sendable {
-        /// The store holds `entry`, the whole of commit `commit`.
         case stored(RemoteEntry, commit: UInt64)
-        /// Cancelled, or the transfer failed: the store holds nothing of it.
+        /// The store holds nothing of it.
         case failed(StoreError)
     }
 
-    /// When a stream starts and when it gives up on a slow writer.
     public struct Policy: Sendable, Equatable {
-        /// A new file streams once it has this many bytes, written in order from its start:
-        /// smaller files go up in one request at close, as before.
+        /// Bytes written in order before a file streams; smaller files go up at close.
         public var minimumLength: Int64
-        /// A writer that adds nothing for this long ends the stream (a server would time it out).
+        /// A writer idle this long ends the stream (a server would time it out).
         public var idleLimit: Duration
-        /// A writer slower than this, after its first second, ends the stream: a slow stream
-        /// saves nothing and holds a request open.
+        /// A slower writer, after its first second, ends the stream: it saves nothing and holds a request.
         public var minimumRate: Int64
-        /// Streams under way at most; the files beyond are uploaded at close.
         public var maximumStreams: Int
 
         public init(minimumLength: Int64 = 4 << 20, idleLimit: Duration = .seconds(2), minimumRate: Int64 = 2 << 20,
@@ -57,7 +34,6 @@ public final class StreamedUpload: GrowingContent, Sendable {
     }
 
     public let inode: Inode
-    /// Where it is being sent.
     public let path: StorePath
     private let descriptor: Int32
     private let policy: Policy
@@ -65,26 +41,17 @@ public final class StreamedUpload: GrowingContent, Sendable {
     private let state: Mutex<State>
 
     private struct State {
-        /// The bytes from 0 that were written in order, and may be sent.
         var written: Int64
-        /// Where the body ends: set by the commit that completes it.
         var end: Int64?
-        /// The commit it completes.
         var commit: UInt64?
-        /// Ended early: the body ends where it is.
         var abandoned = false
-        /// The body waiting for more bytes.
         var waiter: CheckedContinuation<Void, Never>?
         var task: Task<Outcome, Never>?
-        /// Bytes read for sending so far (`user.docfs.progress`).
         var sent: Int64 = 0
-        /// The store answered (or the transfer failed).
         var ended = false
     }
 
-    /// A stream of the copy's file (`descriptor`, which it now owns) from its start, of which
-    /// `written` bytes are there already, sent at once with `send` (the store's upload of it):
-    /// whoever gets hold of it finds it sending.
+    /// Owns `descriptor`; sending starts at once.
     init(inode: Inode, path: StorePath, descriptor: Int32, written: Int64, policy: Policy,
          send: @escaping @Sendable (StreamedUpload) async throws(StoreError) -> RemoteEntry) {
         self.inode = inode
@@ -113,21 +80,18 @@ public final class StreamedUpload: GrowingContent, Sendable {
 
     deinit { close(descriptor) }
 
-    /// The store's answer, once the stream ended.
     public func outcome() async -> Outcome {
         guard let task = state.withLock({ $0.task }) else { return .failed(.notSupported("stream never started")) }
         return await task.value
     }
 
-    /// How far it got while it is sending: bytes sent, of those written (or of the whole, once
-    /// a commit completed it); whether a commit completed it. Nil once the store answered.
+    /// Nil once the store answered.
     public var progress: (sent: Int64, total: Int64, complete: Bool)? {
         state.withLock { state in
             state.ended || state.abandoned ? nil : (state.sent, state.end ?? state.written, state.end != nil)
         }
     }
 
-    /// Stops sending (the mount is going away): the body ends where it is.
     public func cancel() {
         state.withLock { $0.task }?.cancel()
     }
@@ -143,8 +107,7 @@ public final class StreamedUpload: GrowingContent, Sendable {
 
     // MARK: What the copy tells it
 
-    /// `range` of the copy was written (its bytes have landed): the next bytes in order go
-    /// out; any other write ends the stream.
+    /// Any write but the next bytes in order ends the stream.
     func wrote(_ range: Range<Int64>) {
         let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
             guard !state.abandoned, state.end == nil, !range.isEmpty else { return nil }
@@ -158,11 +121,9 @@ public final class StreamedUpload: GrowingContent, Sendable {
         waiter?.resume()
     }
 
-    /// The commit that completed it, if one did.
     public var sealedCommit: UInt64? { state.withLock { $0.commit } }
 
-    /// The copy committed `length` bytes as commit `commit`: the body ends there. Returns
-    /// whether that is the stream's whole content (else it ends early, as `abandon`).
+    /// Returns whether `length` is the whole content (else it ends early).
     func seal(length: Int64, commit: UInt64) -> Bool {
         let (complete, waiter) = state.withLock { state -> (Bool, CheckedContinuation<Void, Never>?) in
             guard !state.abandoned, state.end == nil else { return (false, nil) }
@@ -178,8 +139,7 @@ public final class StreamedUpload: GrowingContent, Sendable {
         return complete
     }
 
-    /// A completed stream whose commit the journal could not record: it is cancelled after
-    /// all (its outcome is a failure, whatever the store answers).
+    /// Its completing commit went unrecorded: it fails, whatever the store answers.
     func revoke() {
         let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
             state.abandoned = true
@@ -189,7 +149,7 @@ public final class StreamedUpload: GrowingContent, Sendable {
         waiter?.resume()
     }
 
-    /// Cancels it, unless a commit completed it: the file goes up at close, as any other.
+    /// Unless a commit completed it.
     public func abandon() {
         let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
             if state.end == nil { state.abandoned = true }
@@ -206,7 +166,6 @@ public final class StreamedUpload: GrowingContent, Sendable {
                 if state.abandoned { return .cancelled }
                 if offset < state.written { return .written(upTo: state.end.map { min($0, state.written) } ?? state.written) }
                 if let end = state.end, offset >= end { return .end }
-                // A writer slower than the policy's rate is not worth a stream.
                 let elapsed = ContinuousClock.now - started
                 if elapsed > .seconds(1), .seconds(Double(state.written) / Double(policy.minimumRate)) < elapsed {
                     state.abandoned = true
@@ -219,8 +178,7 @@ public final class StreamedUpload: GrowingContent, Sendable {
         }
     }
 
-    /// Waits until something changes, or `idleLimit` passed with no byte written (which ends
-    /// the stream).
+    /// `idleLimit` with no byte written ends the stream.
     private func waitForWrites(beyond offset: Int64) async {
         let timer = Task { [policy] in
             try? await Task.sleep(for: policy.idleLimit)

@@ -2,38 +2,19 @@ import DocFSStore
 import Foundation
 import Logging
 
-/// Gives the entries of a listing their true kind, on stores whose listings cannot show links,
-/// without holding up the listing.
-///
-/// An S3 listing carries no metadata, so a link object (a small object whose `x-amz-meta-mode`
-/// says S_IFLNK, as s3fs writes it) looks like a file of a few bytes, and a FIFO, socket or
-/// device node (see S3Store+SpecialFiles.swift) like an empty file. Asking `stat` (a HEAD) about
-/// every small object before a listing is answered made a cold `ls` of 5,000 small objects cost
-/// 5,000 HEADs. So a listing takes only what the catalog already knows (`kindKnownFor`: the
-/// version a kind was confirmed for; links docfs made and files it uploaded are known from the
-/// start) and leaves the other small objects *to be confirmed*. A plain `ls`, `find -name` or a
-/// file manager's listing then asks the store nothing more.
-///
-/// The kind of an entry to be confirmed is learnt when someone looks at the entry itself: a
-/// lookup (`stat`, `ls -l`, `open`) waits for that one name's HEAD (`KindConfirmations`), and
-/// starts confirming the rest of the folder in the background, `concurrency` at a time, in name
-/// order, since `ls -l` stats them next. readdir hands the kernel no attributes for such an
-/// entry (DT_UNKNOWN), so `ls -l` stats it, and the first `stat` shows a link as a link.
+/// True kinds where listings cannot show links (an S3 link object looks like a small file),
+/// without a HEAD per object in the listing: small objects with no kind known for their version
+/// are confirmed at their first lookup (readdir gives DT_UNKNOWN, so `ls -l` stats them).
 struct SymlinkProbe {
     let store: any Store
     let catalog: Catalog
     let logger: Logger
 
-    /// The size above which no object is a link or a special file on this store; nil when
-    /// listings show every kind (no entry is ever to be confirmed).
     static func maximumSize(of store: any Store) -> Int64? {
         guard case .byStat(let maximumTargetBytes) = store.capabilities.symlinkDiscovery else { return nil }
         return maximumTargetBytes
     }
 
-    /// `entries` of `directory` with the kinds the catalog confirmed for their versions, and the
-    /// names whose kind is still to be confirmed (see `Catalog.applyListingPage`). Asks the store
-    /// nothing.
     func resolve(_ entries: [RemoteEntry], in directory: Item) throws(FSError) -> (entries: [RemoteEntry], unknown: Set<FileName>) {
         guard let maximumTargetBytes = Self.maximumSize(of: store) else { return (entries, []) }
         func candidate(_ entry: RemoteEntry) -> Bool {
@@ -54,25 +35,17 @@ struct SymlinkProbe {
     }
 }
 
-/// The confirmations of kinds under way (see `SymlinkProbe`): one HEAD per entry however many
-/// lookups wait for it, and one background sweep per folder at a time.
-///
-/// A confirmation is worth a short wait, not an outage: the catalog's kind is almost always
-/// right. So a HEAD is tried again for at most `patience` (a blip), and once the store is found
-/// down (unreachable, or not answering) lookups answer with the catalog's kind at once for
-/// `downFor`, and sweeps stop, instead of each `stat` of a small file waiting out the
-/// interactive 20 s for a store that refuses every connection (an S3 mount used offline).
+/// One HEAD per entry, one sweep per folder. The catalog's kind is almost always right, so a
+/// store found down makes lookups use it at once for `downFor`.
 actor KindConfirmations {
     private let store: any Store
     private let catalog: Catalog
     private let retry: RetryPolicy
     private let logger: Logger
-    /// HEADs in flight at once for one folder's sweep.
     private let concurrency: Int
     private let downFor: Duration
     private var pending: [Inode: Task<Void, Never>] = [:]
     private var sweeping: Set<Inode> = []
-    /// When a confirmation last found the store down.
     private var foundDownAt: ContinuousClock.Instant?
 
     init(store: any Store, catalog: Catalog, retry: RetryPolicy, logger: Logger, concurrency: Int = 16,
@@ -85,15 +58,12 @@ actor KindConfirmations {
         self.downFor = downFor
     }
 
-    /// Whether a confirmation found the store down less than `downFor` ago.
     private var storeSeemsDown: Bool {
         guard let foundDownAt else { return false }
         return ContinuousClock.now - foundDownAt < downFor
     }
 
-    /// Confirms `item`'s kind (joining a confirmation under way) and starts confirming the
-    /// rest of its folder in the background. When the store cannot be asked, the catalog's
-    /// kind stands, and the next lookup asks again (after `downFor`, if the store was down).
+    /// If the store cannot be asked, the catalog's kind stands and the next lookup asks again.
     func confirm(_ item: Catalog.KindToConfirm) async {
         if storeSeemsDown { return }
         if !sweeping.contains(item.parent) {
@@ -105,8 +75,7 @@ actor KindConfirmations {
         }
     }
 
-    /// Whether `item`'s kind is still to be confirmed: another confirmation may have ended
-    /// since the caller read the catalog.
+    /// Another confirmation may have ended since the caller read the catalog.
     private func stillToConfirm(_ item: Catalog.KindToConfirm) -> Bool {
         guard let maximumSize = SymlinkProbe.maximumSize(of: store),
               let current = try? catalog.item(item.inode) else { return false }
@@ -122,15 +91,12 @@ actor KindConfirmations {
         return task
     }
 
-    /// Confirms every entry of `directory` still to be confirmed, `concurrency` at a time, in
-    /// name order (the order `ls -l` stats them in).
+    /// In name order: the order `ls -l` stats them in.
     private func sweep(_ directory: Inode) async {
         defer { sweeping.remove(directory) }
         guard let maximumSize = SymlinkProbe.maximumSize(of: store),
               let candidates = try? catalog.kindsToConfirm(in: directory, maximumSize: maximumSize) else { return }
-        // Batches of `batchSize`, each asked `concurrency` at a time and applied in one catalog
-        // transaction (one per entry was most of the time of a sweep), two batches in flight,
-        // each asking half of `concurrency` at a time.
+        // Batches applied in one transaction each, two in flight, each half of `concurrency`.
         var running: [Task<Void, Never>] = []
         var start = candidates.startIndex
         while start < candidates.endIndex, !storeSeemsDown {
@@ -154,22 +120,18 @@ actor KindConfirmations {
 
     private func finished(_ inodes: [Inode], storeDown: Bool) {
         for inode in inodes { pending[inode] = nil }
-        // A probe that reached the store ends the outage at once, not `downFor` later.
+        // A probe that reached the store ends the outage at once.
         foundDownAt = storeDown ? .now : nil
     }
 
-    /// What one HEAD told.
     private enum Answer {
         case entry(RemoteEntry)
         /// Gone since the listing, or refused: nothing to record.
         case nothing
-        /// Unreachable or not answering, after the retries.
         case storeDown
     }
 
-    /// HEADs of `items` of `directory`, `concurrency` at a time, and what they say applied to
-    /// the catalog in one transaction. Returns whether the store was found down (no further
-    /// HEAD is started then).
+    /// Returns whether the store was found down (no more HEADs then).
     private static func probe(_ items: [Catalog.KindToConfirm], in directory: Inode, concurrency: Int, store: any Store,
                               catalog: Catalog, retry: RetryPolicy, logger: Logger) async -> Bool {
         let askedAt = Date().timeIntervalSince1970
@@ -203,7 +165,6 @@ actor KindConfirmations {
         return storeDown
     }
 
-    /// What the store says of `item`.
     private static func stat(_ item: Catalog.KindToConfirm, store: any Store, retry: RetryPolicy, logger: Logger) async -> Answer {
         do {
             let stated = try await retry.run { () async throws(StoreError) -> RemoteEntry in try await store.stat(item.path) }

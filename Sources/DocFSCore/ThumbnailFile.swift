@@ -1,30 +1,20 @@
-// ThumbnailFile: a thumbnail as the freedesktop Thumbnail Managing Standard wants it, so that
-// every file manager (GIO's `thumbnail::path`, GNOME's thumbnail factory, KDE, tumbler) finds it
-// before it would run a thumbnailer: `$XDG_CACHE_HOME/thumbnails/SIZE/MD5(URI).png`, the URI
-// being the file's `file://` URI written as GLib's `g_filename_to_uri` writes it, and the PNG
-// carrying `Thumb::URI` and `Thumb::MTime` (the mtime the mount shows, in whole seconds), which
-// a file manager checks before it trusts the thumbnail, plus `Thumb::Size` and `Software`.
-// Written atomically (a temporary file in the same folder, 0600, then renamed), so a reader
-// never sees half a thumbnail. Nothing here does network I/O; tested against GIO itself.
+// Thumbnails as the freedesktop standard wants them, so file managers find them before running a
+// thumbnailer. Written atomically; tested against GIO.
 
 import Crypto
 import DocFSStore
 import Foundation
 
 public enum ThumbnailFile {
-    /// The sizes of the standard: the largest side of the thumbnail in pixels, and its folder.
     public enum Size: String, Sendable, CaseIterable {
         case normal
         case large
         public var pixels: Int { self == .normal ? 128 : 256 }
     }
 
-    /// What the Software chunk says.
     public static let software = "docfs"
 
-    /// `file://` and the path percent-encoded as GLib's `g_filename_to_uri` does (every byte
-    /// but `A-Za-z0-9` and `!$&'()*+,-./:=@_~` as `%XX`, upper case): a thumbnail is found by the
-    /// MD5 of exactly this string.
+    /// As `g_filename_to_uri` encodes it: a thumbnail is found by the MD5 of exactly this.
     public static func uri(ofPath path: String) -> String {
         var uri = "file://"
         for byte in path.utf8 {
@@ -50,38 +40,30 @@ public enum ThumbnailFile {
         String(UnicodeScalar(value < 10 ? value + 48 : value + 55))
     }
 
-    /// `MD5(uri).png`, in lower-case hex.
     public static func name(forURI uri: String) -> String {
         Insecure.MD5.hash(data: Array(uri.utf8)).map { byte in (byte < 16 ? "0" : "") + String(byte, radix: 16) }.joined() + ".png"
     }
 
-    /// `$XDG_CACHE_HOME/thumbnails/SIZE/MD5(uri).png`.
     public static func path(forURI uri: String, size: Size, cacheHome: String) -> String {
         cacheHome + "/thumbnails/" + size.rawValue + "/" + name(forURI: uri)
     }
 
-    /// The mtime the standard records: the whole seconds of `st_mtime` (rounded down, as the
-    /// kernel's `tv_sec` is).
+    /// Whole seconds, as `tv_sec`.
     public static func mtime(_ modified: Timestamp) -> Int64 { modified.parts.seconds }
 
-    /// `png` with the standard's text chunks, right after its header; chunks of the same
-    /// keywords it had (a server's thumbnailer writes its own `Thumb::URI`) are left out.
-    /// Throws `.notPNG` for anything else than a PNG whose chunks are whole.
+    /// Replaces chunks of the same keywords. Throws `.notPNG` for anything but a whole PNG.
     public static func tagged(_ png: [UInt8], uri: String, mtime: Int64, size: Int64) throws(PNGText.Failure) -> [UInt8] {
         try PNGText.replacingText(in: png, with: [("Thumb::URI", uri), ("Thumb::MTime", String(mtime)),
                                                  ("Thumb::Size", String(size)), ("Software", software)])
     }
 
-    /// Whether the thumbnail at `path` is one a file manager takes for the file `uri` of this
-    /// `mtime`: it exists, and its `Thumb::URI` and `Thumb::MTime` say so.
     public static func isValid(at path: String, uri: String, mtime: Int64) -> Bool {
         guard let data = FileManager.default.contents(atPath: path),
               let text = try? PNGText.textChunks(of: Array(data)) else { return false }
         return text["Thumb::URI"] == uri && text["Thumb::MTime"] == String(mtime)
     }
 
-    /// Writes `bytes` to `path` atomically (a temporary file beside it, mode 0600, renamed over
-    /// it), making its folders (0700) as needed.
+    /// Atomically, making folders (0700) as needed.
     public static func write(_ bytes: [UInt8], to path: String) throws(FSError) {
         let folder = (path as NSString).deletingLastPathComponent
         do {
@@ -114,10 +96,7 @@ public enum ThumbnailFile {
         }
     }
 
-    /// Removes the failure markers file managers left for `uri`
-    /// (`$XDG_CACHE_HOME/thumbnails/fail/APP/MD5(uri).png`, one folder per application): a
-    /// thumbnailer refused while the file was a placeholder is tried again now that it is local.
-    /// Returns how many went.
+    /// So a thumbnailer refused while it was a placeholder is tried again. Returns how many went.
     @discardableResult
     public static func removeFailureMarkers(forURI uri: String, cacheHome: String) -> Int {
         let fail = cacheHome + "/thumbnails/fail"
@@ -131,24 +110,19 @@ public enum ThumbnailFile {
     }
 }
 
-/// PNG's text chunks (`tEXt`): read them, and write a PNG with new ones. A PNG is a signature
-/// and chunks of `length, type, data, CRC-32 of type and data`.
 public enum PNGText {
     public enum Failure: Error, Equatable {
-        /// Not a PNG, or one cut short.
         case notPNG
     }
 
     static let signature: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]
 
-    /// Whether `bytes` begin as a PNG does.
     public static func isPNG(_ bytes: [UInt8]) -> Bool { bytes.starts(with: signature) }
 
     struct Chunk {
         var type: [UInt8]
         var data: ArraySlice<UInt8>
         var typeName: String { String(decoding: type, as: UTF8.self) }
-        /// The keyword of a text chunk (`tEXt`, `zTXt`, `iTXt`), nil for other chunks.
         var textKeyword: String? {
             guard ["tEXt", "zTXt", "iTXt"].contains(typeName), let end = data.firstIndex(of: 0) else { return nil }
             return String(decoding: data[data.startIndex..<end], as: UTF8.self)
@@ -172,7 +146,6 @@ public enum PNGText {
         return chunks
     }
 
-    /// The `tEXt` chunks of `png`, keyword to text (Latin-1).
     public static func textChunks(of png: [UInt8]) throws(Failure) -> [String: String] {
         var text: [String: String] = [:]
         for chunk in try chunks(of: png) where chunk.typeName == "tEXt" {
@@ -183,8 +156,7 @@ public enum PNGText {
         return text
     }
 
-    /// `png` with `entries` as `tEXt` chunks after `IHDR`; text chunks of the same keywords are
-    /// dropped. Keywords and texts must be Latin-1 (a `file://` URI as the standard writes it is ASCII).
+    /// Keywords and texts must be Latin-1.
     public static func replacingText(in png: [UInt8], with entries: [(keyword: String, text: String)]) throws(Failure) -> [UInt8] {
         let keywords = Set(entries.map(\.keyword))
         var out = signature
@@ -215,7 +187,6 @@ public enum PNGText {
     }
 }
 
-/// CRC-32 as PNG (and zlib) compute it: polynomial 0xEDB88320, reflected, inverted.
 enum CRC32 {
     private static let table: [UInt32] = (0..<256).map { index in
         var value = UInt32(index)

@@ -2,14 +2,9 @@ import DocFSStore
 import Foundation
 import Logging
 
-/// What a mount does, before `CrashRecovery`, with copies the last one left changed while they
-/// were still sparse (a large file written and never closed when the daemon died): their
-/// holes are fetched from the store version the copy started from, so that the unsaved copy
-/// `CrashRecovery` keeps is that version with the user's writes, as for a copy that was whole.
-///
-/// The copy's `HeldLog` says which bytes it holds. A hole is fetched with `If-Match` on the
-/// copy's base: if the store has another version now, or cannot be reached, the hole stays
-/// zeros and the log says so. Every byte the user wrote is kept either way.
+/// Before `CrashRecovery`: copies left changed while sparse get their holes (per `HeldLog`)
+/// fetched `If-Match` their base, so the unsaved copy is that version with the user's writes.
+/// If the store has another version or is unreachable, holes stay zeros; user bytes are kept.
 struct UnfilledCopies {
     let catalog: Catalog
     let cacheDirectory: String
@@ -47,7 +42,7 @@ struct UnfilledCopies {
         }
     }
 
-    /// Writes a fetched hole into the copy, and nothing outside it.
+    /// Writes nothing outside the hole.
     private struct HoleSink: ContentSink {
         let descriptor: Int32
         let hole: ByteRange

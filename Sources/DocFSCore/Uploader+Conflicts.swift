@@ -2,12 +2,8 @@ import DocFSStore
 import Foundation
 import Logging
 
-/// When the store moved on: both versions are kept. Ours goes up next to theirs as a conflict
-/// copy (`ConflictName`), unless what the store holds is our own upload whose answer was lost
-/// (`ownVersionOnStore`); where the item's folder went meanwhile, ours is kept in a folder made
-/// again, or beside where the folder was (`keepWhereFoldersWent`).
+/// When the store moved on, both versions are kept, unless the store holds our own lost upload.
 extension Uploader {
-    /// The store changed since the edit began: upload ours as a conflict copy, show theirs.
     func keepBoth(_ item: Item, _ copy: LocalCopy, commit: UInt64, snapshot: String) async -> Outcome {
         guard let parentPath = item.path.parent, let parent = item.parent else {
             return await failed(item, copy, FSError.invalidArgument)
@@ -33,9 +29,7 @@ extension Uploader {
         }
     }
 
-    /// An upload failed in a way that leaves open whether the store took it (its answer was
-    /// lost): the snapshot's hash is kept, so that finding that version on the store later is
-    /// not taken for someone else's change.
+    /// The snapshot's hash is kept, so finding that version later is not taken for another's change.
     func rememberSent(_ snapshot: String, of inode: Inode, ifItMayHaveArrived error: StoreError) async {
         guard SentVersions.mayHaveReachedTheStore(error) else { return }
         do {
@@ -46,14 +40,8 @@ extension Uploader {
         }
     }
 
-    /// The store holds a version of `item` that this upload did not start from. Before keeping
-    /// both, one GET of it tells whether it is ours after all:
-    /// - the very bytes being sent (an earlier try of this commit went through and its answer was
-    ///   lost): nothing to send, the upload is confirmed as that version;
-    /// - the bytes of an earlier try whose answer was lost (`SentVersions`): our own older
-    ///   content, which this commit replaces (conditionally on that version, so a change made
-    ///   meanwhile is still kept as a conflict).
-    /// Nil: someone else's, or it could not be told (then both are kept, as before).
+    /// One GET tells whether the store's version is ours: the bytes being sent, or an earlier
+    /// try's (replaced conditionally). Nil: someone else's, or unknown (both are kept).
     private func ownVersionOnStore(_ item: Item, _ copy: LocalCopy, commit: UInt64, snapshot: String) async -> Outcome? {
         let inode = item.inode
         guard let comparison = try? SnapshotComparison(snapshot: snapshot),
@@ -62,8 +50,7 @@ extension Uploader {
         guard current.size == comparison.length || sent.sentAny(inode) else { return nil }
         guard let read = try? await store.read(item.path, range: nil, ifMatch: nil, into: comparison) else { return nil }
         let (identical, digest) = comparison.result(size: read.size)
-        // Confirmed only as a version the store names: with no ETag the next upload would be
-        // unconditional.
+        // With no ETag the next upload would be unconditional.
         if identical, read.etag != nil {
             sent.forget(inode)
             logger.info("the store already holds this version (an answer was lost on the way): no conflict",
@@ -92,13 +79,9 @@ extension Uploader {
         }
     }
 
-    /// The store lost a folder above `item` (deleted elsewhere, or replaced by a file) while
-    /// the item had changes here. A deleted folder is made again and the item uploaded into it
-    /// (a remote delete never costs a local change). Where a file now stands in a folder's place,
-    /// the item goes under `FOLDER (conflict DATE)/…` next to it, with the rest of its path.
-    /// A store that still answers "no such folder" after the folders were made again (a path it
-    /// will not create, a proxy that answers 404 to every PUT) is not tried forever: after
-    /// `maximumFolderRemakes` rounds the upload counts as refused, and the change is kept.
+    /// A deleted folder above the item is made again (a remote delete never costs a local change);
+    /// a file in its place sends the item under `FOLDER (conflict DATE)/…`. After
+    /// `maximumFolderRemakes` rounds the upload counts as refused and the change is kept.
     func keepWhereFoldersWent(_ item: Item, _ copy: LocalCopy, commit: UInt64, snapshot: String) async -> Outcome {
         do {
             var target = StorePath.root
@@ -114,7 +97,6 @@ extension Uploader {
             }
             let destination = try target.appending(item.name)
             guard destination != item.path else {
-                // Folders made again: upload under the item's own path, creating it.
                 let entry = try await store.write(destination, fromLocalFile: snapshot, condition: .mustNotExist,
                                                   attributes: item.storeAttributes)
                 if try await !provider.uploaded(copy, commit: commit, as: entry) { enqueue(item.inode) }
@@ -146,9 +128,6 @@ extension Uploader {
         }
     }
 
-    /// Puts a snapshot at `destination` in a conflict folder, or next to it under a conflict
-    /// name when an earlier commit of the item was kept there (`keepBoth` would try the item's
-    /// own folder, which is a file on the store).
     private func keep(_ item: Item, at destination: StorePath, in folder: StorePath, from snapshot: String) async throws(StoreError) -> (StorePath, RemoteEntry) {
         do {
             return (destination, try await store.write(destination, fromLocalFile: snapshot, condition: .mustNotExist))
@@ -158,7 +137,6 @@ extension Uploader {
         }
     }
 
-    /// The upload itself; nil when the store has no folder to put it in.
     func writeUnlessFolderGone(_ item: Item, from snapshot: String, condition: WriteCondition) async throws(StoreError) -> RemoteEntry? {
         do {
             return try await store.write(item.path, fromLocalFile: snapshot, condition: condition,
@@ -168,11 +146,7 @@ extension Uploader {
         }
     }
 
-    /// `FOLDER (conflict DATE)` in `parent`, made unless a folder of that name is there already
-    /// (kept there by another item of the same folder). A *file* may hold the name: the conflict
-    /// copy of a file named like the folder, kept in the same second (the name was a file here
-    /// and a folder on the store, then a folder here and a file on the store). Then "… 2", "… 3":
-    /// never a name below which no PUT can succeed.
+    /// A file may hold the name (a conflict copy of the same second): then "… 2", "… 3".
     private func conflictFolder(for name: String, in parent: StorePath) async throws(StoreError) -> StorePath {
         let now = clock()
         for attempt in 1...100 {
@@ -182,7 +156,6 @@ extension Uploader {
         throw .alreadyExists(try parent.appending(name))
     }
 
-    /// Makes `folder` on the store unless it is there. Returns false when a file stands there.
     private func ensureFolder(_ folder: StorePath) async throws(StoreError) -> Bool {
         do {
             _ = try await store.makeDirectory(folder)
@@ -192,11 +165,7 @@ extension Uploader {
         }
     }
 
-    /// The version of the file the store has at `path` now; nil when it has none there. A
-    /// folder under the name is no version of the file: taken for one, its missing ETag made
-    /// the file's next upload unconditional, and that replaced whatever file another client
-    /// put there later (model seed 800018). With nil the item is not on the store, and its
-    /// next upload only creates.
+    /// A folder is no version of the file: nil, so the next upload only creates.
     private func storeVersion(of path: StorePath) async throws(StoreError) -> RemoteEntry? {
         do {
             let entry = try await store.stat(path)
@@ -206,8 +175,7 @@ extension Uploader {
         }
     }
 
-    /// Uploads `localFile` next to `item` under the first free conflict name: two conflicts in
-    /// the same second get "… 2", "… 3", so a kept copy is never replaced.
+    /// "… 2", "… 3" for the same second: a kept copy is never replaced.
     private func uploadConflictCopy(of item: Item, in directory: StorePath, from localFile: String) async throws(StoreError) -> (String, RemoteEntry) {
         let now = clock()
         for attempt in 1...100 {

@@ -1,13 +1,9 @@
 import DocFSStore
 
-/// Namespace changes and uploads of the same paths never overlap: a rename or an unlink runs
-/// `exclusively` on the paths it touches, with no upload of them in flight and none starting
-/// until it ends, so an upload never writes a name the namespace just moved away. Uploads
-/// elsewhere go on meanwhile.
+/// A rename or unlink runs `exclusively` on its paths, so an upload never writes a name the
+/// namespace just moved away; uploads elsewhere go on.
 extension Uploader {
-    /// Runs a namespace operation that touches `paths` (and everything below them) with no
-    /// upload of those paths in flight and none starting meanwhile. Uploads elsewhere go on:
-    /// one large upload never stalls the rest of the namespace.
+    /// No upload of `paths` (or below) is in flight or starts meanwhile.
     public func exclusively<T: Sendable>(touching paths: [StorePath], _ body: @Sendable () async throws(FSError) -> T) async throws(FSError) -> T {
         let holder = nextHolder
         nextHolder += 1
@@ -17,8 +13,8 @@ extension Uploader {
             exclusiveHolders[holder] = nil
             startWork()
         }
-        // A stream to one of the paths ends here (a commit it completed is recorded first: a
-        // rename then moves the file on the store, an unlink deletes it there).
+        // A stream to the paths ends here (a completed commit is recorded first, so the rename or
+        // unlink then acts on the store's file).
         for stream in streams?.hold(holder, paths) ?? [] {
             if let copy = provider.presentCopies.withLock({ $0[stream.inode] }), copy.takeStream(stream) != nil {
                 await settle(stream, of: copy)
@@ -30,9 +26,7 @@ extension Uploader {
         return try await body()
     }
 
-    /// Keeps uploads of `paths` (and of everything below them) from starting until `release`:
-    /// while the store cannot say where a change cut short by a kill left them
-    /// (`InterruptedChanges`).
+    /// While the store cannot say where a change cut short by a kill left them (`InterruptedChanges`).
     public func hold(_ paths: [StorePath]) -> Int {
         let holder = nextHolder
         nextHolder += 1
