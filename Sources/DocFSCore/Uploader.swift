@@ -11,14 +11,18 @@ public actor Uploader {
     let provider: Provider
     let logger: Logger
     let streams: UploadStreams?
-    private let maximumConcurrentUploads = 4
+    /// Eight small uploads at once (they cost round trips, not bandwidth), of which at most
+    /// four large ones (they share the bandwidth however many there are).
+    static let maximumConcurrentUploads = 8
+    static let maximumConcurrentLargeUploads = 4
+    static let largeUpload: Int64 = 1 << 20
     /// Only `delay` is used: a background upload has no caller whose patience ends.
     private let retryDelays: RetryPolicy
     private var jitter = SystemRandomNumberGenerator()
 
     private var queue: [Inode] = []
     private var queued: Set<Inode> = []
-    var inFlight: [Inode: (path: StorePath, task: Task<Void, Never>)] = [:]
+    var inFlight: [Inode: (path: StorePath, large: Bool, task: Task<Void, Never>)] = [:]
     /// Items fsyncs wait for: an attempt then commits pending writes first. Otherwise writes no
     /// close or fsync handed over are never committed (the user may not mean to keep them).
     private var forced: [Inode: Int] = [:]
@@ -164,10 +168,11 @@ public actor Uploader {
 
     func startWork() {
         var index = 0
-        while inFlight.count < maximumConcurrentUploads && index < queue.count {
+        while inFlight.count < Self.maximumConcurrentUploads && index < queue.count {
             let inode = queue[index]
             guard inFlight[inode] == nil else { index += 1; continue }
             let path: StorePath
+            let large: Bool
             do {
                 guard let item = try catalog.item(inode) else {
                     queue.remove(at: index)
@@ -176,15 +181,17 @@ public actor Uploader {
                     continue
                 }
                 path = item.path
+                large = item.size >= Self.largeUpload
             } catch {
                 index += 1
                 continue
             }
             let blocked = exclusiveHolders.values.contains { Uploader.overlaps(path, $0) }
             guard !blocked else { index += 1; continue }
+            if large, inFlight.values.count(where: \.large) >= Self.maximumConcurrentLargeUploads { index += 1; continue }
             queue.remove(at: index)
             queued.remove(inode)
-            inFlight[inode] = (path, Task { await self.upload(inode) })
+            inFlight[inode] = (path, large, Task { await self.upload(inode) })
         }
         wakeIdleWaitersIfIdle()
     }

@@ -2,6 +2,7 @@
 import DocFSStore
 import DocFSTesting
 import Foundation
+import Synchronization
 import Testing
 
 @Suite("Changes go back to the store, and nothing is lost")
@@ -258,6 +259,29 @@ struct ChangeTests {
         let kept = try #require(fixture.store.attributes(of: "new.txt"))
         #expect(kept.mode == 0o600)
         #expect(kept.modified == Timestamp(seconds: 1_600_000_000))
+    }
+
+    /// Small files go up eight at a time (a round trip each, not a queue of them); large ones
+    /// at most four at a time, as they share the bandwidth.
+    @Test func eightSmallUploadsGoAtOnceAndFourLargeOnes() async throws {
+        for (size, slots) in [(16, Uploader.maximumConcurrentUploads), (Int(Uploader.largeUpload), Uploader.maximumConcurrentLargeUploads)] {
+            let fixture = try CoreFixture.writable()
+            let begun = Mutex(0)
+            let (release, gate) = AsyncStream<Void>.makeStream()
+            fixture.store.holdWrites {
+                begun.withLock { $0 += 1 }
+                for await _ in release { return }
+            }
+            var items: [Item] = []
+            for index in 0...slots { items.append(try await fixture.createFile("f\(index)", [UInt8](repeating: 1, count: size))) }
+            try await eventually("\(slots) uploads of \(size) bytes under way") { begun.withLock { $0 } == slots }
+            // The one more is queued, not sent.
+            #expect(await fixture.fs.uploader.isQueued(items[slots].inode))
+            #expect(begun.withLock { $0 } == slots)
+            gate.finish()
+            await fixture.settle()
+            #expect(begun.withLock { $0 } == slots + 1)
+        }
     }
 
     /// A chmod that lands as an upload ends: after the uploader looked for attributes changed

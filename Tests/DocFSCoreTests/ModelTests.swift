@@ -79,16 +79,26 @@ struct ModelTests {
 
         let started = ContinuousClock.now
         var reports: [ModelReport] = []
+        // A seed that never ends would hang the run silently: one running for a minute is named.
+        let running = RunningSeeds()
+        let label = "model test" + (streaming == .default ? "" : " (streaming)")
+        let watchdog = Task.detached { await running.watch(label: label) }
+        defer { watchdog.cancel() }
+        let run: @Sendable (UInt64) async -> ModelReport = { seed in
+            running.started(seed)
+            defer { running.ended(seed) }
+            return await ModelRun.run(seed: seed, operations: operations, streaming: streaming)
+        }
         await withTaskGroup(of: ModelReport.self) { group in
             var next = seeds.makeIterator()
             for _ in 0..<jobs {
                 guard let seed = next.next() else { break }
-                group.addTask { await ModelRun.run(seed: seed, operations: operations, streaming: streaming) }
+                group.addTask { await run(seed) }
             }
             for await report in group {
                 reports.append(report)
                 if let seed = next.next() {
-                    group.addTask { await ModelRun.run(seed: seed, operations: operations, streaming: streaming) }
+                    group.addTask { await run(seed) }
                 }
             }
         }
@@ -1306,5 +1316,24 @@ private extension Result {
     var isSuccess: Bool {
         if case .success = self { return true }
         return false
+    }
+}
+
+/// The seeds a model run is running, and since when: one that runs for over a minute is named
+/// on standard error (unbuffered: a hung run never flushes standard output).
+final class RunningSeeds: Sendable {
+    private let since = Mutex<[UInt64: ContinuousClock.Instant]>([:])
+
+    func started(_ seed: UInt64) { since.withLock { $0[seed] = .now } }
+    func ended(_ seed: UInt64) { since.withLock { $0[seed] = nil } }
+
+    func watch(label: String) async {
+        while !Task.isCancelled {
+            try? await Task.sleep(for: .seconds(10))
+            let now = ContinuousClock.now
+            for (seed, start) in since.withLock({ $0 }) where now - start > .seconds(60) {
+                FileHandle.standardError.write(Data("\(label): seed \(seed) has run for \(now - start)\n".utf8))
+            }
+        }
     }
 }

@@ -15,8 +15,8 @@ struct UnmountWaitTests {
         let fixture = try CoreFixture.writable()
         let (never, _) = AsyncStream<Void>.makeStream()
         fixture.store.holdWrites { for await _ in never { return } }
-        // Four uploads take every slot and wait on the store.
-        for index in 0..<4 { try await fixture.createFile("busy-\(index).txt", Array("busy".utf8)) }
+        // Uploads take every slot and wait on the store.
+        for index in 0..<Uploader.maximumConcurrentUploads { try await fixture.createFile("busy-\(index).txt", Array("busy".utf8)) }
         let (item, handle) = try await fixture.fs.create(in: Item.rootInode, name: "synced.txt", mode: 0o644, owner: 0, group: 0,
                                                           exclusive: true, truncate: false)
         try fixture.write(handle: handle, Array("kept for the next mount".utf8))
