@@ -8,8 +8,13 @@ import Logging
 enum AttributeSync {
     static func push(_ attributes: StoreAttributes, of item: Item, to store: any Store, catalog: Catalog, provider: Provider,
                      logger: Logger) async {
-        guard !attributes.isEmpty, item.onStore else { return }
+        guard !attributes.isEmpty, item.onStore, !item.isDirectory || store.capabilities.keepsFolderAttributes else { return }
         do {
+            // A folder has no content for a version to guard: its attributes are simply set.
+            if item.isDirectory {
+                _ = try await store.setAttributes(item.path, attributes)
+                return
+            }
             let before = try await store.stat(item.path)
             guard try await store.setAttributes(item.path, attributes) else { return }
             guard before.etag == item.etag else {

@@ -11,9 +11,9 @@ public actor Uploader {
     let provider: Provider
     let logger: Logger
     let streams: UploadStreams?
-    /// Eight small uploads at once (they cost round trips, not bandwidth), of which at most
+    /// Sixteen small uploads at once (they cost round trips, not bandwidth), of which at most
     /// four large ones (they share the bandwidth however many there are).
-    static let maximumConcurrentUploads = 8
+    static let maximumConcurrentUploads = 16
     static let maximumConcurrentLargeUploads = 4
     static let largeUpload: Int64 = 1 << 20
     /// Only `delay` is used: a background upload has no caller whose patience ends.

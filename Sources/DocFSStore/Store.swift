@@ -129,9 +129,13 @@ public struct StoreCapabilities: Sendable, Equatable {
     /// Whether the store makes previews of images and videos (`preview(of:side:)`) for the
     /// entries its listings mark `hasPreview` (WebDAV: Nextcloud, ownCloud, `docfs serve`).
     public var previews: Bool
+    /// Whether `setAttributes` of a folder can keep anything (S3: a folder is a prefix, or a
+    /// marker written once, with no metadata to change): where not, none is asked for.
+    public var keepsFolderAttributes: Bool
 
     public init(canWrite: Bool, canRename: Bool, hasRangeReads: Bool, symlinkDiscovery: SymlinkDiscovery = .inListings,
-                looksUpByStat: Bool = false, streamsUploads: Bool = false, renamesByCopying: Bool = false, previews: Bool = false) {
+                looksUpByStat: Bool = false, streamsUploads: Bool = false, renamesByCopying: Bool = false, previews: Bool = false,
+                keepsFolderAttributes: Bool = true) {
         self.canWrite = canWrite
         self.canRename = canRename
         self.hasRangeReads = hasRangeReads
@@ -140,6 +144,7 @@ public struct StoreCapabilities: Sendable, Equatable {
         self.streamsUploads = streamsUploads
         self.renamesByCopying = renamesByCopying
         self.previews = previews
+        self.keepsFolderAttributes = keepsFolderAttributes
     }
 }
 

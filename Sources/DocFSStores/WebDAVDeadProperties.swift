@@ -160,6 +160,7 @@ extension WebDAVStore {
 
     /// One PROPPATCH of `body`. True when the server kept every property; false when it refused them.
     func proppatch(_ path: StorePath, body: String, collection: Bool, headers: [String: String] = [:]) async throws(StoreError) -> Bool {
+        if headers["If"] == nil { await pendingUnlocks.settle(path) }
         let answer = try await transport.metadata(.PROPPATCH, url: url(path, collection: collection), path: path,
                                                   headers: headers.merging(["Content-Type": "application/xml; charset=utf-8"]) { $1 },
                                                   body: .bytes(ByteBuffer(string: body)), timeout: Self.metadataTimeout)

@@ -3,7 +3,7 @@
 //
 // A server with WebDAV locks (`DAV: 2` in OPTIONS) gets every conditional upload under an
 // exclusive lock of its path: LOCK, the version checked under it, the PUT (and the PROPPATCH of
-// its mode and time) with the lock's token, UNLOCK. Another docfs mount, and any client that
+// its mode and time) with the lock's token, UNLOCK (after the upload returns: PendingUnlocks.swift). Another docfs mount, and any client that
 // honours locks, waits meanwhile (HTTP 423, retried). `If-Match` alone is not enough there:
 // Apache, WsgiDAV and sabre/dav check a condition when a request starts and write when its body
 // has arrived, so two uploads over one version, or two creations of one name, both pass. Two
@@ -89,6 +89,7 @@ extension WebDAVStore {
     /// weak), the check just before the PUT.
     func underCondition<T: Sendable>(_ path: StorePath, _ condition: WriteCondition, bytes: Int64,
                                      _ put: ([String: String]) async throws(StoreError) -> T) async throws(StoreError) -> T {
+        await pendingUnlocks.settle(path)
         if condition == .always { return try await put([:]) }
         // Asked even where locks make it moot: `docfs status` says what the server does.
         _ = await probeConditions(near: path)
@@ -157,7 +158,7 @@ extension WebDAVStore {
                 if !(lock.created && condition == .mustNotExist) { _ = try await check(path, condition) }
                 throw StoreError.busy(status: 412, retryAfter: nil, message: "PUT \(path): the server lost docfs's lock")
             }
-            await unlock(path, lock)
+            pendingUnlocks.start(path) { await self.unlock(path, lock) }
             return result
         } catch {
             if lock.created { await deleteUnderLock(path, lock) }
@@ -251,6 +252,7 @@ extension WebDAVStore {
     /// LOCK (403, 405, 501), which it is then taken not to have. A path another client
     /// holds locked (423) is asked again for a few seconds, then the call fails as busy (retried).
     func lockExclusively(_ path: StorePath, seconds: Int) async throws(StoreError) -> HeldLock? {
+        await pendingUnlocks.settle(path)
         var wait = Duration.milliseconds(20)
         let deadline = ContinuousClock.now + .seconds(10)
         while true {

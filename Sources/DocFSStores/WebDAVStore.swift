@@ -39,6 +39,8 @@ public final class WebDAVStore: Store {
     let uploadLedger = Mutex<UploadLedger<TemporaryUpload>?>(nil)
     /// Whether the server checks If-Match on PUT, once probed (WebDAVStore+ConditionalWrites.swift).
     let conditionProbe = ConditionProbe()
+    /// UNLOCKs sent after their uploads returned (PendingUnlocks.swift).
+    let pendingUnlocks = PendingUnlocks()
     /// Where this server gives versions, once its answers showed it (WebDAVStore+Versions.swift).
     let versionSources = VersionSources()
     /// Who hears what the store learns about its server (WebDAVStore+Traits.swift).
@@ -87,6 +89,7 @@ public final class WebDAVStore: Store {
     /// HTTP client is released without it).
     public func shutdown() async {
         propfindListings.removeAll()
+        await pendingUnlocks.settleAll()
         await transport.shutdown()
     }
 
@@ -320,7 +323,7 @@ public final class WebDAVStore: Store {
         case 415: throw .notSupported("MKCOL with a body")
         default: throw answer.error(method: "MKCOL", path: path)
         }
-        if let entry = try? await stat(path) { return entry }
+        // Not asked back: a new folder's time is now, and a folder has no version to keep.
         return RemoteEntry(path: path, kind: .directory, size: 0, modified: Date().timeIntervalSince1970)
     }
 
@@ -337,6 +340,7 @@ public final class WebDAVStore: Store {
             let entry = try await stat(path)
             if entry.kind == .directory { throw .isADirectory(path) }
         }
+        await pendingUnlocks.settle(path)
         let answer = try await transport.metadata(.DELETE, url: url(path, collection: isDirectory), path: path, headers: [:], body: nil,
                                                   timeout: Self.metadataTimeout)
         switch answer.status {
@@ -365,6 +369,7 @@ public final class WebDAVStore: Store {
                 if !listing.children.isEmpty || listing.skipped > 0 { throw .notEmpty(target) }
             }
         }
+        await pendingUnlocks.settle(source, target)
         let headers = ["Destination": url(target, collection: isDirectory), "Overwrite": replace ? "T" : "F"]
         let answer = try await transport.metadata(.MOVE, url: url(source, collection: isDirectory), path: source, headers: headers, body: nil,
                                                   timeout: Self.metadataTimeout)

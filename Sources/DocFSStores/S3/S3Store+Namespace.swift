@@ -12,10 +12,16 @@ import NIOCore
 extension S3Store {
     public func makeDirectory(_ path: StorePath) async throws(StoreError) -> RemoteEntry {
         guard !path.isRoot else { throw .alreadyExists(path) }
-        if let parent = path.parent, !parent.isRoot, try await !directoryExists(parent).exists { throw .notFound(parent) }
-        if try await headObject(path) != nil { throw .alreadyExists(path) }
-        if try await directoryExists(path).exists { throw .alreadyExists(path) }
+        // The three questions at once: one round trip before the marker, not three.
+        async let parentExists = Self.catching { () throws(StoreError) in try await self.parentExists(of: path) }
+        async let fileThere = Self.catching { () throws(StoreError) in try await self.headObject(path) != nil }
+        async let folderThere = Self.catching { () throws(StoreError) in try await self.directoryExists(path).exists }
+        let (parent, file, folder) = await (parentExists, fileThere, folderThere)
+        if try !parent.get() { throw .notFound(path.parent ?? .root) }
+        if try file.get() { throw .alreadyExists(path) }
+        if try folder.get() { throw .alreadyExists(path) }
         try await putDirectoryMarker(directoryPrefix(path), path: path, onlyIfAbsent: true)
+        knownFolders.saw(path)
         return RemoteEntry(path: path, kind: .directory, size: 0, modified: Date().timeIntervalSince1970)
     }
 
@@ -51,6 +57,7 @@ extension S3Store {
             throw .notFound(path)
         }
         guard keys.allSatisfy({ $0 == marker }), below.commonPrefixes.isEmpty else { throw .notEmpty(path) }
+        knownFolders.forget(path)
         try await deleteKey(marker, path: path)
     }
 
@@ -71,7 +78,7 @@ extension S3Store {
         if sourceEntry.kind == .directory, target.components.starts(with: source.components) {
             throw .invalidName("cannot move \(source) into itself (\(target))")
         }
-        if let parent = target.parent, !parent.isRoot, try await !directoryExists(parent).exists { throw .notFound(parent) }
+        if try await !parentExists(of: target) { throw .notFound(target.parent ?? .root) }
         if let existing = try await statIfExists(target) {
             guard replace else { throw .alreadyExists(target) }
             switch (sourceEntry.kind, existing.kind) {
@@ -85,6 +92,7 @@ extension S3Store {
             }
         }
         if sourceEntry.kind == .directory {
+            knownFolders.forget(source)
             try await moveDirectory(source, to: target)
         } else {
             try await copyObject(from: key(source), size: sourceEntry.size, to: key(target), path: source)

@@ -17,7 +17,7 @@ extension S3Store {
                       attributes: StoreAttributes) async throws(StoreError) -> RemoteEntry {
         guard !path.isRoot else { throw .isADirectory(path) }
         async let isDirectory = Self.catching { () throws(StoreError) in try await self.directoryExists(path).exists }
-        async let parentExists = Self.catching { () throws(StoreError) in try await self.directoryExists(path.parent ?? .root).exists }
+        async let parentExists = Self.catching { () throws(StoreError) in try await self.parentExists(of: path) }
         async let current = Self.catching { () throws(StoreError) -> RemoteEntry? in
             condition == .mustNotExist ? try await self.headObject(path) : nil
         }

@@ -17,7 +17,7 @@ extension S3Store {
     /// the path, a missing parent, an object already there on servers that ignore If-None-Match.
     func checkFreeForNewObject(_ path: StorePath) async throws(StoreError) {
         async let isDirectory = Self.catching { () throws(StoreError) in try await self.directoryExists(path).exists }
-        async let parentExists = Self.catching { () throws(StoreError) in try await self.directoryExists(path.parent ?? .root).exists }
+        async let parentExists = Self.catching { () throws(StoreError) in try await self.parentExists(of: path) }
         async let existing = Self.catching { () throws(StoreError) in try await self.headObject(path) != nil }
         let directoryThere = try await isDirectory.get()
         let objectThere = try await existing.get()

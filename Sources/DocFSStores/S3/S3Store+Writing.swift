@@ -26,7 +26,7 @@ extension S3Store {
         // What S3 does not check for us: a directory at the path, a missing parent; and the
         // condition, for servers that ignore conditional headers (see the top of the file).
         async let isDirectory = Self.catching { () throws(StoreError) in try await self.directoryExists(path).exists }
-        async let parentExists = Self.catching { () throws(StoreError) in try await self.directoryExists(path.parent ?? .root).exists }
+        async let parentExists = Self.catching { () throws(StoreError) in try await self.parentExists(of: path) }
         async let current = Self.catching { () throws(StoreError) -> RemoteEntry? in
             condition == .always ? nil : try await self.headObject(path)
         }

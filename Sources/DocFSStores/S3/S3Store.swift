@@ -47,6 +47,8 @@ public final class S3Store: Store {
     /// Where multipart uploads under way are recorded, once the mount gives a directory for it
     /// (`keepUnfinishedWork(in:)`).
     let uploadLedger = Mutex<UploadLedger<MultipartRecord>?>(nil)
+    /// Folders seen to exist a moment ago (S3Store+KnownFolders.swift).
+    let knownFolders = KnownFolders()
 
     static let metadataTimeout: TimeAmount = .seconds(30)
     /// A server-side copy (CopyObject, UploadPartCopy) until its whole answer: no bytes pass
@@ -133,7 +135,7 @@ public final class S3Store: Store {
         // With links off, listings are taken as they are: every object is a file.
         StoreCapabilities(canWrite: true, canRename: true, hasRangeReads: true,
                           symlinkDiscovery: configuration.symlinks ? .byStat(maximumTargetBytes: Self.maximumLinkTargetBytes) : .inListings,
-                          looksUpByStat: true, streamsUploads: true, renamesByCopying: true)
+                          looksUpByStat: true, streamsUploads: true, renamesByCopying: true, keepsFolderAttributes: false)
     }
 
     // MARK: - Keys
