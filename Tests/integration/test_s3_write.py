@@ -247,3 +247,43 @@ def test_s3_rename_empty_directory(s3, s3_mount):
     wait_until(lambda: "fresh/" not in s3.keys(), 30, f"the marker fresh/ to be gone ({sorted(s3.keys())})")
     assert "renamed/" in s3.keys(), sorted(s3.keys())
     assert os.listdir(m / "renamed") == []
+
+
+def test_s3_a_burst_of_files_into_one_folder_asks_once_whether_it_exists(s3, s3_mount):
+    """S3 has no folders: every new key asked whether its parent exists (a LIST), which doubled
+    the requests of `cp -r` and `tar x`. A folder seen or made is now known for a moment."""
+    seeded(s3)
+    m = s3_mount()
+    os.mkdir(m / "burst")
+    for i in range(30):
+        (m / "burst" / f"f{i:02}.txt").write_bytes(b"x%d\n" % i)
+    wait_until(lambda: len(s3.keys("burst/")) == 31, 60, lambda: f"30 files and a marker under burst/: {sorted(s3.keys('burst/'))}")
+    m.wait_uploads_done(30)
+    s3.wait_logged()
+    asked = [r for r in s3.lists() if r.q().get("prefix") == "burst/" and r.q().get("max-keys") == "1"]
+    assert len(asked) <= 3, f"the folder's existence asked {len(asked)} times for 30 files:\n{s3.log_text(120)}"
+    # A folder removed behind docfs's back loses nothing written into it meanwhile: S3 makes
+    # it again by the new key.
+    for key in s3.keys("burst/"):
+        s3.client.delete_object(Bucket=s3.name, Key=key)
+    (m / "burst" / "late.txt").write_bytes(b"late\n")
+    s3.wait_object("burst/late.txt", b"late\n", timeout=30)
+    assert m.unmount().returncode == 0
+
+
+def test_s3_a_folder_time_or_mode_asks_nothing_of_the_bucket(s3, s3_mount):
+    """A folder on S3 is a prefix (or an empty marker) with no metadata to change: `tar x`
+    restoring each folder's time and mode waited for stat, HEAD and stat again, for nothing."""
+    seeded(s3)
+    m = s3_mount()
+    os.mkdir(m / "folder")
+    m.wait_uploads_done(30)
+    s3.wait_logged()
+    before = len(s3.requests())
+    os.utime(m / "folder", (1_600_000_000, 1_600_000_000))
+    os.chmod(m / "folder", 0o750)
+    assert os.stat(m / "folder").st_mtime == 1_600_000_000
+    assert stat.S_IMODE(os.stat(m / "folder").st_mode) == 0o750
+    s3.wait_logged()
+    assert s3.requests()[before:] == [], f"requests for a folder's attributes:\n{s3.log_text()}"
+    assert m.unmount().returncode == 0

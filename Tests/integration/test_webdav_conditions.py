@@ -16,6 +16,7 @@ import urllib.request
 
 import pytest
 
+from fault_proxy import FaultProxy
 from helpers import wait_until
 from write_support import make_store
 
@@ -136,3 +137,37 @@ def test_without_conditions_or_locks_a_new_file_is_moved_in_place(nginx_without_
     assert not [n for n in os.listdir(root) if n.startswith(".docfs-upload-")], "a temporary file left behind"
     assert "which has no locks: new files are moved in place" in (write_conditions(m) or "")
     assert m.unmount().returncode == 0
+
+
+def test_a_file_renamed_or_removed_as_its_upload_ends_meets_no_lock_of_docfs(nginx_serve, mount, tmp_path):
+    """An upload under a lock sends its UNLOCK after it returns (a round trip fewer per file at
+    a distance): docfs's own next MOVE or DELETE of the path, or of a folder above it, waits for
+    that UNLOCK instead of meeting its own lock (423), and no lock outlives the unmount."""
+    root = make_store(tmp_path / "store", {"keep.txt": b"k\n"})
+    server = nginx_serve(root)
+    # Each UNLOCK takes half a second to be answered: docfs's next request comes before it.
+    proxy = FaultProxy(server.port, log_path=tmp_path / "proxy.log").start()
+    proxy.latency(0.5, method="UNLOCK")
+    m = mount(proxy.url)
+    os.mkdir(m / "d")
+    for i in range(12):
+        (m / "d" / f"f{i}.txt").write_bytes(b"%d\n" % i)
+    m.wait_uploads_done(60)
+    for i in range(6):
+        os.rename(m / "d" / f"f{i}.txt", m / "d" / f"g{i}.txt")
+    for i in range(6, 12):
+        os.unlink(m / "d" / f"f{i}.txt")
+    (m / "e.txt").write_bytes(b"e\n")
+    m.wait_uploads_done(60)
+    os.rename(m / "e.txt", m / "d" / "e.txt")
+    assert m.unmount().returncode == 0
+    proxy.stop()
+
+    assert sorted(os.listdir(root / "d")) == ["e.txt"] + [f"g{i}.txt" for i in range(6)]
+    requests = server.requests()
+    refused = [(r.method, r.path) for r in requests if r.status == 423]
+    assert not refused, f"docfs met its own lock: {refused}"
+    locks = [r.path for r in requests if r.method == "LOCK" and r.status in (200, 201)]
+    unlocks = [r.path for r in requests if r.method == "UNLOCK" and r.status in (200, 204)]
+    assert len(locks) >= 13, f"the uploads went under locks: {[(r.method, r.path) for r in requests]}"
+    assert sorted(locks) == sorted(unlocks), f"a lock left after the unmount: {sorted(set(locks) - set(unlocks))}"
