@@ -17,7 +17,11 @@ extension DocFileSystem {
         // Set-aside items show the store's version: ask its size now, so stat is right at once.
         for item in reverted {
             if let entry = try? await store.stat(item.path), try catalog.item(item.inode)?.state == .placeholder {
-                try? catalog.updateMetadata(of: item.inode, from: entry)
+                do {
+                    try catalog.updateMetadata(of: item.inode, from: entry)
+                } catch {
+                    logger.warning("cannot record the store's size of a set-aside file", metadata: ["path": "\(item.path)", "error": "\(error)"])
+                }
             }
         }
     }

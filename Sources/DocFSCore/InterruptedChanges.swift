@@ -33,7 +33,11 @@ struct InterruptedChanges {
                 if try await !settle(note) { open.append(note) }
             } catch {
                 logger.error("cannot settle a change cut short by the last mount", metadata: ["inode": "\(note.inode)", "error": "\(error)"])
-                try? catalog.forgetChangeUnderWay(of: note.inode)
+                do {
+                    try catalog.forgetChangeUnderWay(of: note.inode)
+                } catch {
+                    logger.error("cannot forget a change cut short: the next mount tries it again", metadata: ["inode": "\(note.inode)", "error": "\(error)"])
+                }
             }
         }
         return open

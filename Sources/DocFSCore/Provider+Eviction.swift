@@ -5,8 +5,9 @@ import Foundation
 extension Provider {
     public func pinsChanged(_ inodes: Set<Inode>? = nil) {
         for (inode, entry) in providing where inodes?.contains(inode) ?? true {
-            guard let pinned = try? catalog.isPinned(inode), pinned != entry.copy.life.pinned else { continue }
             do {
+                let pinned = try catalog.isPinned(inode)
+                guard pinned != entry.copy.life.pinned else { continue }
                 let action = try entry.copy.update { $0.pinChanged(pinned) }
                 _ = perform(action, on: entry.copy)
             } catch {

@@ -305,7 +305,11 @@ public actor Provider {
 
     /// A copy no one else holds goes, unless it holds changes the store lacks.
     private func fetchFailed(_ inode: Inode, copy: LocalCopy) {
-        _ = try? copy.update { $0.openAbandoned() }
+        do {
+            _ = try copy.update { $0.openAbandoned() }
+        } catch {
+            logger.warning("cannot record an open given up", metadata: ["inode": "\(inode)", "error": "\(error)"])
+        }
         let life = copy.life
         if life.isUnused, providing[inode]?.copy === copy {
             evict(copy)

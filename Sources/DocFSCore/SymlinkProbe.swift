@@ -48,7 +48,7 @@ actor KindConfirmations {
     private var sweeping: Set<Inode> = []
     private var foundDownAt: ContinuousClock.Instant?
 
-    init(store: any Store, catalog: Catalog, retry: RetryPolicy, logger: Logger, concurrency: Int = 16,
+    init(store: any Store, catalog: Catalog, retry: RetryPolicy, logger: Logger, concurrency: Int = 32,
          patience: Duration = .seconds(2), downFor: Duration = .seconds(10)) {
         self.store = store
         self.catalog = catalog

@@ -12,7 +12,13 @@ struct UnfilledCopies {
     let logger: Logger
 
     func fill() async {
-        guard let items = try? catalog.itemsWithUncommittedWrites() else { return }
+        let items: [Item]
+        do {
+            items = try catalog.itemsWithUncommittedWrites()
+        } catch {
+            logger.error("cannot read which copies the last mount left unfilled; they stay as they are", metadata: ["error": "\(error)"])
+            return
+        }
         for item in items {
             let copyPath = cacheDirectory + "/" + item.id
             guard let held = HeldLog.read(copyPath: copyPath) else { continue }

@@ -42,8 +42,9 @@ public actor Uploader {
     private var refused: [Inode: String] = [:]
     private var stopped = false
 
-    /// `docfs unmount` keeps refused files rather than waiting for them.
-    public static let refusedPrefix = "refused by the store: "
+    /// How the error shown for a refused upload begins (`user.docfs.error`, `docfs status`);
+    /// `docfs unmount` tells refused files by their `uploadTrouble`, not by this text.
+    static let refusedPrefix = "refused by the store: "
 
     let clock: @Sendable () -> Date
 

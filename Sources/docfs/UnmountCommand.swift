@@ -95,11 +95,22 @@ struct UnmountCommand: AsyncParsableCommand {
     /// Waits until the journal has no unsynced change; refuses when uploads fail because the
     /// store is unreachable (after a few seconds of trying), so nothing is dropped silently.
     private func waitForUploads(_ record: MountRecord) async throws {
-        guard let catalog = try? Catalog(path: record.catalogPath) else { return }
         let started = Date()
         var announced = Set<String>()
         while true {
-            let all = (try? catalog.items(in: [.modified, .uploading])) ?? []
+            // A journal that cannot be read is not "nothing pending": asked again (SQLite may be
+            // busy for a moment), and the unmount refused if it stays unreadable.
+            let all: [Item]
+            do {
+                all = try Catalog(path: record.catalogPath).items(in: [.modified, .uploading])
+            } catch {
+                if Date().timeIntervalSince(started) > min(timeout, 10) {
+                    fail("cannot read the journal of \(mountpoint) (\(record.catalogPath): \(error)), so cannot tell whether "
+                         + "every change is on the store; not unmounting (use --force to unmount anyway: every local copy is kept)")
+                }
+                try? await Task.sleep(for: .milliseconds(100))
+                continue
+            }
             // An upload the store refused for good is not retried: nothing to wait for. It is
             // kept in the recovery folder once the daemon has gone (see `cleanUp`).
             let pending = all.filter { $0.uploadTrouble != .refused }
@@ -164,10 +175,14 @@ struct UnmountCommand: AsyncParsableCommand {
     /// Keeps the unsynced files in a recovery folder now, while the daemon may still be
     /// stuck (`cleanUp` finds them kept already).
     private func keepUnsynced(_ record: MountRecord) {
-        guard let catalog = try? Catalog(path: record.catalogPath) else { return }
-        let pending = (try? catalog.items(in: [.modified, .uploading])) ?? []
-        guard !pending.isEmpty else { return }
-        _ = try? RecoveryFolder.keep(pending, cacheDirectory: record.cacheDirectory, stateDirectory: record.stateDirectory)
+        do {
+            let pending = try Catalog(path: record.catalogPath).items(in: [.modified, .uploading])
+            guard !pending.isEmpty else { return }
+            _ = try RecoveryFolder.keep(pending, cacheDirectory: record.cacheDirectory, stateDirectory: record.stateDirectory)
+        } catch {
+            // `cleanUp` tries again once the daemon has gone, and keeps every copy if it cannot.
+            printError("docfs: cannot keep the unsynced files in a recovery folder yet (\(error))")
+        }
     }
 
     /// Whether the daemon can still do anything: a killed daemon may linger as a zombie until
@@ -184,11 +199,18 @@ struct UnmountCommand: AsyncParsableCommand {
     /// stay for the next mount, and are kept under their names in a recovery folder the user
     /// is told of.
     private func cleanUp(_ record: MountRecord, environment: [String: String]) {
-        var pending: [Item] = []
-        var pinned: [String] = []
-        if let catalog = try? Catalog(path: record.catalogPath) {
-            pending = (try? catalog.items(in: [.modified, .uploading])) ?? []
-            pinned = (try? catalog.pinnedLocalItems().map(\.id)) ?? []
+        let pending: [Item]
+        let pinned: [String]
+        do {
+            let catalog = try Catalog(path: record.catalogPath)
+            pending = try catalog.items(in: [.modified, .uploading])
+            pinned = try catalog.pinnedLocalItems().map(\.id)
+        } catch {
+            // Which copies hold changes is unknown: none is removed.
+            printError("docfs: cannot read the journal (\(record.catalogPath): \(error)); every local copy is kept in "
+                       + "\(record.cacheDirectory), and the next mount of \(record.store) uploads what it finds unsynced")
+            MountRegistry.remove(record.mountpoint, environment: environment)
+            return
         }
         // Pinned complete copies stay for the next mount, like unsynced ones.
         let keep = Set(pending.map(\.id)).union(pinned)

@@ -50,7 +50,9 @@ struct RefusedUploadTests {
                 store.failWrites(with: nil)  // the second content is one the store takes
                 return
             }
-            while !secondCommitted.withLock({ $0 }) { try? await Task.sleep(for: .milliseconds(5)) }
+            // Bounded: should the test fail first, the held write ends instead of hanging the run.
+            let deadline = ContinuousClock.now + .seconds(30)
+            while !secondCommitted.withLock({ $0 }), ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(5)) }
             store.failWrites(with: .refused(status: 413, message: "PUT /a.txt: HTTP 413 Payload Too Large"))
         })
         _ = try await fixture.fs.children(of: Item.rootInode)

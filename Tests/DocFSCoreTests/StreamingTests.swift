@@ -162,12 +162,15 @@ struct StreamingTests {
     /// Waits until the store has stopped delivering (the read-ahead on the wire has landed).
     private func settled(_ fixture: CoreFixture, _ name: String) async throws -> Int64 {
         var last: Int64 = -1
-        while true {
+        let deadline = ContinuousClock.now + .seconds(60)
+        while ContinuousClock.now < deadline {
             let now = fixture.store.bytesDelivered(name)
             if now == last { return now }
             last = now
             try await Task.sleep(for: .milliseconds(150))
         }
+        Issue.record("the store still delivered \(name) after 60 s")
+        return last
     }
 
     @Test func aReaderThatStopsLeavesAtMostTwiceWhatItReadFetchedForNothing() async throws {

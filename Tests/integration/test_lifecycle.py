@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -202,3 +203,28 @@ def test_a_second_mount_of_the_same_store_is_refused_and_leaves_the_first_alone(
     assert m.unmount().returncode == 0
     again = mount(server.url, mountpoint=second)
     assert sorted(os.listdir(again.path)) == ["a.txt", "w.txt"]
+
+
+def test_unmount_of_a_killed_daemon_whose_journal_cannot_be_read_keeps_every_local_copy(docfs_serve, content_tree, mount):
+    """`docfs unmount` of a dead daemon removes the clean copies it left, and keeps those the
+    journal says hold changes. A journal it could not read counted as "no change anywhere": the
+    copy of a file never uploaded was deleted with the clean ones. Now every copy stays."""
+    server = docfs_serve(content_tree)
+    m = mount(server.url)
+    server.stop()                                # the change cannot reach the store
+    (m / "unsaved.txt").write_bytes(b"the only copy of these bytes\n")
+    pids = m.daemon_pids()
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: not any(process_alive(p) for p in pids), 15, "the daemon to die")
+    copies = [f for f in m.xdg.cache_files() if Path(f).read_bytes() == b"the only copy of these bytes\n"]
+    assert copies, f"the change's local copy: {m.xdg.cache_files()}"
+    catalogs = list(m.xdg.state_home.glob("docfs/*/catalog.sqlite"))
+    assert len(catalogs) == 1, catalogs
+    for name in ("catalog.sqlite-wal", "catalog.sqlite-shm"):
+        (catalogs[0].parent / name).unlink(missing_ok=True)
+    catalogs[0].write_bytes(b"not a database " * 100)
+    result = m.unmount()
+    assert not proc_mounts_lines(m.path), f"stale mount still listed: {proc_mounts_lines(m.path)}"
+    assert all(Path(f).exists() for f in copies), f"the unsynced copy was removed: {result.stderr}"
+    assert "cannot read the journal" in result.stderr, result.stderr
