@@ -89,6 +89,7 @@ extension WebDAVStore {
     /// weak), the check just before the PUT.
     func underCondition<T: Sendable>(_ path: StorePath, _ condition: WriteCondition, bytes: Int64,
                                      _ put: ([String: String]) async throws(StoreError) -> T) async throws(StoreError) -> T {
+        // Every PUT and LOCK of an upload passes here: docfs's own lock on the path goes first.
         await pendingUnlocks.settle(path)
         if condition == .always { return try await put([:]) }
         // Asked even where locks make it moot: `docfs status` says what the server does.
@@ -252,7 +253,6 @@ extension WebDAVStore {
     /// LOCK (403, 405, 501), which it is then taken not to have. A path another client
     /// holds locked (423) is asked again for a few seconds, then the call fails as busy (retried).
     func lockExclusively(_ path: StorePath, seconds: Int) async throws(StoreError) -> HeldLock? {
-        await pendingUnlocks.settle(path)
         var wait = Duration.milliseconds(20)
         let deadline = ContinuousClock.now + .seconds(10)
         while true {

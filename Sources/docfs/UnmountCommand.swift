@@ -97,13 +97,17 @@ struct UnmountCommand: AsyncParsableCommand {
     private func waitForUploads(_ record: MountRecord) async throws {
         let started = Date()
         var announced = Set<String>()
+        var catalog: Catalog?
         while true {
             // A journal that cannot be read is not "nothing pending": asked again (SQLite may be
             // busy for a moment), and the unmount refused if it stays unreadable.
             let all: [Item]
             do {
-                all = try Catalog(path: record.catalogPath).items(in: [.modified, .uploading])
+                let opened = try catalog ?? Catalog(path: record.catalogPath)
+                catalog = opened
+                all = try opened.items(in: [.modified, .uploading])
             } catch {
+                catalog = nil
                 if Date().timeIntervalSince(started) > min(timeout, 10) {
                     fail("cannot read the journal of \(mountpoint) (\(record.catalogPath): \(error)), so cannot tell whether "
                          + "every change is on the store; not unmounting (use --force to unmount anyway: every local copy is kept)")

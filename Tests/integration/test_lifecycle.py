@@ -214,6 +214,7 @@ def test_unmount_of_a_killed_daemon_whose_journal_cannot_be_read_keeps_every_loc
     server.stop()                                # the change cannot reach the store
     (m / "unsaved.txt").write_bytes(b"the only copy of these bytes\n")
     pids = m.daemon_pids()
+    assert pids, f"cannot find the docfs daemon for {m.path} among the processes"
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
     wait_until(lambda: not any(process_alive(p) for p in pids), 15, "the daemon to die")
