@@ -211,6 +211,7 @@ def test_unmount_of_a_killed_daemon_whose_journal_cannot_be_read_keeps_every_loc
     copy of a file never uploaded was deleted with the clean ones. Now every copy stays."""
     server = docfs_serve(content_tree)
     m = mount(server.url)
+    os.listdir(m.path)                           # listed: a new name needs no store to be made
     server.stop()                                # the change cannot reach the store
     (m / "unsaved.txt").write_bytes(b"the only copy of these bytes\n")
     pids = m.daemon_pids()
