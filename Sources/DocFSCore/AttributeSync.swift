@@ -23,8 +23,9 @@ enum AttributeSync {
                 return
             }
             let entry = try await store.stat(item.path)
-            try catalog.recordVersion(of: item.inode, etag: entry.etag)
-            await provider.storeVersionChanged(item.inode, from: item.etag, to: entry.etag)
+            try await provider.storeVersionChanged(item.inode, from: item.etag, to: entry.etag)
+        } catch let error as FSError {
+            logger.warning("cannot record the store's new version after an attribute change", metadata: ["path": "\(item.path)", "error": "\(error)"])
         } catch {
             logger.info("store did not take attributes", metadata: ["path": "\(item.path)", "error": "\(error)"])
         }

@@ -8,6 +8,16 @@ extension Catalog {
         try write(invalidating: .item(inode)) { db in try Catalog.persist(db, inode, life) }
     }
 
+    /// A copy on disk that no `LocalCopy` holds (kept pinned from an earlier mount, or changes
+    /// waiting for the next upload) follows the store's version from `old` to `new`. Only the
+    /// provider calls it, on its actor, where no `LocalCopy` of the item can begin meanwhile.
+    func rebaseUnheldCopy(_ inode: Inode, from old: ETag, to new: ETag) throws(FSError) {
+        try write(invalidating: .item(inode)) { db in
+            try db.cachedExecute(sql: "UPDATE item SET baseEtag = ? WHERE inode = ? AND baseEtag = ?",
+                                 arguments: [new.value, Int64(bitPattern: inode), old.value])
+        }
+    }
+
     /// The row's metadata stays as the last listing left it.
     public func recordCopy(_ inode: Inode, _ life: CopyLife, partial: Bool) throws(FSError) {
         try write(invalidating: .item(inode)) { db in

@@ -228,14 +228,14 @@ public final class Catalog: Sendable {
             """, arguments: [time.nanoseconds, time.nanoseconds, Int64(bitPattern: folder)])
     }
 
-    /// A copy based on the old version is based on the new one.
+    /// The store's new version after docfs's own change of its attributes. A copy's base is not
+    /// the listing's to move: `Provider.storeVersionChanged` moves it.
     public func recordVersion(of inode: Inode, etag: ETag?) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
             try db.cachedExecute(sql: """
                 UPDATE item SET kindKnownFor = CASE WHEN kindKnownFor = etag THEN COALESCE(?, etag) ELSE kindKnownFor END,
-                    baseEtag = CASE WHEN baseEtag = etag THEN COALESCE(?, etag) ELSE baseEtag END,
                     etag = COALESCE(?, etag), versionAt = ? WHERE inode = ?
-                """, arguments: [etag?.value, etag?.value, etag?.value, Date().timeIntervalSince1970, Int64(bitPattern: inode)])
+                """, arguments: [etag?.value, etag?.value, Date().timeIntervalSince1970, Int64(bitPattern: inode)])
         }
     }
 

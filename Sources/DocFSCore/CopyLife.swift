@@ -164,8 +164,23 @@ public struct CopyLife: Sendable, Equatable {
         if base == old { base = new }
     }
 
-    public mutating func uploadFailed() {
-        uploading = nil
+    /// Commit `sent` did not get through (nil: the attempt failed before it took one). The
+    /// uploader tries again; nothing else follows.
+    public mutating func uploadFailed(_ sent: UInt64? = nil) {
+        if sent == nil || uploading == sent { uploading = nil }
+    }
+
+    /// The store said no to commit `sent`: it is not tried again, but a newer commit is other
+    /// content and gets a try of its own.
+    public mutating func uploadRefused(_ sent: UInt64?) -> Action {
+        uploadFailed(sent)
+        guard let sent, committed > sent else { return .none }
+        return settle()
+    }
+
+    /// An attempt found nothing committed to send (writes still open go after their close).
+    public mutating func nothingToUpload() -> Action {
+        settle()
     }
 
     /// POSIX: an open copy lives on for its handles.

@@ -160,25 +160,64 @@ public actor Provider {
         }
     }
 
+    /// How one upload attempt ended, as the uploader tells it.
+    public enum UploadEnd: Sendable {
+        /// The store holds commit `commit` as `version`, which becomes the copy's base.
+        case stored(commit: UInt64, version: RemoteEntry)
+        /// The store had moved on: the commit went up as `conflictCopy`; the item shows `storeVersion`.
+        case keptAsConflict(commit: UInt64, conflictCopy: String, storeVersion: RemoteEntry?)
+        /// The store said no: the commit is not sent again (nil: refused before a commit was taken).
+        case refused(commit: UInt64?)
+        /// It did not get through; the uploader tries again later.
+        case failed(commit: UInt64?)
+        /// The copy had nothing committed to send.
+        case notNeeded
+    }
+
+    /// The one way back from the uploader: the copy takes the end of the attempt as one event,
+    /// and the action it returns is carried out here. `.needsUpload`: a newer commit waits to be
+    /// sent, and the caller queues it. Throws when the journal cannot take a confirmed upload
+    /// (then the copy stays as it was, and the next attempt finds its own version on the store).
     @discardableResult
-    public func uploaded(_ copy: LocalCopy, commit: UInt64, as entry: RemoteEntry) throws(FSError) -> Bool {
-        _ = perform(try copy.uploaded(commit, etag: entry.etag), on: copy)
-        let life = copy.life
-        return life.removed || life.committed == life.uploaded
+    public func uploadEnded(_ copy: LocalCopy, _ end: UploadEnd) throws(FSError) -> ReleaseOutcome {
+        switch end {
+        case .stored(let commit, let version):
+            return perform(try copy.uploaded(commit, etag: version.etag), on: copy)
+        case .keptAsConflict(let commit, let conflictCopy, let storeVersion):
+            return perform(try copy.conflictKept(commit, as: conflictCopy, storeVersion: storeVersion), on: copy)
+        case .refused(let commit):
+            var action = CopyLife.Action.none
+            // Also when unrecorded (full disk): the next attempt must be able to start.
+            if let error = copy.updateLettingTheJournalLag({ action = $0.uploadRefused(commit) }) {
+                logger.error("cannot record a refused upload", metadata: ["inode": "\(copy.inode)", "error": "\(error)"])
+            }
+            return perform(action, on: copy)
+        case .failed(let commit):
+            if let error = copy.updateLettingTheJournalLag({ $0.uploadFailed(commit) }) {
+                logger.error("cannot record a failed upload", metadata: ["inode": "\(copy.inode)", "error": "\(error)"])
+            }
+            return perform(.none, on: copy)
+        case .notNeeded:
+            guard providing[copy.inode]?.copy === copy else { return .notPresent }
+            return perform(try copy.update { $0.nothingToUpload() }, on: copy)
+        }
     }
 
-    public func conflictKept(_ copy: LocalCopy, commit: UInt64, conflictCopy: String, storeVersion: RemoteEntry?) throws(FSError) {
-        _ = perform(try copy.conflictKept(commit, as: conflictCopy, storeVersion: storeVersion), on: copy)
-    }
-
-    /// Rebases copies, or their next upload would conflict with their own attributes' change.
-    public func storeVersionChanged(_ inode: Inode, from old: ETag?, to new: ETag?) {
-        guard let copy = providing[inode]?.copy, let old, let new, copy.life.base == old else { return }
+    /// The store's version moved from `old` to `new` by docfs's own change of attributes: the
+    /// catalog learns it, and a copy based on `old` follows, or its next upload would conflict
+    /// with that change. The base is written by the copy that holds it, or, for a copy no
+    /// `LocalCopy` holds, here on the actor, where none can begin meanwhile.
+    public func storeVersionChanged(_ inode: Inode, from old: ETag?, to new: ETag?) throws(FSError) {
+        try catalog.recordVersion(of: inode, etag: new)
+        guard let old, let new else { return }
+        guard let copy = providing[inode]?.copy else {
+            try catalog.rebaseUnheldCopy(inode, from: old, to: new)
+            return
+        }
+        guard copy.life.base == old else { return }
         logger.debug("a copy's base follows the store's new version", metadata: ["inode": "\(inode)", "from": "\(old.value)", "to": "\(new.value)"])
         copy.rebase(from: old, to: new)
-        do { try copy.update { $0.rebased(from: old, to: new) } } catch {
-            logger.warning("cannot record a copy's new base", metadata: ["inode": "\(inode)", "error": "\(error)"])
-        }
+        try copy.update { $0.rebased(from: old, to: new) }
     }
 
     /// An open file stays readable whatever happens to its name (POSIX).
@@ -218,21 +257,6 @@ public actor Provider {
             logger.info("a local copy of a file the store no longer has went", metadata: ["path": "\(item.path)"])
         }
         return dropped
-    }
-
-    public func uploadFailed(_ copy: LocalCopy) {
-        // Also when unrecorded (full disk): the next attempt must be able to start.
-        if let error = copy.updateLettingTheJournalLag({ $0.uploadFailed() }) {
-            logger.error("cannot record a failed upload", metadata: ["inode": "\(copy.inode)", "error": "\(error)"])
-        }
-    }
-
-    public func uploadNotNeeded(_ copy: LocalCopy) {
-        guard let entry = providing[copy.inode], entry.copy === copy else { return }
-        let life = copy.life
-        if life.isUnused, life.content == .present, !life.pinned {
-            _ = perform(.evict, on: copy)
-        }
     }
 
     /// POSIX: an open copy lives on for its handles.

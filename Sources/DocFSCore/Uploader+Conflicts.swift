@@ -6,7 +6,7 @@ import Logging
 extension Uploader {
     func keepBoth(_ item: Item, _ copy: LocalCopy, commit: UInt64, snapshot: String) async -> Outcome {
         guard let parentPath = item.path.parent, let parent = item.parent else {
-            return await failed(item, copy, FSError.invalidArgument)
+            return await failed(item, copy, FSError.invalidArgument, commit: commit)
         }
         if let settled = await ownVersionOnStore(item, copy, commit: commit, snapshot: snapshot) { return settled }
         do {
@@ -19,10 +19,9 @@ extension Uploader {
                 logger.info("the conflict copy waits for the next listing to show", metadata: ["name": "\(conflictName)", "error": "\(error)"])
             }
             let theirs = try await storeVersion(of: item.path)
-            try await provider.conflictKept(copy, commit: commit, conflictCopy: conflictName, storeVersion: theirs)
+            try await ended(copy, .keptAsConflict(commit: commit, conflictCopy: conflictName, storeVersion: theirs))
             logger.warning("conflict: the store changed while this file was edited; both versions kept",
                            metadata: ["path": "\(item.path)", "conflict copy": "\(conflictName)"])
-            queueCommitMadeMeanwhile(item.inode, copy, after: commit)
             return .done
         } catch {
             return await failed(item, copy, error, commit: commit)
@@ -56,9 +55,9 @@ extension Uploader {
             logger.info("the store already holds this version (an answer was lost on the way): no conflict",
                         metadata: ["path": "\(item.path)", "etag": "\(read.etag?.value ?? "-")"])
             do {
-                if try await !provider.uploaded(copy, commit: commit, as: read) { enqueue(inode) }
+                try await ended(copy, .stored(commit: commit, version: read))
             } catch {
-                return await failed(item, copy, error)
+                return await failed(item, copy, error, commit: commit)
             }
             return .done
         }
@@ -68,14 +67,14 @@ extension Uploader {
         do {
             guard let entry = try await writeUnlessFolderGone(item, from: snapshot, condition: .ifMatch(version)) else { return nil }
             sent.forget(inode)
-            if try await !provider.uploaded(copy, commit: commit, as: entry) { enqueue(inode) }
+            try await ended(copy, .stored(commit: commit, version: entry))
             return .done
         } catch let error as StoreError {
             if case .versionMismatch = error { return nil }   // changed again meanwhile: someone else's
             await rememberSent(snapshot, of: inode, ifItMayHaveArrived: error)
-            return await failed(item, copy, error)
+            return await failed(item, copy, error, commit: commit)
         } catch {
-            return await failed(item, copy, error)
+            return await failed(item, copy, error, commit: commit)
         }
     }
 
@@ -99,13 +98,12 @@ extension Uploader {
             guard destination != item.path else {
                 let entry = try await store.write(destination, fromLocalFile: snapshot, condition: .mustNotExist,
                                                   attributes: item.storeAttributes)
-                if try await !provider.uploaded(copy, commit: commit, as: entry) { enqueue(item.inode) }
+                try await ended(copy, .stored(commit: commit, version: entry))
                 return .done
             }
             let (keptAs, kept) = try await keep(item, at: destination, in: target, from: snapshot)
-            try await provider.conflictKept(copy, commit: commit, conflictCopy: "\(keptAs)", storeVersion: nil)
+            try await ended(copy, .keptAsConflict(commit: commit, conflictCopy: "\(keptAs)", storeVersion: nil))
             logger.warning("kept where its folder went", metadata: ["path": "\(item.path)", "kept as": "\(keptAs)", "bytes": "\(kept.size)"])
-            queueCommitMadeMeanwhile(item.inode, copy, after: commit)
             return .done
         } catch let error as StoreError {
             switch error {
@@ -114,17 +112,17 @@ extension Uploader {
             case .notFound, .notADirectory:
                 let remakes = (folderRemakes[item.inode] ?? 0) + 1
                 folderRemakes[item.inode] = remakes
-                guard remakes >= Self.maximumFolderRemakes else { return await failed(item, copy, error) }
+                guard remakes >= Self.maximumFolderRemakes else { return await failed(item, copy, error, commit: commit) }
                 return await failed(item, copy, StoreError.refused(
                     status: 404, message: "PUT \(item.path): the store found no folder for it \(remakes) times, "
-                        + "each time after it was made again (\(error))"))
+                        + "each time after it was made again (\(error))"), commit: commit)
             default:
                 folderRemakes[item.inode] = nil  // "in a row": another failure breaks the run
-                return await failed(item, copy, error)
+                return await failed(item, copy, error, commit: commit)
             }
         } catch {
             folderRemakes[item.inode] = nil
-            return await failed(item, copy, error)
+            return await failed(item, copy, error, commit: commit)
         }
     }
 

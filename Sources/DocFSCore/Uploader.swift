@@ -282,7 +282,7 @@ public actor Uploader {
                 try copy.startUpload(snapshotTo: snapshot, committingPending: committingPending)
             }) else {
                 // Nothing committed: writes still open are sent after their close.
-                await provider.uploadNotNeeded(copy)
+                try await ended(copy, .notNeeded)
                 return .done
             }
             commit = started
@@ -304,11 +304,9 @@ public actor Uploader {
                                                                              snapshot: snapshot)
             logger.debug("upload confirmed", metadata: ["path": "\(item.path)", "commit": "\(commit)", "etag": "\(confirmed.etag?.value ?? "-")"])
             sent.forget(inode)
-            if try await provider.uploaded(copy, commit: commit, as: confirmed) {
+            if try await !ended(copy, .stored(commit: commit, version: confirmed)) {
                 logger.info("uploaded", metadata: ["path": "\(item.path)", "bytes": "\(confirmed.size)"])
                 await pushAttributesChanged(since: given)
-            } else {
-                enqueue(inode)
             }
             return .done
         } catch let error as StoreError {
@@ -338,12 +336,12 @@ public actor Uploader {
             case .stored(let entry, let commit):
                 let (confirmed, given) = await withStoredAttributes(of: copy.inode, entry)
                 do {
-                    if try await provider.uploaded(copy, commit: commit, as: confirmed), let given {
+                    if try await !ended(copy, .stored(commit: commit, version: confirmed)), let given {
                         await pushAttributesChanged(since: given)
                     }
                 } catch {
                     // As an upload whose end the journal cannot take: the next attempt finds its own version.
-                    _ = copy.updateLettingTheJournalLag { if $0.uploading == commit { $0.uploadFailed() } }
+                    await ended(copy, failing: commit)
                     enqueue(copy.inode)
                     throw error
                 }
@@ -354,7 +352,7 @@ public actor Uploader {
                              metadata: ["path": "\(stream.path)", "error": "\(error)"])
                 if let commit = stream.sealedCommit {
                     // A rename or unlink settling it has no attempt of its own: the copy's upload sends the commit.
-                    _ = copy.updateLettingTheJournalLag { if $0.uploading == commit { $0.uploadFailed() } }
+                    await ended(copy, failing: commit)
                     enqueue(copy.inode)
                 }
             }
@@ -411,13 +409,25 @@ public actor Uploader {
         return comparison.result(size: read.size).identical
     }
 
-    /// Whatever became of the attempt, a newer commit goes next. Returns whether one was queued.
+    /// Tells the provider how the attempt ended, and queues the newer commit it says waits.
+    /// Returns whether one was queued. Throws when the journal cannot take the end.
     @discardableResult
-    func queueCommitMadeMeanwhile(_ inode: Inode, _ copy: LocalCopy, after commit: UInt64) -> Bool {
-        let life = copy.life
-        guard life.isDirty, life.committed > commit, life.openCount == 0 else { return false }
-        enqueue(inode)
+    func ended(_ copy: LocalCopy, _ end: Provider.UploadEnd) async throws(FSError) -> Bool {
+        guard try await provider.uploadEnded(copy, end) == .needsUpload else { return false }
+        enqueue(copy.inode)
         return true
+    }
+
+    /// `refused`: the store said no, and the commit is not sent again. Returns whether a newer
+    /// commit was queued.
+    @discardableResult
+    func ended(_ copy: LocalCopy, failing commit: UInt64?, refused: Bool = false) async -> Bool {
+        do {
+            return try await ended(copy, refused ? .refused(commit: commit) : .failed(commit: commit))
+        } catch {
+            logger.error("cannot record the end of an upload", metadata: ["inode": "\(copy.inode)", "error": "\(error)"])
+            return false
+        }
     }
 
     func failed(_ item: Item, _ copy: LocalCopy, _ error: any Error, commit: UInt64? = nil) async -> Outcome {
@@ -425,10 +435,9 @@ public actor Uploader {
             let reason = Self.refusedPrefix + error.description
             logger.error("the store refused the upload; the change is kept, not sent again",
                          metadata: ["path": "\(item.path)", "error": "\(error)"])
-            await provider.uploadFailed(copy)
             recordUploadError(of: item, reason, .refused)
             // A newer commit is other content than the one refused: it gets a try of its own.
-            if let commit, queueCommitMadeMeanwhile(item.inode, copy, after: commit) { return .refused }
+            if await ended(copy, failing: commit, refused: true) { return .refused }
             refused[item.inode] = reason
             return .refused
         }
@@ -436,7 +445,7 @@ public actor Uploader {
         let trouble = UploadTrouble(retried: error)
         let error = (error as? FSError) ?? ((error as? StoreError).map(FSError.init) ?? .io("\(error)"))
         logger.warning("upload failed, will retry", metadata: ["path": "\(item.path)", "error": "\(error)"])
-        await provider.uploadFailed(copy)
+        await ended(copy, failing: commit)
         recordUploadError(of: item, "\(error)", trouble)
         return .retryLater(retryAfter: retryAfter)
     }

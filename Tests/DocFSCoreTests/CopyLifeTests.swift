@@ -101,4 +101,60 @@ struct CopyLifeTests {
         let result17 = life.uploadStarted()
         #expect(result17, "tried again")
     }
+
+    @Test func aFailureReportedForAnOlderCommitLeavesTheRunningUploadAlone() {
+        var life = present()
+        life.changed()
+        life.committedChanges()
+        let started1 = life.uploadStarted()
+        #expect(started1)
+        life.uploadFailed(0)  // a stream of an earlier commit that did not complete
+        #expect(life.state == .uploading, "commit 1 is still on its way")
+        life.uploadFailed(1)
+        #expect(life.state == .modified)
+    }
+
+    @Test func aRefusedCommitIsNotSentAgainButANewerOneIs() {
+        var life = present()
+        life.changed()
+        life.committedChanges()
+        _ = life.released()
+        let started2 = life.uploadStarted()
+        #expect(started2)
+        let refused = life.uploadRefused(1)
+        #expect(refused == .none, "the store said no to this content")
+        #expect(life.isDirty, "the change is kept")
+
+        life.opened()
+        life.changed()
+        life.committedChanges()
+        let started3 = life.uploadStarted()
+        #expect(started3)
+        life.changed()
+        life.committedChanges()  // commit 3, saved while commit 2 went up
+        let whileOpen = life.uploadRefused(2)
+        #expect(whileOpen == .none, "open: commit 3 goes at the last release")
+        let released = life.released()
+        #expect(released == .upload)
+        let started4 = life.uploadStarted()
+        #expect(started4)
+        #expect(life.uploading == 3)
+    }
+
+    @Test func anAttemptWithNothingCommittedEvictsACleanCopyAndKeepsADirtyOne() {
+        var clean = present()
+        _ = clean.released()
+        let cleanAction = clean.nothingToUpload()
+        #expect(cleanAction == .evict)
+
+        var written = present()
+        written.changed()
+        _ = written.released()
+        let writtenAction = written.nothingToUpload()
+        #expect(writtenAction == .none, "uncommitted writes stay for the next mount")
+
+        var pinned = CopyLife(content: .present, base: ETag("v1"), pinned: true)
+        let pinnedAction = pinned.nothingToUpload()
+        #expect(pinnedAction == .none)
+    }
 }

@@ -49,6 +49,29 @@ struct RetentionTests {
         #expect(try !again.catalog.isPinned(item.inode))
     }
 
+    /// A chmod of a pinned file kept from an earlier mount, on a store whose version follows the
+    /// file's attributes (Apache and rclone give mtime-based ETags): the copy no one holds open
+    /// follows the store's new version, so the next open needs no download.
+    @Test func aPinnedCopyFromAnEarlierMountFollowsItsOwnAttributeChange() async throws {
+        let fixture = try CoreFixture(readOnly: false)
+        let content = randomBytes(50_000)
+        fixture.store.addFile("keep.bin", content)
+        let item = try await fixture.lookup("keep.bin")
+        try await fixture.fs.pin(item.inode)
+        await fixture.fs.shutdown()
+
+        let store = fixture.store
+        store.afterSettingAttributes { _ in store.addFile("keep.bin", content) }  // a new version, the same bytes
+        let again = try CoreFixture(store: store, readOnly: false, reuse: fixture.directory)
+        try await again.fs.start()
+        _ = try await again.fs.setAttributes(of: item.inode, .init(mode: 0o600), handle: nil)
+        #expect(store.attributes(of: "keep.bin")?.mode == 0o600)
+        let reopened = try await again.fs.open(item.inode, mode: .read)
+        #expect(try again.readAll(handle: reopened, size: 50_000) == content)
+        await again.fs.release(handle: reopened)
+        #expect(store.readCount("keep.bin") == 1, "the kept copy is the store's version: no download")
+    }
+
     @Test func aListingOfAPinnedFolderDownloadsWhatTheStoreAdded() async throws {
         let fixture = try CoreFixture()
         fixture.store.addFile("keep/a.txt", Array("v1".utf8))
