@@ -196,6 +196,13 @@ public struct CopyLife: Sendable, Equatable {
         return settle()
     }
 
+    /// Whether the copy stays on disk when the mount ends: one with changes stays for the next
+    /// mount to upload, a complete pinned one stays pinned; the rest go. `complete`: every byte
+    /// is local (a streamed copy is `present` with holes).
+    public func staysAfterUnmount(complete: Bool) -> Bool {
+        isDirty || (pinned && content == .present && complete && !removed)
+    }
+
     /// Nil if it may go ahead, else why not.
     public var evictionRefusal: String? {
         if removed { return nil }

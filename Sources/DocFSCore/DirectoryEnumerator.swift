@@ -121,6 +121,12 @@ public actor DirectoryEnumerator {
         return true
     }
 
+    /// A folder never listed is listed, nothing waiting for it (a reader walking it by name).
+    public func listIfNeverListed(_ directory: Item) async {
+        guard directory.isDirectory, directory.listedAt == nil, inFlight[directory.inode] == nil else { return }
+        _ = await listing(directory).result
+    }
+
     private func listingInBackground(_ directory: Item) async {
         let task = listing(directory)
         _ = await task.result
@@ -210,7 +216,10 @@ public actor DirectoryEnumerator {
         let pageUnderWay = listingsBoughtByLookups.removeValue(forKey: directory.inode)?.fetching
         let task = Task { [store, catalog, retry, logger] in
             defer { self.finished(directory.inode) }
-            if let pageUnderWay, await pageUnderWay.value == .listed { return }
+            if let pageUnderWay, await pageUnderWay.value == .listed {
+                handler?(directory)  // the page's own end no longer finds its entry to say so
+                return
+            }
             try await Self.list(directory, store: store, catalog: catalog, retry: retry, logger: logger, previews: previews,
                                 awaited: awaited)
             handler?(directory)

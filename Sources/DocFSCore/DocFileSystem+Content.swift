@@ -122,7 +122,7 @@ extension DocFileSystem {
             do {
                 do { try await completeForCommit(file) } catch {
                     // Handed over all the same: the uploader fetches the rest and commits.
-                    do { try file.copy.update { $0.commitAwaitsFill() } } catch let recording {
+                    do { try file.copy.commitAwaitsFill() } catch let recording {
                         logger.error("cannot note that a copy's commit awaits its fill",
                                      metadata: ["inode": "\(file.inode)", "error": "\(recording)"])
                     }

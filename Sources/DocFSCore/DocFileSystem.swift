@@ -89,10 +89,14 @@ public final class DocFileSystem: Sendable {
                                  ioTimeout: ioTimeout, retention: retention, logger: logger)
         // Files held ahead cannot be evicted, so a mount with `--cache-max` reads nothing ahead.
         let prefetch = retention.cacheMax == nil ? prefetch : .off
-        self.prefetcher = Prefetcher(catalog: catalog, provider: provider, policy: prefetch, logger: logger)
+        let enumerator = DirectoryEnumerator(store: store, catalog: catalog, ttl: directoryTTL, retry: retry, listAhead: listAhead,
+                                             logger: logger)
+        self.enumerator = enumerator
+        let prefetcher = Prefetcher(catalog: catalog, provider: provider, policy: prefetch,
+                                    listInBackground: { [weak enumerator] folder in await enumerator?.listIfNeverListed(folder) },
+                                    logger: logger)
+        self.prefetcher = prefetcher
         self.prefetching = prefetch.files > 0
-        self.enumerator = DirectoryEnumerator(store: store, catalog: catalog, ttl: directoryTTL, retry: retry, listAhead: listAhead,
-                                              logger: logger)
         let streams = streamedUploads.flatMap { policy in
             store.capabilities.streamsUploads && !readOnly ? UploadStreams(store: store, catalog: catalog, policy: policy) : nil
         }
@@ -103,7 +107,10 @@ public final class DocFileSystem: Sendable {
         let pinnedRefresher = PinnedRefresher(catalog: catalog, provider: provider, enumerator: enumerator, logger: logger)
         self.pinnedRefresher = pinnedRefresher
         // Weakly: a cycle would keep the catalog open.
-        enumerator.whenListed { [weak pinnedRefresher] directory in pinnedRefresher?.listed(directory) }
+        enumerator.whenListed { [weak pinnedRefresher, weak prefetcher] directory in
+            pinnedRefresher?.listed(directory)
+            if let prefetcher { Task { await prefetcher.folderListed(directory.inode) } }
+        }
         enumerator.whenCopiesGoneFromStore { [provider] gone in await provider.dropCopiesGoneFromStore(gone) }
     }
 

@@ -45,10 +45,6 @@ extension LocalCopy {
         await state.withLock { $0.draining }?.value
     }
 
-    func rebase(from old: ETag, to new: ETag) {
-        state.withLock { $0.fetcher }?.rebase(from: old, to: new)
-    }
-
     func retarget(to path: StorePath) {
         state.withLock { $0.fetcher }?.retarget(to: path)
     }

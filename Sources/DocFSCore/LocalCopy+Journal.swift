@@ -1,11 +1,57 @@
 import DocFSStore
 import Foundation
 
-/// The catalog's copy columns (state, base, commits, on the store, partial) are written here
-/// and in `LocalCopy.update`, nowhere else: each event of a copy's life is recorded with the
-/// columns it changes, under the copy's lock. A copy that has no `LocalCopy` in memory (kept
-/// pinned from an earlier mount, left by a crash) is recorded through the static functions.
+/// The catalog's copy columns (state, base, commits, on the store, partial) are written here,
+/// nowhere else in `LocalCopy`: each event of a copy's life is one method, which applies the
+/// `CopyLife` event and records the columns it changes, under the copy's lock, and returns the
+/// action that follows for `Provider` to carry out. No one changes a copy's life another way.
+/// A copy that has no `LocalCopy` in memory (kept pinned from an earlier mount, left by a
+/// crash) is recorded through the static functions.
 extension LocalCopy {
+    // MARK: Events
+
+    /// A handle opened it (the count is not recorded: a restart has no handles).
+    func opened() throws(FSError) { try update { $0.opened() } }
+
+    /// An open that gave up before it got the copy.
+    func openAbandoned() throws(FSError) { try update { $0.openAbandoned() } }
+
+    func released() throws(FSError) -> CopyLife.Action { try update { $0.released() } }
+
+    func pinChanged(_ pinned: Bool) throws(FSError) -> CopyLife.Action { try update { $0.pinChanged(pinned) } }
+
+    /// Unlinked: nothing to upload, gone on the last release.
+    func removedLocally() throws(FSError) -> CopyLife.Action { try update { $0.removedLocally() } }
+
+    /// The holes of a closed copy could not be fetched: the uploader fetches them and commits.
+    func commitAwaitsFill() throws(FSError) { try update { $0.commitAwaitsFill() } }
+
+    /// The version a sparse copy was written into is gone: its upload may only create the item.
+    func versionLost() throws(FSError) { try update { $0.versionLost() } }
+
+    /// The store's version moved by docfs's own change of attributes: ranges still to fetch and
+    /// the next upload's condition follow it.
+    func rebase(from old: ETag, to new: ETag) throws(FSError) {
+        state.withLock { $0.fetcher }?.rebase(from: old, to: new)
+        try update { $0.rebased(from: old, to: new) }
+    }
+
+    /// An attempt found nothing committed to send.
+    func nothingToUpload() throws(FSError) -> CopyLife.Action { try update { $0.nothingToUpload() } }
+
+    /// Commit `commit` did not get through. The copy takes it even when the journal cannot
+    /// (a full disk), or no next attempt could start; the error is returned to be shown.
+    func uploadFailed(_ commit: UInt64?) -> FSError? {
+        updateLettingTheJournalLag { _ = $0.uploadFailed(commit) }.unrecorded
+    }
+
+    /// The store refused commit `commit`; kept as `uploadFailed` is.
+    func uploadRefused(_ commit: UInt64?) -> (action: CopyLife.Action, unrecorded: FSError?) {
+        updateLettingTheJournalLag { $0.uploadRefused(commit) }
+    }
+
+    // MARK: Recording
+
     /// The copy begins: its life is recorded. Fails with `notFound` when the row is gone (a
     /// listing dropped the item meanwhile), and the copy is discarded.
     func begin() throws(FSError) {
@@ -83,6 +129,36 @@ extension LocalCopy {
     /// Records `life` for the copy of a file made by crash recovery (its unsaved writes).
     static func record(_ life: CopyLife, of inode: Inode, in catalog: Catalog) throws(FSError) {
         try catalog.recordCopy(inode, life)
+    }
+
+    /// Applies `event` under the lock, and records the life when what the catalog keeps of it
+    /// changed (a change of the handle count writes nothing).
+    @discardableResult
+    private func update<Result>(_ event: (inout CopyLife) -> Result) throws(FSError) -> Result {
+        try state.withLock { (state) throws(FSError) -> Result in
+            var life = state.life
+            let result = event(&life)
+            if life.recorded != state.life.recorded {
+                try catalog.recordCopy(inode, life)
+            }
+            state.life = life
+            return result
+        }
+    }
+
+    /// `update`, keeping the new life even when it cannot be recorded. Only for events a restart
+    /// reads the same either way.
+    private func updateLettingTheJournalLag<Result>(_ event: (inout CopyLife) -> Result) -> (Result, unrecorded: FSError?) {
+        state.withLock { state in
+            var life = state.life
+            let result = event(&life)
+            var failure: FSError?
+            if life.recorded != state.life.recorded {
+                do throws(FSError) { try catalog.recordCopy(inode, life) } catch { failure = error }
+            }
+            state.life = life
+            return (result, failure)
+        }
     }
 
     /// Applies `event` and records it with `record` (a catalog write that persists the life

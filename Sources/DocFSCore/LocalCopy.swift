@@ -97,38 +97,6 @@ public final class LocalCopy: ContentSink, Sendable {
 
     public var wasWritten: Bool { state.withLock { $0.written } }
 
-    // MARK: Life
-
-    /// The one way anyone changes a copy's life, under the lock.
-    @discardableResult
-    public func update<Result>(_ event: (inout CopyLife) -> Result) throws(FSError) -> Result {
-        try state.withLock { (state) throws(FSError) -> Result in
-            var life = state.life
-            let result = event(&life)
-            // Only what the catalog keeps is recorded: a change of the handle count writes nothing.
-            if life.recorded != state.life.recorded {
-                try catalog.recordCopy(inode, life)
-            }
-            state.life = life
-            return result
-        }
-    }
-
-    /// Keeps the new life even when it cannot be recorded (full disk). Only for events a restart
-    /// reads the same either way.
-    public func updateLettingTheJournalLag(_ event: (inout CopyLife) -> Void) -> FSError? {
-        state.withLock { state in
-            var life = state.life
-            event(&life)
-            var failure: FSError?
-            if life.recorded != state.life.recorded {
-                do throws(FSError) { try catalog.recordCopy(inode, life) } catch { failure = error }
-            }
-            state.life = life
-            return failure
-        }
-    }
-
     // MARK: Local changes
 
     /// Journaled before the bytes land; a sparse copy's other bytes are fetched before commit.

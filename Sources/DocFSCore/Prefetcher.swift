@@ -33,13 +33,19 @@ public actor Prefetcher {
     private let logger: Logger
     private var held: [Inode: Hold] = [:]
     private nonisolated let lastReadWhole = Mutex<(parent: Inode, name: String)?>(nil)
+    /// Where a walking reader is: the folder and the last file it opened there.
+    private var walk: (parent: Inode, at: Item)?
+    /// Lists a folder in the background; `folderListed` follows when it is.
+    private let listInBackground: @Sendable (Item) async -> Void
     private var serial = 0
     private var stopped = false
     private(set) var fetchedAhead = 0
     private(set) var used = 0
     nonisolated let underWay = Mutex<Set<Inode>>([])
 
-    init(catalog: Catalog, provider: Provider, policy: Policy, logger: Logger) {
+    init(catalog: Catalog, provider: Provider, policy: Policy, listInBackground: @escaping @Sendable (Item) async -> Void = { _ in },
+         logger: Logger) {
+        self.listInBackground = listInBackground
         self.catalog = catalog
         self.provider = provider
         self.policy = policy
@@ -55,8 +61,23 @@ public actor Prefetcher {
         guard policy.files > 0, !stopped, item.kind == .file, let parent = item.parent else { return }
         // Files ahead in other folders are not coming back.
         letGo(where: { [catalog] inode in (try? catalog.item(inode))??.parent != parent }, except: item.inode)
-        guard isWalk(to: item, in: parent) else { return }
+        guard isWalk(to: item, in: parent) else {
+            walk = nil
+            return
+        }
+        walk = (parent, item)
         fetchAhead(after: item, in: parent)
+        // A folder no one listed (S3 looks names up one by one) shows no next files: listed now,
+        // its next files are fetched when the listing is in (`folderListed`).
+        if let folder = try? catalog.item(parent), folder.listedAt == nil {
+            Task { [listInBackground] in await listInBackground(folder) }
+        }
+    }
+
+    /// A folder's listing came in: a reader walking it gets its next files fetched ahead.
+    func folderListed(_ folder: Inode) {
+        guard policy.files > 0, !stopped, let walk, walk.parent == folder else { return }
+        fetchAhead(after: walk.at, in: folder)
     }
 
     func readerOpened(_ inode: Inode) {

@@ -8,7 +8,7 @@ extension Provider {
             do {
                 let pinned = try catalog.isPinned(inode)
                 guard pinned != entry.copy.life.pinned else { continue }
-                let action = try entry.copy.update { $0.pinChanged(pinned) }
+                let action = try entry.copy.pinChanged(pinned)
                 _ = perform(action, on: entry.copy)
             } catch {
                 logger.warning("cannot record a pin", metadata: ["inode": "\(inode)", "error": "\(error)"])
@@ -21,7 +21,7 @@ extension Provider {
         if let entry = providing[item.inode] {
             if let refusal = entry.copy.life.evictionRefusal { throw .busy("\(item.path): \(refusal)") }
             // Evicted whatever the unpin's own action: the user asked for it now.
-            _ = try entry.copy.update { $0.pinChanged(false) }
+            _ = try entry.copy.pinChanged(false)
             idle[item.inode] = nil
             evict(entry.copy)
             return

@@ -84,7 +84,7 @@ public actor Provider {
         } else {
             entry = try startProviding(item, intent: intent, mayFetch: mayFetch)
         }
-        try entry.copy.update { $0.opened() }
+        try entry.copy.opened()
         do {
             let fetch = entry.fetch
             let timedOut = { @Sendable [ioTimeout] in Self.gaveUp(on: item, after: ioTimeout, trouble: entry.trouble) }
@@ -132,7 +132,7 @@ public actor Provider {
         guard let entry = providing[inode] else { return .notPresent }
         let action: CopyLife.Action
         do {
-            action = try entry.copy.update { $0.released() }
+            action = try entry.copy.released()
         } catch {
             logger.error("cannot record a release", metadata: ["inode": "\(inode)", "error": "\(error)"])
             return .stillOpen
@@ -186,20 +186,19 @@ public actor Provider {
         case .keptAsConflict(let commit, let conflictCopy, let storeVersion):
             return perform(try copy.conflictKept(commit, as: conflictCopy, storeVersion: storeVersion), on: copy)
         case .refused(let commit):
-            var action = CopyLife.Action.none
-            // Also when unrecorded (full disk): the next attempt must be able to start.
-            if let error = copy.updateLettingTheJournalLag({ action = $0.uploadRefused(commit) }) {
-                logger.error("cannot record a refused upload", metadata: ["inode": "\(copy.inode)", "error": "\(error)"])
+            let (action, unrecorded) = copy.uploadRefused(commit)
+            if let unrecorded {
+                logger.error("cannot record a refused upload", metadata: ["inode": "\(copy.inode)", "error": "\(unrecorded)"])
             }
             return perform(action, on: copy)
         case .failed(let commit):
-            if let error = copy.updateLettingTheJournalLag({ $0.uploadFailed(commit) }) {
+            if let error = copy.uploadFailed(commit) {
                 logger.error("cannot record a failed upload", metadata: ["inode": "\(copy.inode)", "error": "\(error)"])
             }
             return perform(.none, on: copy)
         case .notNeeded:
             guard providing[copy.inode]?.copy === copy else { return .notPresent }
-            return perform(try copy.update { $0.nothingToUpload() }, on: copy)
+            return perform(try copy.nothingToUpload(), on: copy)
         }
     }
 
@@ -216,8 +215,7 @@ public actor Provider {
         }
         guard copy.life.base == old else { return }
         logger.debug("a copy's base follows the store's new version", metadata: ["inode": "\(inode)", "from": "\(old.value)", "to": "\(new.value)"])
-        copy.rebase(from: old, to: new)
-        try copy.update { $0.rebased(from: old, to: new) }
+        try copy.rebase(from: old, to: new)
     }
 
     /// An open file stays readable whatever happens to its name (POSIX).
@@ -263,7 +261,7 @@ public actor Provider {
     public func itemRemoved(_ inode: Inode, item: Item) {
         if let entry = providing[inode] {
             do {
-                _ = perform(try entry.copy.update { $0.removedLocally() }, on: entry.copy)
+                _ = perform(try entry.copy.removedLocally(), on: entry.copy)
             } catch {
                 logger.error("cannot record the removal of an open copy", metadata: ["inode": "\(inode)", "error": "\(error)"])
             }
@@ -277,8 +275,7 @@ public actor Provider {
         isShutDown = true
         for (_, entry) in providing {
             entry.fetch.cancel()
-            let life = entry.copy.life
-            if life.isDirty || (life.pinned && life.content == .present && !entry.copy.isSparse && !life.removed) {
+            if entry.copy.life.staysAfterUnmount(complete: !entry.copy.isSparse) {
                 entry.copy.close()
             } else {
                 evict(entry.copy)
@@ -330,7 +327,7 @@ public actor Provider {
     /// A copy no one else holds goes, unless it holds changes the store lacks.
     private func fetchFailed(_ inode: Inode, copy: LocalCopy) {
         do {
-            _ = try copy.update { $0.openAbandoned() }
+            try copy.openAbandoned()
         } catch {
             logger.warning("cannot record an open given up", metadata: ["inode": "\(inode)", "error": "\(error)"])
         }

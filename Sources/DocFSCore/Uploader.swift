@@ -226,7 +226,7 @@ public actor Uploader {
         } catch .stale, .notFound {
             do {
                 let lost = try await copy.giveUpFetching()
-                try copy.update { $0.versionLost() }
+                try copy.versionLost()
                 logger.warning("the version a file was written into is gone from the store: what was not fetched of it stays zeros, in a new file or a conflict copy",
                                metadata: ["path": "\(item.path)", "bytes": "\(lost)"])
             } catch {

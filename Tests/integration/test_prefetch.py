@@ -12,6 +12,7 @@ import time
 import pytest
 
 from helpers import wait_until
+from s3_support import s3, s3_mount, s3_server  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.fuse
 
@@ -113,3 +114,34 @@ def test_a_large_file_is_never_fetched_whole_ahead(tmp_path, docfs_serve, mount)
     wait_until(lambda: "d.txt" in got(server, "docs"), 10, "d.txt fetched ahead")
     m.wait_downloads_done(10)
     assert not [r for r in server.gets("docs/c.bin")], "the large file was fetched ahead"
+
+
+def test_a_reader_walking_s3_folders_by_name_gets_the_next_files_fetched_ahead(s3, s3_mount):
+    """On S3 a name is looked up by itself, so a folder read by paths (`cat d1/f000 d1/f001 …`,
+    a build, `xargs cat`) was never listed, and nothing knew the reader's next files: each cost
+    a lookup and a GET in turn. A reader walking into such a folder has it listed (one request),
+    and its next files come down alongside."""
+    folders = ["d1", "d2"]
+    names = [f"f{i:03d}.txt" for i in range(6)]
+    s3.put_many({f"{d}/{n}": bytes([65 + i]) * 2000 for d in folders for i, n in enumerate(names)})
+    m = s3_mount("--prefetch", str(WINDOW))
+
+    def fetched(folder):
+        return {r.path.rsplit("/", 1)[1] for r in s3.requests() if r.method == "GET" and f"/{folder}/f" in r.path}
+
+    # The walk begins in d1 (two in order), and goes on into d2 at its first file.
+    for name in names[:2]:
+        assert (m / "d1" / name).read_bytes() == bytes([65 + names.index(name)]) * 2000
+    wait_until(lambda: fetched("d1") >= set(names[2:2 + WINDOW]), 10,
+               lambda: f"d1's next files fetched ahead; got {sorted(fetched('d1'))}")
+    for name in names[2:]:
+        assert (m / "d1" / name).read_bytes() == bytes([65 + names.index(name)]) * 2000
+    assert (m / "d2" / names[0]).read_bytes() == b"A" * 2000
+    wait_until(lambda: fetched("d2") >= set(names[1:1 + WINDOW]), 10,
+               lambda: f"d2's next files fetched ahead; got {sorted(fetched('d2'))}")
+    m.wait_downloads_done(10)
+    s3.wait_logged()
+    for folder in folders:
+        gets = [r.path for r in s3.requests() if r.method == "GET" and f"/{folder}/f" in r.path]
+        assert len(gets) == len(set(gets)), f"a file of {folder} fetched twice: {gets}"
+    assert fetched("d2") <= set(names[:1 + WINDOW]), f"fetched beyond the window: {sorted(fetched('d2'))}"
