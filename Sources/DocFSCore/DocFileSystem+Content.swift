@@ -73,7 +73,8 @@ extension DocFileSystem {
         guard let file = openFiles[handle] else { return }
         noteRead(file)
         try await completeForCommit(file)
-        try file.copy.commit()
+        // A catalog write: off the cooperative pool (the FUSE thread's `flushIfComplete` may block).
+        try await Blocking.run { () throws(FSError) in _ = try file.copy.commit() }
     }
 
     /// False when holes must be fetched first (then call `flush`).

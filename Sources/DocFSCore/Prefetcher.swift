@@ -62,14 +62,21 @@ public actor Prefetcher {
         // Files ahead in other folders are not coming back.
         letGo(where: { [catalog] inode in (try? catalog.item(inode))??.parent != parent }, except: item.inode)
         guard isWalk(to: item, in: parent) else {
+            logger.trace("not a walk", metadata: ["path": "\(item.path)", "last": "\(lastReadWhole.withLock { $0 }.map { "\($0.parent)/\($0.name)" } ?? "-")"])
             walk = nil
             return
         }
+        let entering = walk?.parent != parent
         walk = (parent, item)
         fetchAhead(after: item, in: parent)
+        guard entering, let folder = try? catalog.item(parent) else { return }
         // A folder no one listed (S3 looks names up one by one) shows no next files: listed now,
-        // its next files are fetched when the listing is in (`folderListed`).
-        if let folder = try? catalog.item(parent), folder.listedAt == nil {
+        // its next files are fetched when the listing is in (`folderListed`). The folder after
+        // it, where the walk goes next, is listed too, so its files need no lookup of their own.
+        var toList = [folder]
+        if let above = folder.parent, let next = try? catalog.folder(in: above, after: folder.name) { toList.append(next) }
+        for folder in toList where folder.listedAt == nil {
+            logger.debug("a reader walks folders never listed: listed now", metadata: ["path": "\(folder.path)"])
             Task { [listInBackground] in await listInBackground(folder) }
         }
     }

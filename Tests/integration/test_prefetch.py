@@ -120,23 +120,29 @@ def test_a_reader_walking_s3_folders_by_name_gets_the_next_files_fetched_ahead(s
     """On S3 a name is looked up by itself, so a folder read by paths (`cat d1/f000 d1/f001 …`,
     a build, `xargs cat`) was never listed, and nothing knew the reader's next files: each cost
     a lookup and a GET in turn. A reader walking into such a folder has it listed (one request),
-    and its next files come down alongside."""
+    and its next files come down alongside. (Files above 4 KiB: a smaller object may be an
+    s3fs link, and its kind is asked with a HEAD of its own.)"""
+    SIZE = 5000
     folders = ["d1", "d2"]
     names = [f"f{i:03d}.txt" for i in range(6)]
-    s3.put_many({f"{d}/{n}": bytes([65 + i]) * 2000 for d in folders for i, n in enumerate(names)})
+    s3.put_many({f"{d}/{n}": bytes([65 + i]) * SIZE for d in folders for i, n in enumerate(names)})
     m = s3_mount("--prefetch", str(WINDOW))
+    assert sorted(os.listdir(m.path)) == folders  # the folders are known, not their files
 
     def fetched(folder):
         return {r.path.rsplit("/", 1)[1] for r in s3.requests() if r.method == "GET" and f"/{folder}/f" in r.path}
 
     # The walk begins in d1 (two in order), and goes on into d2 at its first file.
     for name in names[:2]:
-        assert (m / "d1" / name).read_bytes() == bytes([65 + names.index(name)]) * 2000
+        assert (m / "d1" / name).read_bytes() == bytes([65 + names.index(name)]) * SIZE
     wait_until(lambda: fetched("d1") >= set(names[2:2 + WINDOW]), 10,
                lambda: f"d1's next files fetched ahead; got {sorted(fetched('d1'))}")
     for name in names[2:]:
-        assert (m / "d1" / name).read_bytes() == bytes([65 + names.index(name)]) * 2000
-    assert (m / "d2" / names[0]).read_bytes() == b"A" * 2000
+        assert (m / "d1" / name).read_bytes() == bytes([65 + names.index(name)]) * SIZE
+    # The folder after d1, where the walk goes next, was listed once the walk entered d1, so
+    # d2's files need no lookup of their own.
+    s3.wait_requests(lambda reqs: [r for r in reqs if r.method == "GET" and "prefix=d2" in str(r)], 10, "d2 listed ahead")
+    assert (m / "d2" / names[0]).read_bytes() == b"A" * SIZE
     wait_until(lambda: fetched("d2") >= set(names[1:1 + WINDOW]), 10,
                lambda: f"d2's next files fetched ahead; got {sorted(fetched('d2'))}")
     m.wait_downloads_done(10)
@@ -145,3 +151,5 @@ def test_a_reader_walking_s3_folders_by_name_gets_the_next_files_fetched_ahead(s
         gets = [r.path for r in s3.requests() if r.method == "GET" and f"/{folder}/f" in r.path]
         assert len(gets) == len(set(gets)), f"a file of {folder} fetched twice: {gets}"
     assert fetched("d2") <= set(names[:1 + WINDOW]), f"fetched beyond the window: {sorted(fetched('d2'))}"
+    heads = [str(r) for r in s3.requests() if r.method == "HEAD" and "/d2/" in r.path]
+    assert not heads, f"d2 was listed ahead, yet its files were looked up one by one: {heads}"
