@@ -178,7 +178,13 @@ public actor DirectoryEnumerator {
             if inFlight[folder.inode] == nil {
                 guard let current = try? catalog.item(folder.inode), current.listedAt == nil else { continue }
             }
-            running.append(listing(folder))
+            let listed = listing(folder)
+            running.append(listed)
+            if maximumLinkSize != nil {
+                Task { [confirmations] in
+                    if case .success = await listed.result { await confirmations.sweepAhead(folder.inode) }
+                }
+            }
             if running.count >= listAhead.concurrency, Self.storeFailed(await running.removeFirst().result) {
                 storeFailed = true
                 break

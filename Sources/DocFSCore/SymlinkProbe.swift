@@ -47,6 +47,10 @@ actor KindConfirmations {
     private var pending: [Inode: Task<Void, Never>] = [:]
     private var sweeping: Set<Inode> = []
     private var foundDownAt: ContinuousClock.Instant?
+    /// When a lookup last needed a kind: a reader stats what it walks (`ls -lR`, `find`), and
+    /// folders listed ahead of it are swept ahead too.
+    private var lookupNeededKindAt: ContinuousClock.Instant?
+    static let statsFollowFor: Duration = .seconds(10)
 
     init(store: any Store, catalog: Catalog, retry: RetryPolicy, logger: Logger, concurrency: Int = 32,
          patience: Duration = .seconds(2), downFor: Duration = .seconds(10)) {
@@ -66,6 +70,7 @@ actor KindConfirmations {
     /// If the store cannot be asked, the catalog's kind stands and the next lookup asks again.
     func confirm(_ item: Catalog.KindToConfirm) async {
         if storeSeemsDown { return }
+        lookupNeededKindAt = .now
         if !sweeping.contains(item.parent) {
             sweeping.insert(item.parent)
             Task { await self.sweep(item.parent) }
@@ -73,6 +78,15 @@ actor KindConfirmations {
         if let task = pending[item.inode] ?? (stillToConfirm(item) ? start(item) : nil) {
             await task.value
         }
+    }
+
+    /// A folder listed ahead of a reader that stats what it walks is swept before the reader
+    /// comes; a plain listing (`ls`, a file manager's names) never is.
+    func sweepAhead(_ directory: Inode) {
+        guard let lookupNeededKindAt, ContinuousClock.now - lookupNeededKindAt < Self.statsFollowFor,
+              !storeSeemsDown, !sweeping.contains(directory) else { return }
+        sweeping.insert(directory)
+        Task { await self.sweep(directory) }
     }
 
     /// Another confirmation may have ended since the caller read the catalog.

@@ -87,3 +87,35 @@ def test_a_link_replaced_by_a_file_is_a_file_after_the_next_listing(s3, s3_mount
                "a listing to show made-elsewhere as the file it now is", interval=0.3)
     assert stat.S_ISREG(os.lstat(m / "made-elsewhere").st_mode)
     assert (m / "made-elsewhere").read_bytes() == b"now a file"
+
+
+def test_find_over_folders_listed_ahead_finds_every_link_and_asks_each_object_once(s3, s3_mount):
+    """`find` (or `ls -lR`) stats the small objects it walks; once a lookup has needed a kind,
+    folders listed ahead of the walk are swept ahead of it (their HEADs no longer wait for the
+    walk to arrive). A plain `ls` still sends none. However the sweeps and the walk's own
+    lookups meet, each object is asked about once and every link is found."""
+    objects = {f"top/d{d:02}/s{s}/f{f:02}.txt": b"x" * (10 + f) for d in range(6) for s in range(2) for f in range(6)}
+    s3.put_many(objects)
+    links = {"top/d01/s0/link": "f00.txt", "top/d04/s1/link": "../s0/f01.txt"}
+    for key, target in links.items():
+        s3.client.put_object(Bucket=s3.name, Key=key, Body=target.encode(), Metadata={"mode": str(stat.S_IFLNK | 0o777)})
+    m = s3_mount()
+
+    plain = subprocess.run(["ls", str(m / "top")], capture_output=True, text=True, timeout=60)
+    assert plain.stdout.split() == [f"d{d:02}" for d in range(6)], plain.stdout
+    s3.wait_logged()
+    assert not [r for r in s3.requests() if r.method == "HEAD" and "/top/d" in r.path], "a plain ls asked about objects"
+
+    found = subprocess.run(["find", str(m / "top"), "-type", "l"], capture_output=True, text=True, timeout=120)
+    assert found.returncode == 0, found.stderr
+    assert sorted(os.path.relpath(p, m.path) for p in found.stdout.split()) == sorted(links)
+    for key, target in links.items():
+        assert os.readlink(m / key) == target
+    every = subprocess.run(["find", str(m / "top"), "-type", "f"], capture_output=True, text=True, timeout=120)
+    assert sorted(os.path.relpath(p, m.path) for p in every.stdout.split()) == sorted(objects)
+    s3.wait_logged()
+    per_key = {}
+    for r in s3.requests():
+        if r.method == "HEAD" and "/top/d" in r.path:
+            per_key[r.path] = per_key.get(r.path, 0) + 1
+    assert per_key and max(per_key.values()) == 1, {k: v for k, v in per_key.items() if v > 1}
