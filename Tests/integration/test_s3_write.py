@@ -287,3 +287,37 @@ def test_s3_a_folder_time_or_mode_asks_nothing_of_the_bucket(s3, s3_mount):
     s3.wait_logged()
     assert s3.requests()[before:] == [], f"requests for a folder's attributes:\n{s3.log_text()}"
     assert m.unmount().returncode == 0
+
+
+def test_s3_a_file_in_a_folder_just_made_here_asks_nothing_first_and_still_keeps_theirs(s3, s3_mount):
+    """`tar x`, `cp -r`, `git clone`: every folder is made here, and each new key in it asked
+    first whether a file or a folder stood at its name (a HEAD and a LIST per file, a round trip
+    each folder in tar's own path). A name never used in a folder made here a moment ago is
+    free: the key goes up at once, with `If-None-Match: *`. Another client's file put at that
+    name meanwhile is still kept, and ours goes next to it."""
+    seeded(s3)
+    m = s3_mount()
+    os.makedirs(m / "made" / "inner")
+    for i in range(5):
+        (m / "made" / "inner" / f"f{i}.txt").write_bytes(b"ours %d\n" % i)
+    s3.put("made/theirs.txt", b"THEIRS\n")          # another client, within the moment
+    (m / "made" / "theirs.txt").write_bytes(b"OURS\n")  # docfs has not seen it: a new file here
+    wait_until(lambda: len(s3.keys("made/inner/")) == 6, 60, lambda: f"5 files and a marker: {sorted(s3.keys('made/'))}")
+
+    def copies():
+        return [k for k in s3.keys("made/") if k.startswith("made/theirs (conflict ")]
+
+    s3.wait_requests(lambda _: copies(), 30, f"our file kept next to theirs ({sorted(s3.keys('made/'))})")
+    m.wait_uploads_done(30)
+    s3.wait_logged()
+    assert s3.get("made/theirs.txt") == b"THEIRS\n", "their file was overwritten"
+    assert [s3.get(k) for k in copies()] == [b"OURS\n"]
+    for i in range(5):
+        key = f"made/inner/f{i}.txt"
+        assert s3.get(key) == b"ours %d\n" % i
+        asked = [str(r) for r in s3.requests() if r.method == "HEAD" and r.path.endswith("/" + key)]
+        asked += [str(r) for r in s3.lists() if r.q().get("prefix") == key + "/"]
+        assert not asked, f"a new file in a folder made here was asked about first: {asked}"
+    assert not [str(r) for r in s3.requests() if r.method == "HEAD" and r.path.endswith("/made/inner")], \
+        "a folder made in a folder made here was asked about first"
+    assert m.unmount().returncode == 0

@@ -3,7 +3,8 @@
 // of writes into one folder (`cp -r`, `tar x`) the answer is the same each time: a folder seen
 // to exist, or made, is taken to exist for a few seconds. A folder removed by another client in
 // that window gets back the files written into it: S3 makes it again by their keys; nothing is
-// lost.
+// lost. Likewise, a name never used in a folder this mount just made is taken to be free: the
+// first key written there asks nothing first.
 
 import DocFSStore
 import Synchronization
@@ -11,6 +12,9 @@ import Synchronization
 final class KnownFolders: Sendable {
     static let lifetime = Duration.seconds(10)
     private let seen = Mutex<[StorePath: ContinuousClock.Instant]>([:])
+    /// Folders this mount made, and the names it has used in them since: for a moment, a name
+    /// never used in a folder made here is taken to be free (`isFresh`).
+    private let made = Mutex<(at: [StorePath: ContinuousClock.Instant], used: Set<StorePath>)>(([:], []))
 
     func exists(_ path: StorePath) -> Bool {
         if path.isRoot { return true }
@@ -32,6 +36,47 @@ final class KnownFolders: Sendable {
     /// `path` and everything below it were removed or moved away.
     func forget(_ path: StorePath) {
         seen.withLock { seen in seen = seen.filter { !$0.key.isSame(orInside: path) } }
+        made.withLock { made in made.at = made.at.filter { !$0.key.isSame(orInside: path) } }
+    }
+
+    /// This mount made the folder `path` (empty, then).
+    func madeFolder(_ path: StorePath) {
+        saw(path)
+        made.withLock { made in
+            if made.at.count > 4096 { made = ([:], []) }
+            made.at[path] = .now
+        }
+    }
+
+    /// Whether `path` names nothing on the store as far as a moment's knowledge goes: its folder
+    /// was made here within `lifetime`, and this mount has not used the name in it since. Marks
+    /// the name used (a second question about it goes to the store). Another client's key at
+    /// that name within the moment is met by `If-None-Match: *`, where the server honours it.
+    func isFresh(_ path: StorePath) -> Bool {
+        guard let parent = path.parent else { return false }
+        return made.withLock { made in
+            guard let at = made.at[parent] else { return false }
+            guard ContinuousClock.now - at < Self.lifetime else {
+                made.at[parent] = nil
+                return false
+            }
+            return Self.use(path, &made)
+        }
+    }
+
+    /// The mount used `path` (wrote, made or moved something there).
+    func used(_ path: StorePath) {
+        guard let parent = path.parent else { return }
+        made.withLock { made in
+            if made.at[parent] != nil { _ = Self.use(path, &made) }
+        }
+    }
+
+    /// Only names in folders made here are kept; past a bound all are dropped, folders first
+    /// (then every name is asked about again).
+    private static func use(_ path: StorePath, _ made: inout (at: [StorePath: ContinuousClock.Instant], used: Set<StorePath>)) -> Bool {
+        if made.used.count >= 65_536 { made = ([:], []) }
+        return made.used.insert(path).inserted && made.at[path.parent ?? .root] != nil
     }
 }
 

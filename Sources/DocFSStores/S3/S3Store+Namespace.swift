@@ -12,6 +12,12 @@ import NIOCore
 extension S3Store {
     public func makeDirectory(_ path: StorePath) async throws(StoreError) -> RemoteEntry {
         guard !path.isRoot else { throw .alreadyExists(path) }
+        // In a folder made here a moment ago, the name is free unless this mount used it.
+        if knownFolders.isFresh(path) {
+            try await putDirectoryMarker(directoryPrefix(path), path: path, onlyIfAbsent: true)
+            knownFolders.madeFolder(path)
+            return RemoteEntry(path: path, kind: .directory, size: 0, modified: Date().timeIntervalSince1970)
+        }
         // The three questions at once: one round trip before the marker, not three.
         async let parentExists = Self.catching { () throws(StoreError) in try await self.parentExists(of: path) }
         async let fileThere = Self.catching { () throws(StoreError) in try await self.headObject(path) != nil }
@@ -21,7 +27,7 @@ extension S3Store {
         if try file.get() { throw .alreadyExists(path) }
         if try folder.get() { throw .alreadyExists(path) }
         try await putDirectoryMarker(directoryPrefix(path), path: path, onlyIfAbsent: true)
-        knownFolders.saw(path)
+        knownFolders.madeFolder(path)
         return RemoteEntry(path: path, kind: .directory, size: 0, modified: Date().timeIntervalSince1970)
     }
 
@@ -91,6 +97,7 @@ extension S3Store {
             default: break
             }
         }
+        knownFolders.used(target)
         if sourceEntry.kind == .directory {
             knownFolders.forget(source)
             try await moveDirectory(source, to: target)

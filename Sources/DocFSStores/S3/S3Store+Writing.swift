@@ -22,6 +22,16 @@ extension S3Store {
         guard !path.isRoot else { throw .isADirectory(path) }
         let file = try LocalFileChunks(path: localFile)
         let metadata = S3Metadata.headers(for: attributes)
+        // A new name in a folder made here a moment ago is free: nothing to ask first.
+        if condition == .mustNotExist, knownFolders.isFresh(path) {
+            let headers = [(name: "If-None-Match", value: "*")]
+            let etag = file.size < Int64(configuration.partSize)
+                ? try await putObject(path, file: file, conditionHeaders: headers, metadata: metadata, condition: condition)
+                : try await uploadMultipart(path, file: file, conditionHeaders: headers, metadata: metadata, condition: condition)
+            return RemoteEntry(path: path, kind: .file, size: file.size, modified: attributes.modified?.seconds ?? Date().timeIntervalSince1970,
+                               etag: etag, mode: attributes.mode, owner: attributes.owner, group: attributes.group)
+        }
+        knownFolders.used(path)
 
         // What S3 does not check for us: a directory at the path, a missing parent; and the
         // condition, for servers that ignore conditional headers (see the top of the file).
