@@ -77,7 +77,7 @@ extension DocFileSystem {
         if let streamed = uploadStreams?.progress(of: item.inode) {
             return (streamed.sent, streamed.total)
         }
-        if item.state == .uploading, let upload = UploadMeter.progress(provider.snapshotPath(for: item)) {
+        if item.state == .uploading, let upload = store.uploadMeter?.progress(provider.snapshotPath(for: item)) {
             return (upload.sent, upload.total)
         }
         return nil

@@ -42,7 +42,7 @@ extension LocalCopy {
     /// Commit `commit` did not get through. The copy takes it even when the journal cannot
     /// (a full disk), or no next attempt could start; the error is returned to be shown.
     func uploadFailed(_ commit: UInt64?) -> FSError? {
-        updateLettingTheJournalLag { _ = $0.uploadFailed(commit) }.unrecorded
+        updateLettingTheJournalLag { $0.uploadFailed(commit) }.unrecorded
     }
 
     /// The store refused commit `commit`; kept as `uploadFailed` is.

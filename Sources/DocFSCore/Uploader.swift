@@ -271,7 +271,7 @@ public actor Uploader {
         if copy.life.awaitingFill, let outcome = await commitAfterFill(item, copy) { return outcome }
         let snapshot = provider.snapshotPath(for: item)
         defer {
-            UploadMeter.unwatch(snapshot)
+            store.uploadMeter?.unwatch(snapshot)
             unlink(snapshot)
             copy.snapshotReleased()
         }
@@ -286,7 +286,7 @@ public actor Uploader {
                 return .done
             }
             commit = started
-            UploadMeter.watch(snapshot, total: copy.length)
+            store.uploadMeter?.watch(snapshot, total: copy.length)
         } catch {
             return await failed(item, copy, error)
         }

@@ -27,6 +27,9 @@ public struct StoreAttributes: Sendable, Equatable {
 }
 
 extension Store {
+    /// A store that does not count what it sends: an upload shows no progress until it ends.
+    public var uploadMeter: UploadMeter? { nil }
+
     /// A store that needs not know what it moves moves it alike.
     public func move(_ source: StorePath, to target: StorePath, replace: Bool, isDirectory: Bool) async throws(StoreError) -> RemoteEntry {
         try await move(source, to: target, replace: replace)

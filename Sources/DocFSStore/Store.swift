@@ -16,6 +16,10 @@ public protocol Store: Sendable {
     /// What this store can do; the core refuses what it cannot.
     var capabilities: StoreCapabilities { get }
 
+    /// Where the store counts the bytes of a local file it sends (`user.docfs.progress`); nil
+    /// when it does not count (see Store+Optional.swift).
+    var uploadMeter: UploadMeter? { get }
+
     /// One page of a directory's children. Pass the previous page's `next` to continue;
     /// a page with `next == nil` is the last. Throws `.notFound` / `.notADirectory`.
     func list(_ directory: StorePath, page: PageToken?) async throws(StoreError) -> ListPage

@@ -249,15 +249,17 @@ struct LocalFileChunks: AsyncSequence, Sendable {
     let size: Int64
     /// The bytes this sequence delivers.
     let range: Range<Int64>
+    /// Counts what is read for sending, by the file's path.
+    let meter: UploadMeter?
 
-    init(path: String) throws(StoreError) {
+    init(path: String, meter: UploadMeter?) throws(StoreError) {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else {
             let code = errno
             throw .localIO(errno: code, message: "open \(path): \(String(cString: strerror(code)))")
         }
         let file = OpenFile(fd: fd, path: path)
-        UploadMeter.restart(path)  // a new attempt: `user.docfs.progress` counts from 0 again
+        meter?.restart(path)  // a new attempt: `user.docfs.progress` counts from 0 again
         var info = stat()
         guard fstat(fd, &info) == 0 else {
             let code = errno
@@ -267,21 +269,24 @@ struct LocalFileChunks: AsyncSequence, Sendable {
         self.file = file
         self.size = Int64(info.st_size)
         self.range = 0..<Int64(info.st_size)
+        self.meter = meter
     }
 
-    private init(file: OpenFile, size: Int64, range: Range<Int64>) {
+    private init(file: OpenFile, size: Int64, range: Range<Int64>, meter: UploadMeter?) {
         self.file = file
         self.size = size
         self.range = range
+        self.meter = meter
     }
 
     /// The same file, delivering only `range` (sharing the open descriptor).
     func slice(_ range: Range<Int64>) -> LocalFileChunks {
-        LocalFileChunks(file: file, size: size, range: range)
+        LocalFileChunks(file: file, size: size, range: range, meter: meter)
     }
 
     struct AsyncIterator: AsyncIteratorProtocol {
         let file: OpenFile
+        let meter: UploadMeter?
         let end: Int64
         var offset: Int64
 
@@ -308,12 +313,12 @@ struct LocalFileChunks: AsyncSequence, Sendable {
                 }
             }
             offset += Int64(want)
-            UploadMeter.record(file.path, want)
+            meter?.record(file.path, want)
             return buffer
         }
     }
 
     func makeAsyncIterator() -> AsyncIterator {
-        AsyncIterator(file: file, end: range.upperBound, offset: range.lowerBound)
+        AsyncIterator(file: file, meter: meter, end: range.upperBound, offset: range.lowerBound)
     }
 }

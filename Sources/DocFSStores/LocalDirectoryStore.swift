@@ -25,6 +25,7 @@ public struct LocalDirectoryStore: Store {
     private let logger: Logger
     /// Sorted names of listings under way, so that paging a directory reads it once.
     private let listings = ListingSnapshots()
+    public let uploadMeter: UploadMeter? = UploadMeter()
 
     /// Size of one read from disk, and so of one chunk handed to a sink or copied on write.
     static let chunkSize = 256 * 1024
@@ -196,7 +197,8 @@ public struct LocalDirectoryStore: Store {
                 if exists, existing.st_nlink > 1 {
                     // A file with other names (hard links) keeps them only if written in place,
                     // as on any file system: not atomic, as there.
-                    return try LocalDirectoryStore.writeInPlace(path, parent: parent, name: name, from: source, localFile: localFile)
+                    return try LocalDirectoryStore.writeInPlace(path, parent: parent, name: name, from: source, localFile: localFile,
+                                                                meter: uploadMeter)
                 }
                 let temporary = LocalDirectoryStore.temporaryPrefix + String(UInt64.random(in: 0...UInt64.max), radix: 36)
                 let mode: mode_t = exists ? (existing.st_mode & 0o7777) : 0o666
@@ -209,7 +211,7 @@ public struct LocalDirectoryStore: Store {
                 do {
                     defer { close(target) }
                     if exists { fchmod(target, mode) }  // keep the mode of the file we replace, despite the umask
-                    try LocalDirectoryStore.copy(from: source, to: target, path: path, localFile: localFile)
+                    try LocalDirectoryStore.copy(from: source, to: target, path: path, localFile: localFile, meter: uploadMeter)
                     guard fsync(target) == 0 else { throw LocalDirectoryStore.error(errno, path: path, doing: "fsync") }
                 }
 
@@ -243,12 +245,13 @@ public struct LocalDirectoryStore: Store {
     }
 
     /// Replaces the content of `name` in `parent` with `source`'s, in the same inode.
-    static func writeInPlace(_ path: StorePath, parent: Int32, name: String, from source: Int32, localFile: String) throws(StoreError) -> RemoteEntry {
+    static func writeInPlace(_ path: StorePath, parent: Int32, name: String, from source: Int32, localFile: String,
+                             meter: UploadMeter?) throws(StoreError) -> RemoteEntry {
         let target = openat(parent, name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
         guard target >= 0 else { throw LocalDirectoryStore.error(errno, path: path, doing: "open") }
         defer { close(target) }
         guard ftruncate(target, 0) == 0 else { throw LocalDirectoryStore.error(errno, path: path, doing: "truncate") }
-        try LocalDirectoryStore.copy(from: source, to: target, path: path, localFile: localFile)
+        try LocalDirectoryStore.copy(from: source, to: target, path: path, localFile: localFile, meter: meter)
         guard fsync(target) == 0 else { throw LocalDirectoryStore.error(errno, path: path, doing: "fsync") }
         var info = Glibc.stat()
         guard fstat(target, &info) == 0 else { throw LocalDirectoryStore.error(errno, path: path, doing: "stat") }
@@ -460,8 +463,8 @@ public struct LocalDirectoryStore: Store {
         return ETag("\"" + parts.joined(separator: "-") + "\"")
     }
 
-    static func copy(from source: Int32, to target: Int32, path: StorePath, localFile: String) throws(StoreError) {
-        UploadMeter.restart(localFile)  // a new attempt counts from 0 again
+    static func copy(from source: Int32, to target: Int32, path: StorePath, localFile: String, meter: UploadMeter?) throws(StoreError) {
+        meter?.restart(localFile)  // a new attempt counts from 0 again
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: chunkSize, alignment: 16)
         defer { buffer.deallocate() }
         var offset: off_t = 0
@@ -473,7 +476,7 @@ public struct LocalDirectoryStore: Store {
                 throw .localIO(errno: code, message: "read \(localFile): \(describe(code))")
             }
             if got == 0 { return }
-            UploadMeter.record(localFile, got)  // `user.docfs.progress` of the upload, as the HTTP stores count it
+            meter?.record(localFile, got)  // `user.docfs.progress` of the upload, as the HTTP stores count it
             var written = 0
             while written < got {
                 let count = Glibc.write(target, buffer.baseAddress! + written, got - written)

@@ -41,6 +41,7 @@ public final class WebDAVStore: Store {
     let conditionProbe = ConditionProbe()
     /// UNLOCKs sent after their uploads returned (PendingUnlocks.swift).
     let pendingUnlocks = PendingUnlocks()
+    public let uploadMeter: UploadMeter? = UploadMeter()
     /// Where this server gives versions, once its answers showed it (WebDAVStore+Versions.swift).
     let versionSources = VersionSources()
     /// Who hears what the store learns about its server (WebDAVStore+Traits.swift).
@@ -264,7 +265,7 @@ public final class WebDAVStore: Store {
         async throws(StoreError) -> (entry: RemoteEntry, attributes: A?) {
         guard !path.isRoot else { throw .isADirectory(path) }
         if case .ifMatch(let version) = condition { learn(from: version) }
-        let file = try LocalFileChunks(path: localFile)
+        let file = try LocalFileChunks(path: localFile, meter: uploadMeter)
         if condition == .mustNotExist, await createsByMoving(near: path) {
             try await putThenMove(path, replace: false) { (temporary) throws(StoreError) in
                 let answer = try await transport.metadata(.PUT, url: url(temporary), path: temporary, headers: [:],

@@ -28,6 +28,8 @@ public final class CrashableStore: Store, Sendable {
     /// The inner store, when a file's rename is a copy and a deletion.
     private let copiesOn: InMemoryStore?
     public var identity: StoreIdentity { inner.identity }
+    public var uploadMeter: UploadMeter? { inner.uploadMeter }
+
     public var capabilities: StoreCapabilities {
         var capabilities = inner.capabilities
         if copiesOn != nil { capabilities.renamesByCopying = true }

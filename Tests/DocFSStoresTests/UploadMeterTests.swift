@@ -15,12 +15,13 @@ import Testing
 struct UploadMeterTests {
     /// Writes `bytes` from a watched source file and returns what the meter saw at the end.
     func meteredWrite(_ store: any Store, to target: StorePath, source: String, size: Int) async throws -> (sent: Int64, total: Int64)? {
-        UploadMeter.watch(source, total: Int64(size))
-        defer { UploadMeter.unwatch(source) }
-        #expect(UploadMeter.progress(source)! == (0, Int64(size)))
+        let meter = try #require(store.uploadMeter)
+        meter.watch(source, total: Int64(size))
+        defer { meter.unwatch(source) }
+        #expect(meter.progress(source)! == (0, Int64(size)))
         let written = try await store.write(target, fromLocalFile: source, condition: .always)
         #expect(written.size == Int64(size))
-        return UploadMeter.progress(source)
+        return meter.progress(source)
     }
 
     @Test("a write counts every byte of the file it sends", arguments: Backend.allCases)
@@ -48,6 +49,18 @@ struct UploadMeterTests {
         }
     }
 
+    @Test("each store counts only its own uploads")
+    func eachStoreHasItsOwnMeter() async throws {
+        try await withStore(.local) { one, _ in
+            try await withStore(.local) { other, _ in
+                let meter = try #require(one.uploadMeter)
+                meter.watch("/a/snapshot", total: 10)
+                defer { meter.unwatch("/a/snapshot") }
+                #expect(other.uploadMeter?.progress("/a/snapshot") == nil, "another mount's meter sees nothing of it")
+            }
+        }
+    }
+
     @Test("a new attempt counts from 0: the local store restarts the count it finds")
     func localRestartsItsCount() async throws {
         let content = randomBytes(2 * LocalDirectoryStore.chunkSize, seed: 8)
@@ -55,11 +68,12 @@ struct UploadMeterTests {
             let source = try dir.uploadSource(content)
             // Twice as many bytes as the file, so the count of a first attempt that was not
             // restarted would stop at the total, and one that was shows exactly the file.
-            UploadMeter.watch(source, total: Int64(2 * content.count))
-            defer { UploadMeter.unwatch(source) }
-            UploadMeter.record(source, content.count / 2)  // what an attempt that failed had sent
+            let meter = try #require(store.uploadMeter)
+            meter.watch(source, total: Int64(2 * content.count))
+            defer { meter.unwatch(source) }
+            meter.record(source, content.count / 2)  // what an attempt that failed had sent
             _ = try await store.write(path("again.bin"), fromLocalFile: source, condition: .always)
-            #expect(UploadMeter.progress(source)?.sent == Int64(content.count))
+            #expect(meter.progress(source)?.sent == Int64(content.count))
         }
     }
 }

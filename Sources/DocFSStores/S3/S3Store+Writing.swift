@@ -20,7 +20,7 @@ extension S3Store {
     public func write(_ path: StorePath, fromLocalFile localFile: String, condition: WriteCondition,
                       attributes: StoreAttributes) async throws(StoreError) -> RemoteEntry {
         guard !path.isRoot else { throw .isADirectory(path) }
-        let file = try LocalFileChunks(path: localFile)
+        let file = try LocalFileChunks(path: localFile, meter: uploadMeter)
         let metadata = S3Metadata.headers(for: attributes)
         // A new name in a folder made here a moment ago is free: nothing to ask first.
         if condition == .mustNotExist, knownFolders.isFresh(path) {

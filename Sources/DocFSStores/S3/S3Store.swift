@@ -49,6 +49,7 @@ public final class S3Store: Store {
     let uploadLedger = Mutex<UploadLedger<MultipartRecord>?>(nil)
     /// Folders seen to exist a moment ago (S3Store+KnownFolders.swift).
     let knownFolders = KnownFolders()
+    public let uploadMeter: UploadMeter? = UploadMeter()
 
     static let metadataTimeout: TimeAmount = .seconds(30)
     /// A server-side copy (CopyObject, UploadPartCopy) until its whole answer: no bytes pass
