@@ -72,6 +72,8 @@ extension FSError {
         case .unreachable(let m): self = .storeUnreachable(m)
         case .timedOut(let m): self = .timedOut(m)
         case .refused(414, _): self = .nameTooLong
+        // Another client holds it locked (WebDAV 423): in use elsewhere, not a failure.
+        case .busy(status: 423, retryAfter: _, message: let m): self = .busy(m)
         case .serverError, .busy, .refused, .protocolError: self = .io(error.description)
         case .localIO(let e, let m): self = .local(errno: e, m)
         }

@@ -9,6 +9,7 @@ server that honours conditions (`docfs serve`) nothing changes: no lock is taken
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import time
@@ -171,3 +172,34 @@ def test_a_file_renamed_or_removed_as_its_upload_ends_meets_no_lock_of_docfs(ngi
     unlocks = [r.path for r in requests if r.method == "UNLOCK" and r.status in (200, 204)]
     assert len(locks) >= 13, f"the uploads went under locks: {[(r.method, r.path) for r in requests]}"
     assert sorted(locks) == sorted(unlocks), f"a lock left after the unmount: {sorted(set(locks) - set(unlocks))}"
+
+
+def lock_as_another_client(url: str) -> str:
+    """An exclusive write lock taken by another WebDAV client; returns its token."""
+    body = (b'<?xml version="1.0" encoding="utf-8"?><D:lockinfo xmlns:D="DAV:"><D:lockscope><D:exclusive/></D:lockscope>'
+            b'<D:locktype><D:write/></D:locktype><D:owner>another client</D:owner></D:lockinfo>')
+    request = urllib.request.Request(url, data=body, method="LOCK", headers={"Timeout": "Second-600", "Depth": "0",
+                                                                                "Content-Type": "application/xml"})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return answer.headers["Lock-Token"]
+
+
+@pytest.mark.parametrize("server_kind", ["apache", "nginx"])
+def test_a_file_another_client_holds_locked_cannot_be_renamed_or_removed_and_says_busy(
+        server_kind, apache_serve, nginx_serve, mount, tmp_path):
+    """A file another WebDAV client holds locked (an office suite editing it) refuses MOVE and
+    DELETE with 423 Locked. docfs said EIO, as for a server failure; it is EBUSY, and the file
+    stays where it was, on the server and in the mount."""
+    root = make_store(tmp_path / "store", {"held.odt": b"theirs\n"})
+    server = (apache_serve if server_kind == "apache" else nginx_serve)(root)
+    m = mount(server.url)
+    assert os.listdir(m.path) == ["held.odt"]
+    token = lock_as_another_client(server.url + "held.odt")
+    assert token
+    for attempt in (lambda: os.rename(m / "held.odt", m / "moved.odt"), lambda: os.unlink(m / "held.odt")):
+        with pytest.raises(OSError) as failed:
+            attempt()
+        assert failed.value.errno == errno.EBUSY, f"{failed.value!r}: a file locked elsewhere is busy, not an I/O error"
+    assert sorted(os.listdir(m.path)) == ["held.odt"]
+    assert sorted(os.listdir(root)) == ["held.odt"]
+    assert m.unmount().returncode == 0
