@@ -17,6 +17,10 @@ extension DocFileSystem {
         item.size = copy.length
         if item.hasUnsyncedChanges || copy.wasWritten, let time = copy.modificationTime {
             item.modified = time
+            // A write changes the status time too (POSIX), here as the close's commit will record
+            // it: git stats a file it checked out before closing it, and a later ctime made
+            // `git status` read the file again.
+            if let changed = item.changed, changed < time { item.changed = time }
         }
         return item
     }

@@ -103,7 +103,7 @@ struct RefusedUploadTests {
         fixture.store.failWrites(with: .serverError(status: 503, message: "busy"))
         _ = try await fixture.fs.children(of: Item.rootInode)
         _ = try await fixture.createFile("later.txt", Array("kept".utf8))
-        try await eventually("three upload attempts") { attempts.withLock { $0 } >= 3 }
+        try await eventually("three upload attempts", timeout: .seconds(30)) { attempts.withLock { $0 } >= 3 }
         #expect(attempts.withLock { $0 } >= 3, "a transient failure is retried (\(attempts.withLock { $0 }) tries in 10 s)")
         fixture.store.failWrites(with: nil)
         try await eventually("later.txt on the store") { fixture.store.content("later.txt") != nil }

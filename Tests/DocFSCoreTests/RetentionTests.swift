@@ -212,8 +212,8 @@ struct RetentionTests {
         }
         #expect(fixture.store.readCount("r.bin") == 1)
         #expect(fixture.cachedFiles() == [item.id])
-        try await Task.sleep(for: .milliseconds(1200))
-        #expect(fixture.cachedFiles().isEmpty, "the kept copy goes once the delay has passed")
+        // The delay is 400 ms; a loaded machine may run the eviction later, never not at all.
+        try await eventually("the kept copy to go once the delay has passed", timeout: .seconds(30)) { fixture.cachedFiles().isEmpty }
         #expect(try fixture.fs.item(item.inode).state == .placeholder)
     }
 

@@ -155,3 +155,43 @@ def test_git_clone_into_mount(store_server, store, mount, tmp_path):
     print(f"git status on the store copy: {status.stdout!r}")
     assert (store / "repo/file0.txt").read_text() == "changed in the mount\n"
     assert not [p for p in server_files(store / "repo") if p.endswith(".lock")], "lock files left on the store"
+
+
+def test_a_file_stated_before_its_close_keeps_that_ctime_and_git_status_reads_nothing_again(store_server, store, mount, tmp_path):
+    """A write changes a file's status time as well as its time (POSIX). docfs moved the ctime to
+    the mtime only at the close's commit, so git, which stats each file it checks out before
+    closing it, recorded an older ctime than the file showed next, and took the file for
+    changed. (The first `git status` after a clone still reads the files checked out in the
+    second the index was written, as on any file system: git cannot tell them from files changed
+    in that second. It writes the index again, and the next `git status` reads none.)"""
+    server = store_server(store)
+    m = mount(server.url)
+    fd = os.open(m / "stated.txt", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        time.sleep(0.01)                       # the write's time is later than the create's
+        os.write(fd, b"written\n")
+        open_stat = os.fstat(fd)
+    finally:
+        os.close(fd)
+    assert open_stat.st_ctime_ns >= open_stat.st_mtime_ns, "a write left the status time behind"
+    closed = os.stat(m / "stated.txt")
+    assert (closed.st_mtime_ns, closed.st_ctime_ns) == (open_stat.st_mtime_ns, open_stat.st_ctime_ns)
+
+    src = tmp_path / "src-repo"
+    src.mkdir()
+    git("init", "-q", "-b", "main", cwd=src)
+    for i in range(30):
+        (src / f"file{i:02}.txt").write_text(f"content {i}\n")
+    git("add", "-A", cwd=src)
+    git("commit", "-q", "-m", "files", cwd=src)
+    git("clone", "-q", "--no-hardlinks", str(src), str(m / "repo"), timeout=180)
+    m.wait_uploads_done(120)
+    first = git("-C", m / "repo", "status", "--porcelain", check=False)
+    assert first.returncode == 0 and first.stdout.strip() == "", f"git status: {first.stdout} {first.stderr}"
+    m.wait_uploads_done(120)
+    before = len(server.gets())
+    status = git("-C", m / "repo", "status", "--porcelain", check=False)
+    assert status.returncode == 0 and status.stdout.strip() == "", f"git status: {status.stdout} {status.stderr}"
+    reread = [r.path for r in server.gets()[before:] if "/repo/file" in r.path]
+    assert not reread, f"git status read {len(reread)} checked-out files again: {reread[:5]}"
+    assert m.unmount().returncode == 0
