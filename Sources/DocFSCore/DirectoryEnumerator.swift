@@ -122,8 +122,10 @@ public actor DirectoryEnumerator {
     }
 
     /// A folder never listed is listed, nothing waiting for it (a reader walking it by name).
+    /// Off with `--list-ahead 0`, as every listing ahead of a reader is.
     public func listIfNeverListed(_ directory: Item) async {
-        guard directory.isDirectory, directory.listedAt == nil, inFlight[directory.inode] == nil else { return }
+        guard listAhead.folders > 0, directory.isDirectory, inFlight[directory.inode] == nil,
+              (try? catalog.item(directory.inode))??.listedAt == nil else { return }
         _ = await listing(directory).result
     }
 

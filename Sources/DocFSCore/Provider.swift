@@ -98,7 +98,7 @@ public actor Provider {
             case .streamed, .cached, .writer: break
             }
         } catch {
-            fetchFailed(item.inode, copy: entry.copy)
+            await fetchFailed(item.inode, copy: entry.copy)
             throw error
         }
         return entry.copy
@@ -325,7 +325,7 @@ public actor Provider {
     }
 
     /// A copy no one else holds goes, unless it holds changes the store lacks.
-    private func fetchFailed(_ inode: Inode, copy: LocalCopy) {
+    private func fetchFailed(_ inode: Inode, copy: LocalCopy) async {
         do {
             try copy.openAbandoned()
         } catch {
@@ -334,6 +334,9 @@ public actor Provider {
         let life = copy.life
         if life.isUnused, providing[inode]?.copy === copy {
             evict(copy)
+        } else if life.openCount == 0, life.isDirty, !life.uncommitted, life.uploading == nil {
+            // An upload that ended while this open waited left a newer commit for the last close.
+            await writeback.uploader?.enqueue(inode)
         }
     }
 

@@ -18,6 +18,7 @@ extension S3Store {
             knownFolders.madeFolder(path)
             return RemoteEntry(path: path, kind: .directory, size: 0, modified: Date().timeIntervalSince1970)
         }
+        knownFolders.used(path)
         // The three questions at once: one round trip before the marker, not three.
         async let parentExists = Self.catching { () throws(StoreError) in try await self.parentExists(of: path) }
         async let fileThere = Self.catching { () throws(StoreError) in try await self.headObject(path) != nil }
@@ -100,6 +101,7 @@ extension S3Store {
         knownFolders.used(target)
         if sourceEntry.kind == .directory {
             knownFolders.forget(source)
+            knownFolders.forget(target)  // a folder made here, replaced: its names are no longer free
             try await moveDirectory(source, to: target)
         } else {
             try await copyObject(from: key(source), size: sourceEntry.size, to: key(target), path: source)

@@ -17,6 +17,7 @@ extension S3Store {
     public func makeSpecial(_ path: StorePath, _ special: SpecialFile, mode: UInt32) async throws(StoreError) -> RemoteEntry {
         guard configuration.symlinks else { throw .notSupported("special files (the store was mounted with --no-symlinks)") }
         guard !path.isRoot else { throw .alreadyExists(path) }
+        knownFolders.used(path)
         try await checkFreeForNewObject(path)
 
         let modified = Timestamp.now

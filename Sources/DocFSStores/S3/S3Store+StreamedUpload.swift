@@ -16,6 +16,7 @@ extension S3Store {
     public func write(_ path: StorePath, growing content: any GrowingContent, condition: WriteCondition,
                       attributes: StoreAttributes) async throws(StoreError) -> RemoteEntry {
         guard !path.isRoot else { throw .isADirectory(path) }
+        knownFolders.used(path)
         async let isDirectory = Self.catching { () throws(StoreError) in try await self.directoryExists(path).exists }
         async let parentExists = Self.catching { () throws(StoreError) in try await self.parentExists(of: path) }
         async let current = Self.catching { () throws(StoreError) -> RemoteEntry? in

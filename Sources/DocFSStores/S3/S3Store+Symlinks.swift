@@ -31,6 +31,7 @@ extension S3Store {
     public func makeSymlink(_ path: StorePath, target: String) async throws(StoreError) -> RemoteEntry {
         guard configuration.symlinks else { throw .notSupported("symbolic links (the store was mounted with --no-symlinks)") }
         guard !path.isRoot else { throw .alreadyExists(path) }
+        knownFolders.used(path)
         let bytes = Array(target.utf8)
         guard !bytes.isEmpty, Int64(bytes.count) <= Self.maximumLinkTargetBytes, !bytes.contains(0) else {
             throw .invalidName(target)
