@@ -104,7 +104,11 @@ public struct CopyLife: Sendable, Equatable {
 
     public mutating func opened() { openCount += 1 }
 
-    public mutating func openAbandoned() { openCount = max(openCount - 1, 0) }
+    /// An open that gave up: as a release, but a copy still being fetched is the caller's to drop.
+    public mutating func openAbandoned() -> Action {
+        openCount = max(openCount - 1, 0)
+        return settle()
+    }
 
     public mutating func fetched(etag: ETag?) {
         content = .present

@@ -14,7 +14,7 @@ extension LocalCopy {
     func opened() throws(FSError) { try update { $0.opened() } }
 
     /// An open that gave up before it got the copy.
-    func openAbandoned() throws(FSError) { try update { $0.openAbandoned() } }
+    func openAbandoned() throws(FSError) -> CopyLife.Action { try update { $0.openAbandoned() } }
 
     func released() throws(FSError) -> CopyLife.Action { try update { $0.released() } }
 

@@ -62,7 +62,6 @@ public actor Prefetcher {
         // Files ahead in other folders are not coming back.
         letGo(where: { [catalog] inode in (try? catalog.item(inode))??.parent != parent }, except: item.inode)
         guard isWalk(to: item, in: parent) else {
-            logger.trace("not a walk", metadata: ["path": "\(item.path)", "last": "\(lastReadWhole.withLock { $0 }.map { "\($0.parent)/\($0.name)" } ?? "-")"])
             walk = nil
             return
         }

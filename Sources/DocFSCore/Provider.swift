@@ -326,15 +326,15 @@ public actor Provider {
 
     /// A copy no one else holds goes, unless it holds changes the store lacks.
     private func fetchFailed(_ inode: Inode, copy: LocalCopy) async {
+        var action = CopyLife.Action.none
         do {
-            try copy.openAbandoned()
+            action = try copy.openAbandoned()
         } catch {
             logger.warning("cannot record an open given up", metadata: ["inode": "\(inode)", "error": "\(error)"])
         }
-        let life = copy.life
-        if life.isUnused, providing[inode]?.copy === copy {
+        if copy.life.isUnused, providing[inode]?.copy === copy {
             evict(copy)
-        } else if life.openCount == 0, life.isDirty, !life.uncommitted, life.uploading == nil {
+        } else if action == .upload {
             // An upload that ended while this open waited left a newer commit for the last close.
             await writeback.uploader?.enqueue(inode)
         }

@@ -71,10 +71,7 @@ actor KindConfirmations {
     func confirm(_ item: Catalog.KindToConfirm) async {
         if storeSeemsDown { return }
         lookupNeededKindAt = .now
-        if !sweeping.contains(item.parent) {
-            sweeping.insert(item.parent)
-            Task { await self.sweep(item.parent) }
-        }
+        startSweep(item.parent)
         if let task = pending[item.inode] ?? (stillToConfirm(item) ? start(item) : nil) {
             await task.value
         }
@@ -83,9 +80,12 @@ actor KindConfirmations {
     /// A folder listed ahead of a reader that stats what it walks is swept before the reader
     /// comes; a plain listing (`ls`, a file manager's names) never is.
     func sweepAhead(_ directory: Inode) {
-        guard let lookupNeededKindAt, ContinuousClock.now - lookupNeededKindAt < Self.statsFollowFor,
-              !storeSeemsDown, !sweeping.contains(directory) else { return }
-        sweeping.insert(directory)
+        guard let lookupNeededKindAt, ContinuousClock.now - lookupNeededKindAt < Self.statsFollowFor, !storeSeemsDown else { return }
+        startSweep(directory)
+    }
+
+    private func startSweep(_ directory: Inode) {
+        guard sweeping.insert(directory).inserted else { return }
         Task { await self.sweep(directory) }
     }
 
