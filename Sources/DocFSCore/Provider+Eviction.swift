@@ -3,17 +3,20 @@ import Foundation
 
 /// When copies go: last release, `--evict-delay`, `--cache-max`, pin changes, `docfs evict`.
 extension Provider {
-    public func pinsChanged(_ inodes: Set<Inode>? = nil) {
+    public func pinsChanged(_ inodes: Set<Inode>? = nil) async {
+        var needUpload: [Inode] = []
         for (inode, entry) in providing where inodes?.contains(inode) ?? true {
             do {
                 let pinned = try catalog.isPinned(inode)
                 guard pinned != entry.copy.life.pinned else { continue }
                 let action = try entry.copy.pinChanged(pinned)
-                _ = perform(action, on: entry.copy)
+                if perform(action, on: entry.copy) == .needsUpload { needUpload.append(inode) }
             } catch {
                 logger.warning("cannot record a pin", metadata: ["inode": "\(inode)", "error": "\(error)"])
             }
         }
+        // A change at rest is queued or waiting to retry: the queue keeps its back-off.
+        for inode in needUpload { await writeback.uploader?.enqueue(inode) }
     }
 
     /// Refuses (`.busy`, saying why) a copy open, being fetched, or holding changes.

@@ -46,6 +46,11 @@ actor KindConfirmations {
     private let downFor: Duration
     private var pending: [Inode: Task<Void, Never>] = [:]
     private var sweeping: Set<Inode> = []
+    /// Folders waiting for a sweep, the next first: at most `sweepsAtOnce` run, so a walk that
+    /// lists many folders ahead never has more than `sweepsAtOnce * concurrency` HEADs out.
+    private var sweepsWaiting: [Inode] = []
+    private var sweepsRunning = 0
+    static let sweepsAtOnce = 2
     private var foundDownAt: ContinuousClock.Instant?
     /// When a lookup last needed a kind: a reader stats what it walks (`ls -lR`, `find`), and
     /// folders listed ahead of it are swept ahead too.
@@ -71,7 +76,7 @@ actor KindConfirmations {
     func confirm(_ item: Catalog.KindToConfirm) async {
         if storeSeemsDown { return }
         lookupNeededKindAt = .now
-        startSweep(item.parent)
+        startSweep(item.parent, first: true)
         if let task = pending[item.inode] ?? (stillToConfirm(item) ? start(item) : nil) {
             await task.value
         }
@@ -84,9 +89,34 @@ actor KindConfirmations {
         startSweep(directory)
     }
 
-    private func startSweep(_ directory: Inode) {
-        guard sweeping.insert(directory).inserted else { return }
-        Task { await self.sweep(directory) }
+    /// `first`: the folder a reader is in now, before any walked ahead.
+    private func startSweep(_ directory: Inode, first: Bool = false) {
+        if !sweeping.insert(directory).inserted {
+            // Waiting still: the reader got there before its sweep began.
+            if first, let waiting = sweepsWaiting.firstIndex(of: directory) {
+                sweepsWaiting.remove(at: waiting)
+                sweepsWaiting.insert(directory, at: 0)
+            }
+            return
+        }
+        if first { sweepsWaiting.insert(directory, at: 0) } else { sweepsWaiting.append(directory) }
+        startWaitingSweeps()
+    }
+
+    private func startWaitingSweeps() {
+        while sweepsRunning < Self.sweepsAtOnce, !sweepsWaiting.isEmpty {
+            let directory = sweepsWaiting.removeFirst()
+            sweepsRunning += 1
+            Task {
+                await self.sweep(directory)
+                self.sweepEnded()
+            }
+        }
+    }
+
+    private func sweepEnded() {
+        sweepsRunning -= 1
+        startWaitingSweeps()
     }
 
     /// Another confirmation may have ended since the caller read the catalog.

@@ -236,6 +236,12 @@ public actor Uploader {
             logger.info("cannot fetch the rest of a written file yet", metadata: ["path": "\(item.path)", "error": "\(error)"])
             return .retryLater(retryAfter: nil)
         }
+        // Opened again since: the copy may hold another writer's unfinished writes, never a
+        // version to send. The last release commits it (and sends it).
+        if copy.life.openCount > 0 {
+            do { _ = try await ended(copy, .notNeeded) } catch { return await failed(item, copy, error) }
+            return .done
+        }
         do { try copy.commit() } catch { return await failed(item, copy, error) }
         return nil
     }

@@ -56,6 +56,7 @@ extension WebDAVStore {
     public func write(_ path: StorePath, growing content: any GrowingContent, condition: WriteCondition,
                       attributes: StoreAttributes) async throws(StoreError) -> RemoteEntry {
         guard !path.isRoot else { throw .isADirectory(path) }
+        knownFolders.used(path)
         if let refusal = streamedUploadRefusal.withLock({ $0 }) { throw .notSupported(refusal) }
         let replace: Bool
         switch condition {

@@ -49,6 +49,8 @@ public final class WebDAVStore: Store {
     /// A listing said `has-preview` in Nextcloud's namespace: previews come from its own
     /// endpoint (WebDAVStore+Previews.swift).
     let saidNextcloud = Atomic<Bool>(false)
+    /// Folders this mount just made, and the names used in them since (KnownFolders.swift).
+    let knownFolders = KnownFolders()
 
     /// Deadline of a metadata call (PROPFIND, MKCOL, DELETE, MOVE, HEAD), body included.
     static let metadataTimeout: TimeAmount = .seconds(30)
@@ -264,6 +266,7 @@ public final class WebDAVStore: Store {
                              then attributes: (@Sendable (ETag?, [String: String]) async throws(StoreError) -> A)?)
         async throws(StoreError) -> (entry: RemoteEntry, attributes: A?) {
         guard !path.isRoot else { throw .isADirectory(path) }
+        knownFolders.used(path)
         if case .ifMatch(let version) = condition { learn(from: version) }
         let file = try LocalFileChunks(path: localFile, meter: uploadMeter)
         if condition == .mustNotExist, await createsByMoving(near: path) {
@@ -313,8 +316,12 @@ public final class WebDAVStore: Store {
 
     public func makeDirectory(_ path: StorePath) async throws(StoreError) -> RemoteEntry {
         guard !path.isRoot else { throw .alreadyExists(path) }
-        // Some servers (rclone's) answer 201 to MKCOL of an existing collection: look first.
-        if try await statIfExists(path) != nil { throw .alreadyExists(path) }
+        // Some servers (rclone's) answer 201 to MKCOL of an existing collection: look first,
+        // unless the folder was made here a moment ago and this mount never used the name.
+        if !knownFolders.isFresh(path) {
+            knownFolders.used(path)
+            if try await statIfExists(path) != nil { throw .alreadyExists(path) }
+        }
         let answer = try await transport.metadata(.MKCOL, url: url(path, collection: true), path: path, headers: [:], body: nil,
                                                   timeout: Self.metadataTimeout)
         switch answer.status {
@@ -324,6 +331,7 @@ public final class WebDAVStore: Store {
         case 415: throw .notSupported("MKCOL with a body")
         default: throw answer.error(method: "MKCOL", path: path)
         }
+        knownFolders.madeFolder(path)
         // Not asked back: a new folder's time is now, and a folder has no version to keep.
         return RemoteEntry(path: path, kind: .directory, size: 0, modified: Date().timeIntervalSince1970)
     }
@@ -332,6 +340,7 @@ public final class WebDAVStore: Store {
 
     public func delete(_ path: StorePath, isDirectory: Bool) async throws(StoreError) {
         guard !path.isRoot else { throw .accessDenied("refusing to delete the store's root") }
+        knownFolders.forget(path)
         // WebDAV DELETE of a collection is recursive: check first, so that neither an rmdir nor an
         // unlink that meets a directory can remove a tree.
         if isDirectory {
@@ -361,6 +370,10 @@ public final class WebDAVStore: Store {
     public func move(_ source: StorePath, to target: StorePath, replace: Bool, isDirectory: Bool) async throws(StoreError) -> RemoteEntry {
         guard !source.isRoot else { throw .accessDenied("refusing to move the store's root") }
         guard !target.isRoot else { throw .alreadyExists(target) }
+        knownFolders.used(target)
+        knownFolders.forget(source)
+        // A folder made here, replaced: no name in it is known to be free any more.
+        if replace { knownFolders.forget(target) }
         if replace {
             // `Overwrite: T` deletes a target collection with all it holds; rename(2) would not.
             if let existing = try await statIfExists(target), existing.kind == .directory {

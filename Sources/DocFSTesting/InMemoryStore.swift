@@ -55,6 +55,10 @@ public final class InMemoryStore: Store, Sendable {
         var readGate: (@Sendable () async -> Void)?
         var statGate: (@Sendable () async -> Void)?
         var statFault: StoreError?
+        /// How long each `stat` takes to answer (a store far away), and how many were asked at once.
+        var statLatency: Duration?
+        var statsInFlight = 0
+        var peakStatsInFlight = 0
         var writes: [StorePath: Int] = [:]
         /// Uploads of growing content begun (`write(_:growing:condition:)`), by path.
         var streamedWritesBegun: [StorePath: Int] = [:]
@@ -162,6 +166,13 @@ public final class InMemoryStore: Store, Sendable {
 
     /// `stat` calls so far.
     public var statCount: Int { state.withLock { $0.stats } }
+    /// The most `stat`s that were waiting for their answer at once.
+    public var peakStatsInFlight: Int { state.withLock { $0.peakStatsInFlight } }
+
+    /// Every `stat` answers `latency` after it is asked (nil: at once).
+    public func delayStats(by latency: Duration?) {
+        state.withLock { $0.statLatency = latency }
+    }
 
     public func addDirectory(_ path: String) {
         let path = try! StorePath(path)
@@ -351,6 +362,13 @@ public final class InMemoryStore: Store, Sendable {
     }
 
     public func stat(_ path: StorePath) async throws(StoreError) -> RemoteEntry {
+        let latency = state.withLock { state -> Duration? in
+            state.statsInFlight += 1
+            state.peakStatsInFlight = max(state.peakStatsInFlight, state.statsInFlight)
+            return state.statLatency
+        }
+        defer { state.withLock { $0.statsInFlight -= 1 } }
+        if let latency { try? await Task.sleep(for: latency) }
         let (answer, gate) = state.withLock { state -> (Result<RemoteEntry, StoreError>, (@Sendable () async -> Void)?) in
             state.stats += 1
             if let fault = state.statFault { return (.failure(fault), nil) }

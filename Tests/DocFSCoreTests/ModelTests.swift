@@ -943,7 +943,9 @@ final class ModelRun {
         if completed { lineage.held = nil }
         defer { lineages[inode] = lineage }
         guard !lineage.removed else { return }
-        for i in lineage.committed { versions[i].mustKeep = false }
+        // The uploader takes bytes on the store identical to a commit for that commit (its
+        // answer may have been lost): a version identical to an earlier commit is that commit.
+        for i in lineage.committed { discharge(versions[i].bytes, because: origin) }
         for bytes in lineage.seen { discharge(bytes, because: origin) }
         versions.append(Version(kind: .local, bytes: lineage.content, origin: origin + " of inode \(inode)", path: lineage.path,
                                 certain: certain))

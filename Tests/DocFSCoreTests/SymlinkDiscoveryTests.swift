@@ -2,6 +2,7 @@
 import DocFSStore
 import DocFSTesting
 import Foundation
+import Logging
 import Testing
 
 /// On a store whose listings show links as small files (S3), the catalog still shows links as
@@ -59,6 +60,37 @@ struct SymlinkDiscoveryTests {
         }
         #expect(store.statCount < names.count, "asked \(store.statCount) times about \(names.count) entries")
         #expect(fixture.fs.childrenToConfirm(of: Item.rootInode).count == names.count)
+    }
+
+    /// `find` over a tree listed ahead: each folder listed ahead is swept, and a walk lists
+    /// many. However many are swept, only a few sweeps ask at once (before: each folder's sweep
+    /// started at once, 32 HEADs each, hundreds out at a time), and all are asked in the end.
+    @Test func sweepsAheadOfAWalkAskOnlyAFewFoldersAtOnce() async throws {
+        let store = Self.linkHidingStore()
+        let folders = 10, files = 40
+        for f in 0..<folders { for i in 0..<files { store.addFile("d\(f)/s\(i)", [1]) } }
+        let fixture = try CoreFixture(store: store)
+        var inodes: [Inode] = []
+        for f in 0..<folders {
+            let folder = try await fixture.lookup("d\(f)")
+            _ = try await fixture.fs.children(of: folder.inode)
+            inodes.append(folder.inode)
+        }
+        #expect(store.statCount == 0)
+        store.delayStats(by: .milliseconds(30))
+        let confirmations = KindConfirmations(store: store, catalog: fixture.catalog, retry: CoreFixture.quickRetry, logger: Logger(label: "test"))
+        // A lookup needed a kind (the walker stats what it walks), then the walk listed ahead.
+        // From the catalog: a lookup through the file system would sweep with its own confirmations.
+        let first = try #require(try fixture.catalog.child(of: inodes[0], named: "s0"))
+        let toConfirm = try #require(try fixture.catalog.kindToConfirm(first, maximumSize: 4095))
+        await confirmations.confirm(toConfirm)
+        for inode in inodes.dropFirst() { await confirmations.sweepAhead(inode) }
+        try await eventually("every folder swept", timeout: .seconds(60)) {
+            inodes.allSatisfy { fixture.fs.childrenToConfirm(of: $0).isEmpty }
+        }
+        #expect(store.statCount == folders * files)
+        let bound = 2 * 32 + 1  // two sweeps of 32, and the lookup's own
+        #expect(store.peakStatsInFlight <= bound, "\(store.peakStatsInFlight) HEADs at once (at most \(bound))")
     }
 
     @Test func anUnchangedVersionIsNotAskedAboutAgain() async throws {

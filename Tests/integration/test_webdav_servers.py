@@ -184,6 +184,41 @@ def test_names_folders_and_trees(dav, mount):
     assert not m.xdg.cache_files()
 
 
+
+def test_folders_made_in_a_folder_just_made_here_ask_nothing_before_their_mkcol(dav, mount):
+    """`mkdir -p`, `tar x`, `cp -r`: every folder below the first is made in a folder docfs
+    made a moment ago, where no name was used yet, so none can be there unless another client
+    put it there within that moment. Its MKCOL goes at once, with no PROPFIND first (one round
+    trip a folder, in the writer's own path). A folder another client made at such a name
+    meanwhile keeps its file: the mkdir says EEXIST, or, on a server that answers MKCOL of an
+    existing collection with 201 (rclone's), the two are one folder."""
+    server = dav({"keep.txt": b"k\n"})
+    m = mounted(server, mount)
+    os.makedirs(m / "top" / "a" / "b" / "c")
+    (m / "top" / "a" / "f.txt").write_bytes(b"ours\n")
+    (server.root / "top" / "theirs").mkdir()  # another client, within the moment
+    (server.root / "top" / "theirs" / "t.txt").write_bytes(b"theirs\n")
+    try:
+        os.mkdir(m / "top" / "theirs")
+        said = "made"
+    except FileExistsError:
+        said = "EEXIST"
+    settle(server, m, {"top/a/f.txt": b"ours\n", "top/theirs/t.txt": b"theirs\n"})
+    assert (server.root / "top" / "a" / "b" / "c").is_dir(), f"{server.kind}: {list(os.walk(server.root / 'top'))}"
+    def shown() -> list[str] | None:
+        try:
+            return sorted(os.listdir(m / "top" / "theirs"))
+        except FileNotFoundError:
+            return None
+    wait_until(lambda: shown() == ["t.txt"], 30, lambda: f"{server.kind} ({said}): their folder shows {shown()}")
+    asked_first = [f"{r.method} {r.path}" for r in server.requests()
+                   if r.method == "PROPFIND" and r.path in ("/top/a", "/top/a/b", "/top/a/b/c")]
+    made = [r.path for r in server.requests() if r.method == "MKCOL"]
+    assert {"/top", "/top/a", "/top/a/b", "/top/a/b/c"} <= set(made), f"{server.kind}: {made}"
+    assert not asked_first, f"{server.kind}: folders made in a folder made here were asked about first: {asked_first}"
+    print(f"{server.kind}: mkdir of a folder another client just made there: {said}")
+    assert m.unmount().returncode == 0
+
 #: What `docfs status` says of each server once a file was written and chmod'ed.
 TRAITS = {
     "docfs-serve": ["If-Match on upload: honoured", "mode and times: kept by this mount only"],
