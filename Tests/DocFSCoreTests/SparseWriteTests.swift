@@ -151,6 +151,35 @@ struct SparseWriteTests {
         #expect(fixture.cachedFiles().isEmpty)
     }
 
+    /// A close while the store is down leaves its writes for the uploader, which fetches the
+    /// rest once the store is back. A writer that opened the file meanwhile may be halfway
+    /// through its own writes then: the copy is no version to send until its close (model
+    /// streaming seed 96510: an append half done was uploaded).
+    @Test func writesLeftByAFailedCloseWaitForAWriterThatOpenedSince() async throws {
+        let (store, proxy, fixture, handle, content) = try await writerThroughProxy()
+        proxy.outage = .unreachable("down for the test")
+        do { try await fixture.fs.flush(handle: handle) } catch { _ = error }
+        await fixture.fs.release(handle: handle)
+        let item = try await fixture.lookup("disk.img")
+        let second = try await fixture.fs.open(item.inode, mode: .init(writable: true, truncate: false))
+        let later = Array("LATER".utf8)
+        try fixture.write(handle: second, later, at: 100)
+        proxy.outage = nil
+        await fixture.settle()
+        #expect(store.bytesDelivered("disk.img") >= Int64(content.count - Self.mine.count), "the uploader fetched the rest")
+        let unsent = store.content("disk.img") == content  // not printed: 8 MiB
+        #expect(unsent, "nothing is sent while another writer has the file open")
+        try await fixture.fs.flush(handle: second)
+        await fixture.fs.release(handle: second)
+        await fixture.settle()
+        var expected = withMine(content)
+        expected.replaceSubrange(100..<105, with: later)
+        let sent = store.content("disk.img") == expected
+        #expect(sent, "both writers' bytes sent after the last close")
+        #expect(try fixture.pendingUploads().isEmpty)
+        #expect(fixture.cachedFiles().isEmpty)
+    }
+
     /// A pin while the writes of a closed file wait for their fill (the store is down): the
     /// pin's download joins the copy, fails, and gives its count back. The copy stays for its
     /// upload; it went with the failed download before (model seed 380: the writes were lost).
