@@ -40,6 +40,10 @@ public final class LocalCopy: ContentSink, Sendable {
 
         var held = ByteRangeSet()
         var length: Int64 = 0
+        /// Counts the changes of the file's bytes or length: `allocatedBlocks` asks the file
+        /// system again only when it moved (a cache of idle copies is summed without an fstat each).
+        var contentGeneration: UInt64 = 0
+        var measuredBlocks: (generation: UInt64, descriptor: Int32, blocks: Int64)?
         /// Then its time is the item's.
         var written = false
         /// A utimensat time and what the file system kept of it (ext4 keeps nothing before 1901).
@@ -130,6 +134,7 @@ public final class LocalCopy: ContentSink, Sendable {
             state.held.insert(offset..<(offset + Int64(written)))
             state.length = max(state.length, offset + Int64(written))
             state.written = true
+            state.contentGeneration &+= 1
             state.streamed?.wrote(offset..<(offset + Int64(written)))
         }
         return written
@@ -168,6 +173,7 @@ public final class LocalCopy: ContentSink, Sendable {
             if size != state.length { state.streamed?.abandon() }
             state.length = size
             state.written = true
+            state.contentGeneration &+= 1
         }
     }
 
@@ -297,6 +303,7 @@ public final class LocalCopy: ContentSink, Sendable {
         let (unused, log) = state.withLock { state -> ([Int32], HeldLog?) in
             state.held.insert(range)
             state.length = max(state.length, range.upperBound)
+            state.contentGeneration &+= 1
             return (state.releaseDescriptor(descriptor), state.heldLog)
         }
         Self.close(unused)
@@ -359,6 +366,7 @@ public final class LocalCopy: ContentSink, Sendable {
             state.streamed?.abandon()
             state.held = ByteRangeSet()
             state.length = 0
+            state.contentGeneration &+= 1
         }
         guard let descriptor = try? acquireDescriptor(forChange: true) else { return }
         _ = ftruncate(descriptor, 0)
@@ -371,7 +379,10 @@ public final class LocalCopy: ContentSink, Sendable {
         guard ftruncate(descriptor, off_t(size)) == 0 else {
             throw .local(errno: errno, "sizing the local copy: \(String(cString: strerror(errno)))")
         }
-        state.withLock { $0.length = size }
+        state.withLock { state in
+            state.length = size
+            state.contentGeneration &+= 1
+        }
     }
 
     /// The set time while no write came after it. Nil once closed (an fstat would read garbage).
@@ -399,13 +410,22 @@ public final class LocalCopy: ContentSink, Sendable {
         }
     }
 
-    /// `st_blocks`.
+    /// `st_blocks`, asked of the file system only after the bytes or length changed.
     public var allocatedBlocks: Int64 {
+        let (generation, known) = state.withLock { state -> (UInt64, Int64?) in
+            guard let measured = state.measuredBlocks, measured.generation == state.contentGeneration,
+                  measured.descriptor == state.descriptor else { return (state.contentGeneration, nil) }
+            return (state.contentGeneration, measured.blocks)
+        }
+        if let known { return known }
         guard let descriptor = try? acquireDescriptor() else { return 0 }
         defer { releaseDescriptor(descriptor) }
         var info = stat()
         guard fstat(descriptor, &info) == 0 else { return 0 }
-        return Int64(info.st_blocks)
+        let blocks = Int64(info.st_blocks)
+        // Measured before a change that lands meanwhile: its generation is the older one.
+        state.withLock { $0.measuredBlocks = (generation, descriptor, blocks) }
+        return blocks
     }
 
     /// Unsynced changes stay on disk for a later upload.

@@ -56,19 +56,22 @@ extension WebDAVStore {
     public func write(_ path: StorePath, growing content: any GrowingContent, condition: WriteCondition,
                       attributes: StoreAttributes) async throws(StoreError) -> RemoteEntry {
         guard !path.isRoot else { throw .isADirectory(path) }
-        knownFolders.used(path)
         if let refusal = streamedUploadRefusal.withLock({ $0 }) { throw .notSupported(refusal) }
+        // The MOVE's `Overwrite: F` keeps what stands there; the question first saves sending a
+        // body for nothing, and is not asked in a folder made here a moment ago.
+        let fresh = knownFolders.isFresh(path)
+        knownFolders.used(path)
         let replace: Bool
         switch condition {
         case .mustNotExist:
-            if try await statIfExists(path) != nil { throw .alreadyExists(path) }
+            if !fresh, try await statIfExists(path) != nil { throw .alreadyExists(path) }
             replace = false
         case .always:
             replace = true
         case .ifMatch:
             throw .notSupported("a streamed upload over a version")
         }
-        try await putThenMove(path, replace: replace, put: { (temporary) throws(StoreError) in
+        return try await putThenMove(path, replace: replace, put: { (temporary) throws(StoreError) in
             let (answer, sent): (HTTPTransport.Answer, Int64)
             do {
                 // No fixed deadline (the length is unknown): the transfer fails once it falls
@@ -96,7 +99,6 @@ extension WebDAVStore {
             default: return error
             }
         })
-        return try await stat(path)
     }
 
     /// A name of docfs's own work: `prefix` and 16 random hex digits (`isScratchName`).
@@ -105,18 +107,20 @@ extension WebDAVStore {
     }
 
     /// Sends a body to a fresh hidden temporary name beside `path` (`put`), then puts it in place
-    /// with one MOVE (`Overwrite: F` unless `replace`). The temporary file is recorded until it
-    /// is moved or deleted; when anything fails, whatever the server kept of it is deleted.
+    /// with one MOVE (`Overwrite: F` unless `replace`), and returns the entry the MOVE made. The
+    /// temporary file is recorded until it is moved or deleted; when anything fails, whatever the
+    /// server kept of it is deleted.
     func putThenMove(_ path: StorePath, replace: Bool, put: (StorePath) async throws(StoreError) -> Void,
-                     moveFailed: (StoreError) -> StoreError = { $0 }) async throws(StoreError) {
+                     moveFailed: (StoreError) -> StoreError = { $0 }) async throws(StoreError) -> RemoteEntry {
         guard let parent = path.parent else { throw .isADirectory(path) }
         let temporary = try parent.appending(Self.scratchName(Self.streamedUploadPrefix))
         let ledger = uploadLedger.withLock { $0 }
         let record = ledger?.record(TemporaryUpload(temporary: temporary.description), identity: temporary.description, path: path)
+        let entry: RemoteEntry
         do throws(StoreError) {
             try await put(temporary)
             do throws(StoreError) {
-                _ = try await move(temporary, to: path, replace: replace, isDirectory: false)
+                entry = try await move(temporary, to: path, replace: replace, isDirectory: false)
             } catch {
                 throw moveFailed(error)
             }
@@ -135,6 +139,7 @@ extension WebDAVStore {
             throw error
         }
         if let record { ledger?.remove(record) }
+        return entry
     }
 
     /// Streamed uploads stop for this mount: the server (or a proxy before it) refused one.

@@ -270,13 +270,12 @@ public final class WebDAVStore: Store {
         if case .ifMatch(let version) = condition { learn(from: version) }
         let file = try LocalFileChunks(path: localFile, meter: uploadMeter)
         if condition == .mustNotExist, await createsByMoving(near: path) {
-            try await putThenMove(path, replace: false) { (temporary) throws(StoreError) in
+            let entry = try await putThenMove(path, replace: false) { (temporary) throws(StoreError) in
                 let answer = try await transport.metadata(.PUT, url: url(temporary), path: temporary, headers: [:],
                                                           body: .stream(file, length: .known(file.size)),
                                                           timeout: transport.uploadTimeout(bytes: file.size))
                 try await checkPUT(answer, temporary, .always)
             }
-            let entry = try await stat(path)
             return (entry, try await attributes?(entry.etag, [:]))
         }
         return try await underCondition(path, condition, bytes: file.size) { (headers) throws(StoreError) in

@@ -83,8 +83,9 @@ struct RefusedUploadTests {
         func refused() throws -> Bool {
             try fixture.fs.item(item.inode).uploadError?.hasPrefix(Uploader.refusedPrefix) == true
         }
-        // The fixture's upload backoff is 200 ms at most: rounds come quickly.
-        try await eventually("the upload refused") { try refused() }
+        // The fixture's upload backoff is 200 ms at most: rounds come quickly, unless the whole
+        // suite keeps both threads busy (it once took 38 s).
+        try await eventually("the upload refused", timeout: .seconds(90)) { try refused() }
         let row = try fixture.fs.item(item.inode)
         #expect(row.uploadError?.hasPrefix(Uploader.refusedPrefix) == true,
                 "after \(attempts.withLock { $0 }) PUTs: \(row.uploadError ?? "no error")")
