@@ -47,6 +47,10 @@ def test_dd_of_a_large_new_file_streams_it_to_a_temporary_name_and_moves_it_in_p
     assert len(streamed) == 1, methods_log(server)
     assert [r.path for r in moves(server)] == [streamed[0].path], methods_log(server)
     assert not puts(server, "copied.bin"), f"the file was uploaded again after its stream:\n{methods_log(server)}"
+    # The name is asked about before the PUT (nothing there?), after the MOVE (its version), and
+    # before its attributes go up (4 before: the MOVE's answer was asked for twice).
+    asked = [r for r in server.requests() if r.method == "PROPFIND" and r.path == "/copied.bin"]
+    assert len(asked) <= 3, methods_log(server)
     assert temporary_names(server) == []
     assert not any(TEMPORARY.match(name) for name in os.listdir(m.path))
     # Its record in the ledger went with it: a next mount has nothing to clean up.
