@@ -43,7 +43,13 @@ public final class LocalCopy: ContentSink, Sendable {
         /// Counts the changes of the file's bytes or length: `allocatedBlocks` asks the file
         /// system again only when it moved (a cache of idle copies is summed without an fstat each).
         var contentGeneration: UInt64 = 0
+        var contentChangedAt = ContinuousClock.now
         var measuredBlocks: (generation: UInt64, descriptor: Int32, blocks: Int64)?
+
+        mutating func contentChanged() {
+            contentGeneration &+= 1
+            contentChangedAt = .now
+        }
         /// Then its time is the item's.
         var written = false
         /// A utimensat time and what the file system kept of it (ext4 keeps nothing before 1901).
@@ -124,7 +130,7 @@ public final class LocalCopy: ContentSink, Sendable {
             if n < 0 {
                 if errno == EINTR { continue }
                 let code = errno
-                endChange(descriptor)
+                endChange(descriptor) { $0.contentChanged() }  // some bytes may have landed
                 throw .local(errno: code, "writing \(path): \(String(cString: strerror(code)))")
             }
             written += n
@@ -134,7 +140,7 @@ public final class LocalCopy: ContentSink, Sendable {
             state.held.insert(offset..<(offset + Int64(written)))
             state.length = max(state.length, offset + Int64(written))
             state.written = true
-            state.contentGeneration &+= 1
+            state.contentChanged()
             state.streamed?.wrote(offset..<(offset + Int64(written)))
         }
         return written
@@ -173,7 +179,7 @@ public final class LocalCopy: ContentSink, Sendable {
             if size != state.length { state.streamed?.abandon() }
             state.length = size
             state.written = true
-            state.contentGeneration &+= 1
+            state.contentChanged()
         }
     }
 
@@ -183,14 +189,15 @@ public final class LocalCopy: ContentSink, Sendable {
     }
 
     /// The journal's commit. Only `durably` (fsync) flushes first, as on local file systems.
-    /// Returns false if nothing was committed.
+    /// Returns false if nothing was committed (`unlessOpen`: also while a handle has it open).
     @discardableResult
-    public func commit(durably: Bool = false) throws(FSError) -> Bool {
+    public func commit(durably: Bool = false, unlessOpen: Bool = false) throws(FSError) -> Bool {
         guard life.uncommitted else { return false }
         if durably { try sync() }
         return try state.withLock { (state) throws(FSError) -> Bool in
             // A write still landing, or one that began after the sync, stays uncommitted.
             guard state.life.uncommitted, state.writesInFlight == 0 else { return false }
+            if unlessOpen, state.life.openCount > 0 { return false }
             // Holes are never committed: `fetchRemaining` first.
             guard state.fetcher == nil else { throw .io("\(path) is committed before all its content is local") }
             var life = state.life
@@ -294,6 +301,7 @@ public final class LocalCopy: ContentSink, Sendable {
                 if n < 0 {
                     if errno == EINTR { continue }
                     let code = errno
+                    state.withLock { $0.contentChanged() }  // some bytes may have landed
                     releaseDescriptor(descriptor)
                     throw .localIO(errno: code, message: "writing the local copy: \(String(cString: strerror(code)))")
                 }
@@ -303,7 +311,7 @@ public final class LocalCopy: ContentSink, Sendable {
         let (unused, log) = state.withLock { state -> ([Int32], HeldLog?) in
             state.held.insert(range)
             state.length = max(state.length, range.upperBound)
-            state.contentGeneration &+= 1
+            state.contentChanged()
             return (state.releaseDescriptor(descriptor), state.heldLog)
         }
         Self.close(unused)
@@ -366,10 +374,11 @@ public final class LocalCopy: ContentSink, Sendable {
             state.streamed?.abandon()
             state.held = ByteRangeSet()
             state.length = 0
-            state.contentGeneration &+= 1
+            state.contentChanged()
         }
         guard let descriptor = try? acquireDescriptor(forChange: true) else { return }
         _ = ftruncate(descriptor, 0)
+        state.withLock { $0.contentChanged() }
         releaseDescriptor(descriptor)
     }
 
@@ -381,7 +390,7 @@ public final class LocalCopy: ContentSink, Sendable {
         }
         state.withLock { state in
             state.length = size
-            state.contentGeneration &+= 1
+            state.contentChanged()
         }
     }
 
@@ -423,8 +432,12 @@ public final class LocalCopy: ContentSink, Sendable {
         var info = stat()
         guard fstat(descriptor, &info) == 0 else { return 0 }
         let blocks = Int64(info.st_blocks)
-        // Measured before a change that lands meanwhile: its generation is the older one.
-        state.withLock { $0.measuredBlocks = (generation, descriptor, blocks) }
+        // Measured before a change that lands meanwhile: its generation is the older one. Some
+        // file systems (ZFS) count a write's blocks only seconds later: not kept until then.
+        state.withLock { state in
+            guard ContinuousClock.now - state.contentChangedAt > .seconds(10) else { return }
+            state.measuredBlocks = (generation, descriptor, blocks)
+        }
         return blocks
     }
 

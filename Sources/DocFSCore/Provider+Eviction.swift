@@ -15,8 +15,7 @@ extension Provider {
                 logger.warning("cannot record a pin", metadata: ["inode": "\(inode)", "error": "\(error)"])
             }
         }
-        // A change at rest is queued or waiting to retry: the queue keeps its back-off.
-        for inode in needUpload { await writeback.uploader?.enqueue(inode) }
+        for inode in needUpload { await writeback.uploader?.enqueueUnlessHeld(inode) }
     }
 
     /// Refuses (`.busy`, saying why) a copy open, being fetched, or holding changes.

@@ -46,25 +46,28 @@ actor KindConfirmations {
     private let downFor: Duration
     private var pending: [Inode: Task<Void, Never>] = [:]
     private var sweeping: Set<Inode> = []
-    /// Folders waiting for a sweep, the next first: at most `sweepsAtOnce` run, so a walk that
-    /// lists many folders ahead never has more than `sweepsAtOnce * concurrency` HEADs out.
+    /// Folders listed ahead of a walk, waiting for their sweep: at most `sweepsAtOnce` run, so
+    /// a walk that lists many folders ahead never has more than `sweepsAtOnce * concurrency`
+    /// HEADs out. The folder a reader is in is swept at once, never behind them.
     private var sweepsWaiting: [Inode] = []
-    private var sweepsRunning = 0
+    private var sweepsAheadRunning = 0
     static let sweepsAtOnce = 2
     private var foundDownAt: ContinuousClock.Instant?
     /// When a lookup last needed a kind: a reader stats what it walks (`ls -lR`, `find`), and
     /// folders listed ahead of it are swept ahead too.
     private var lookupNeededKindAt: ContinuousClock.Instant?
-    static let statsFollowFor: Duration = .seconds(10)
+    /// How long after a lookup needed a kind the walk counts as one that stats.
+    private let statsFollowFor: Duration
 
     init(store: any Store, catalog: Catalog, retry: RetryPolicy, logger: Logger, concurrency: Int = 32,
-         patience: Duration = .seconds(2), downFor: Duration = .seconds(10)) {
+         patience: Duration = .seconds(2), downFor: Duration = .seconds(10), statsFollowFor: Duration = .seconds(10)) {
         self.store = store
         self.catalog = catalog
         self.retry = retry.within(min(retry.deadline ?? patience, patience))
         self.logger = logger
         self.concurrency = concurrency
         self.downFor = downFor
+        self.statsFollowFor = statsFollowFor
     }
 
     private var storeSeemsDown: Bool {
@@ -76,7 +79,7 @@ actor KindConfirmations {
     func confirm(_ item: Catalog.KindToConfirm) async {
         if storeSeemsDown { return }
         lookupNeededKindAt = .now
-        startSweep(item.parent, first: true)
+        startSweep(item.parent)
         if let task = pending[item.inode] ?? (stillToConfirm(item) ? start(item) : nil) {
             await task.value
         }
@@ -85,38 +88,56 @@ actor KindConfirmations {
     /// A folder listed ahead of a reader that stats what it walks is swept before the reader
     /// comes; a plain listing (`ls`, a file manager's names) never is.
     func sweepAhead(_ directory: Inode) {
-        guard let lookupNeededKindAt, ContinuousClock.now - lookupNeededKindAt < Self.statsFollowFor, !storeSeemsDown else { return }
-        startSweep(directory)
+        guard walkStats else { return }
+        startSweep(directory, ahead: true)
     }
 
-    /// `first`: the folder a reader is in now, before any walked ahead.
-    private func startSweep(_ directory: Inode, first: Bool = false) {
-        if !sweeping.insert(directory).inserted {
-            // Waiting still: the reader got there before its sweep began.
-            if first, let waiting = sweepsWaiting.firstIndex(of: directory) {
+    /// `ahead`: a folder listed ahead of a walk, swept when a place is free.
+    private func startSweep(_ directory: Inode, ahead: Bool = false) {
+        guard ahead else {
+            if let waiting = sweepsWaiting.firstIndex(of: directory) {
+                // The reader got there before its sweep began.
                 sweepsWaiting.remove(at: waiting)
-                sweepsWaiting.insert(directory, at: 0)
+                Task { await self.sweep(directory) }
+                return
             }
+            guard sweeping.insert(directory).inserted else { return }
+            Task { await self.sweep(directory) }
             return
         }
-        if first { sweepsWaiting.insert(directory, at: 0) } else { sweepsWaiting.append(directory) }
+        guard sweeping.insert(directory).inserted else { return }
+        sweepsWaiting.append(directory)
         startWaitingSweeps()
     }
 
     private func startWaitingSweeps() {
-        while sweepsRunning < Self.sweepsAtOnce, !sweepsWaiting.isEmpty {
+        // A walk that stopped stats nothing more: what it listed ahead is not asked about.
+        if !walkStats {
+            for directory in sweepsWaiting { sweeping.remove(directory) }
+            sweepsWaiting.removeAll()
+        }
+        while sweepsAheadRunning < Self.sweepsAtOnce, !sweepsWaiting.isEmpty {
             let directory = sweepsWaiting.removeFirst()
-            sweepsRunning += 1
+            sweepsAheadRunning += 1
             Task {
                 await self.sweep(directory)
-                self.sweepEnded()
+                self.sweepAheadEnded()
             }
         }
     }
 
-    private func sweepEnded() {
-        sweepsRunning -= 1
+    /// Sweeps ahead running or waiting.
+    var sweepsAheadUnderWay: Bool { sweepsAheadRunning > 0 || !sweepsWaiting.isEmpty }
+
+    private func sweepAheadEnded() {
+        sweepsAheadRunning -= 1
         startWaitingSweeps()
+    }
+
+    /// A lookup needed a kind a moment ago: the reader stats what it walks.
+    private var walkStats: Bool {
+        guard let lookupNeededKindAt else { return false }
+        return ContinuousClock.now - lookupNeededKindAt < statsFollowFor && !storeSeemsDown
     }
 
     /// Another confirmation may have ended since the caller read the catalog.

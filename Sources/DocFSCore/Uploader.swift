@@ -71,6 +71,12 @@ public actor Uploader {
         for item in pending { enqueue(item.inode) }
     }
 
+    /// A change at rest the uploader already holds (waiting to retry, or refused) stays so.
+    func enqueueUnlessHeld(_ inode: Inode) {
+        guard retryTasks[inode] == nil, refused[inode] == nil else { return }
+        enqueue(inode)
+    }
+
     public func enqueue(_ inode: Inode) {
         guard !stopped else { return }
         if retryTasks[inode] != nil, let until = notBefore[inode], ContinuousClock.now < until { return }
@@ -237,12 +243,17 @@ public actor Uploader {
             return .retryLater(retryAfter: nil)
         }
         // Opened again since: the copy may hold another writer's unfinished writes, never a
-        // version to send. The last release commits it (and sends it).
-        if copy.life.openCount > 0 {
-            do { _ = try await ended(copy, .notNeeded) } catch { return await failed(item, copy, error) }
-            return .done
+        // version to send. The last release commits it (and sends it); an fsync or a hard link
+        // asks for what is there now.
+        let waitForClose = forced[item.inode] == nil
+        do {
+            if try !copy.commit(unlessOpen: waitForClose), waitForClose, copy.life.openCount > 0 {
+                _ = try await ended(copy, .notNeeded)
+                return .done
+            }
+        } catch {
+            return await failed(item, copy, error)
         }
-        do { try copy.commit() } catch { return await failed(item, copy, error) }
         return nil
     }
 

@@ -313,6 +313,11 @@ public final class InMemoryStore: Store, Sendable {
         return state.withLock { $0.files[path]?.content }
     }
 
+    /// How many files hold exactly `content`.
+    public func filesHolding(_ content: [UInt8]) -> Int {
+        state.withLock { $0.files.values.count { $0.content == content } }
+    }
+
     /// The names of files in a directory (for conflict copies).
     public func fileNames(in directory: String) -> [String] {
         let directory = try! StorePath(directory)

@@ -943,9 +943,14 @@ final class ModelRun {
         if completed { lineage.held = nil }
         defer { lineages[inode] = lineage }
         guard !lineage.removed else { return }
-        // The uploader takes bytes on the store identical to a commit for that commit (its
-        // answer may have been lost): a version identical to an earlier commit is that commit.
-        for i in lineage.committed { discharge(versions[i].bytes, because: origin) }
+        // The uploader takes bytes at the file's path identical to what it sends for its own
+        // (an answer lost on the way): a version held only there, identical to an earlier commit
+        // of this file, is that commit (seed 95004: another client moved the same bytes there).
+        if let there = store.content(lineage.path), store.filesHolding(there) == 1,
+           lineage.committed.contains(where: { versions[$0].matches(there) }) {
+            discharge(there, because: origin)
+        }
+        for i in lineage.committed { versions[i].mustKeep = false }
         for bytes in lineage.seen { discharge(bytes, because: origin) }
         versions.append(Version(kind: .local, bytes: lineage.content, origin: origin + " of inode \(inode)", path: lineage.path,
                                 certain: certain))

@@ -78,7 +78,9 @@ struct SymlinkDiscoveryTests {
         }
         #expect(store.statCount == 0)
         store.delayStats(by: .milliseconds(30))
-        let confirmations = KindConfirmations(store: store, catalog: fixture.catalog, retry: CoreFixture.quickRetry, logger: Logger(label: "test"))
+        // The walk goes on stat'ing however long a loaded machine takes to sweep.
+        let confirmations = KindConfirmations(store: store, catalog: fixture.catalog, retry: CoreFixture.quickRetry, logger: Logger(label: "test"),
+                                              statsFollowFor: .seconds(600))
         // A lookup needed a kind (the walker stats what it walks), then the walk listed ahead.
         // From the catalog: a lookup through the file system would sweep with its own confirmations.
         let first = try #require(try fixture.catalog.child(of: inodes[0], named: "s0"))
@@ -89,8 +91,36 @@ struct SymlinkDiscoveryTests {
             inodes.allSatisfy { fixture.fs.childrenToConfirm(of: $0).isEmpty }
         }
         #expect(store.statCount == folders * files)
-        let bound = 2 * 32 + 1  // two sweeps of 32, and the lookup's own
+        let bound = 3 * 32 + 1  // the reader's folder, two ahead, 32 HEADs each, and the lookup's own
         #expect(store.peakStatsInFlight <= bound, "\(store.peakStatsInFlight) HEADs at once (at most \(bound))")
+    }
+
+    /// A walk that stopped stat'ing (no lookup needed a kind for a while) has the folders it
+    /// listed ahead left unasked: those still waiting for a sweep are dropped.
+    @Test func foldersListedAheadOfAWalkThatStoppedAreNotSwept() async throws {
+        let store = Self.linkHidingStore()
+        let folders = 10, files = 40
+        for f in 0..<folders { for i in 0..<files { store.addFile("d\(f)/s\(i)", [1]) } }
+        let fixture = try CoreFixture(store: store)
+        var inodes: [Inode] = []
+        for f in 0..<folders {
+            let folder = try await fixture.lookup("d\(f)")
+            _ = try await fixture.fs.children(of: folder.inode)
+            inodes.append(folder.inode)
+        }
+        store.delayStats(by: .milliseconds(100))
+        let confirmations = KindConfirmations(store: store, catalog: fixture.catalog, retry: CoreFixture.quickRetry, logger: Logger(label: "test"),
+                                              statsFollowFor: .milliseconds(150))
+        let first = try #require(try fixture.catalog.child(of: inodes[0], named: "s0"))
+        await confirmations.confirm(try #require(try fixture.catalog.kindToConfirm(first, maximumSize: 4095)))
+        for inode in inodes.dropFirst() { await confirmations.sweepAhead(inode) }
+        // A sweep takes 3 rounds of 100 ms: at most two ahead begin, and end after the walk
+        // stopped; none starts once none runs.
+        let deadline = ContinuousClock.now + .seconds(60)
+        while await confirmations.sweepsAheadUnderWay, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(await !confirmations.sweepsAheadUnderWay)
+        let unswept = inodes.dropFirst().filter { fixture.fs.childrenToConfirm(of: $0).count == files }
+        #expect(unswept.count >= folders - 3, "\(store.statCount) HEADs")
     }
 
     @Test func anUnchangedVersionIsNotAskedAboutAgain() async throws {
