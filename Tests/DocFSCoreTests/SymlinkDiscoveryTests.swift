@@ -62,12 +62,12 @@ struct SymlinkDiscoveryTests {
         #expect(fixture.fs.childrenToConfirm(of: Item.rootInode).count == names.count)
     }
 
-    /// `find` over a tree listed ahead: each folder listed ahead is swept, and a walk lists
-    /// many. However many are swept, only a few sweeps ask at once (before: each folder's sweep
-    /// started at once, 32 HEADs each, hundreds out at a time), and all are asked in the end.
-    @Test func sweepsAheadOfAWalkAskOnlyAFewFoldersAtOnce() async throws {
-        let store = Self.linkHidingStore()
-        let folders = 10, files = 40
+    static let folders = 10, files = 40
+
+    /// `folders` folders of `files` small files each on a link-hiding store, each listed (its
+    /// kinds not yet asked); their inodes in name order.
+    static func listedFolders(_ folders: Int, of files: Int) async throws -> (CoreFixture, [Inode]) {
+        let store = linkHidingStore()
         for f in 0..<folders { for i in 0..<files { store.addFile("d\(f)/s\(i)", [1]) } }
         let fixture = try CoreFixture(store: store)
         var inodes: [Inode] = []
@@ -76,6 +76,15 @@ struct SymlinkDiscoveryTests {
             _ = try await fixture.fs.children(of: folder.inode)
             inodes.append(folder.inode)
         }
+        return (fixture, inodes)
+    }
+
+    /// `find` over a tree listed ahead: each folder listed ahead is swept, and a walk lists
+    /// many. However many are swept, only a few sweeps ask at once (before: each folder's sweep
+    /// started at once, 32 HEADs each, hundreds out at a time), and all are asked in the end.
+    @Test func sweepsAheadOfAWalkAskOnlyAFewFoldersAtOnce() async throws {
+        let (fixture, inodes) = try await Self.listedFolders(Self.folders, of: Self.files)
+        let store = fixture.store
         #expect(store.statCount == 0)
         store.delayStats(by: .milliseconds(30))
         // The walk goes on stat'ing however long a loaded machine takes to sweep.
@@ -90,7 +99,7 @@ struct SymlinkDiscoveryTests {
         try await eventually("every folder swept", timeout: .seconds(60)) {
             inodes.allSatisfy { fixture.fs.childrenToConfirm(of: $0).isEmpty }
         }
-        #expect(store.statCount == folders * files)
+        #expect(store.statCount == Self.folders * Self.files)
         let bound = 3 * 32 + 1  // the reader's folder, two ahead, 32 HEADs each, and the lookup's own
         #expect(store.peakStatsInFlight <= bound, "\(store.peakStatsInFlight) HEADs at once (at most \(bound))")
     }
@@ -98,16 +107,8 @@ struct SymlinkDiscoveryTests {
     /// A walk that stopped stat'ing (no lookup needed a kind for a while) has the folders it
     /// listed ahead left unasked: those still waiting for a sweep are dropped.
     @Test func foldersListedAheadOfAWalkThatStoppedAreNotSwept() async throws {
-        let store = Self.linkHidingStore()
-        let folders = 10, files = 40
-        for f in 0..<folders { for i in 0..<files { store.addFile("d\(f)/s\(i)", [1]) } }
-        let fixture = try CoreFixture(store: store)
-        var inodes: [Inode] = []
-        for f in 0..<folders {
-            let folder = try await fixture.lookup("d\(f)")
-            _ = try await fixture.fs.children(of: folder.inode)
-            inodes.append(folder.inode)
-        }
+        let (fixture, inodes) = try await Self.listedFolders(Self.folders, of: Self.files)
+        let store = fixture.store
         store.delayStats(by: .milliseconds(100))
         let confirmations = KindConfirmations(store: store, catalog: fixture.catalog, retry: CoreFixture.quickRetry, logger: Logger(label: "test"),
                                               statsFollowFor: .milliseconds(150))
@@ -119,8 +120,8 @@ struct SymlinkDiscoveryTests {
         let deadline = ContinuousClock.now + .seconds(60)
         while await confirmations.sweepsAheadUnderWay, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
         #expect(await !confirmations.sweepsAheadUnderWay)
-        let unswept = inodes.dropFirst().filter { fixture.fs.childrenToConfirm(of: $0).count == files }
-        #expect(unswept.count >= folders - 3, "\(store.statCount) HEADs")
+        let unswept = inodes.dropFirst().filter { fixture.fs.childrenToConfirm(of: $0).count == Self.files }
+        #expect(unswept.count >= Self.folders - 3, "\(store.statCount) HEADs")
     }
 
     @Test func anUnchangedVersionIsNotAskedAboutAgain() async throws {
