@@ -173,6 +173,10 @@ extension WebDAVStore {
             return true
         case 403, 405, 409, 501:
             break
+        case 412 where headers["If"] != nil:
+            // Under docfs's lock its token was the only condition: the server lost the lock
+            // (Apache's lock database, under concurrent LOCKs), which is no refusal. Tried again.
+            throw .busy(status: 412, retryAfter: nil, message: "PROPPATCH \(path): the server lost docfs's lock")
         default:
             throw answer.error(method: "PROPPATCH", path: path)
         }

@@ -299,6 +299,10 @@ public final class WebDAVStore: Store {
     func checkPUT(_ answer: HTTPTransport.Answer, _ path: StorePath, _ condition: WriteCondition) async throws(StoreError) {
         switch answer.status {
         case 200, 201, 204: break
+        case 207:
+            // A status per resource, no write: Apache's answer when the lock named in `If` is
+            // one its lock database lost meanwhile. Not a refusal: tried again.
+            throw .busy(status: 207, retryAfter: nil, message: "PUT \(path): the server answered 207 (a lock it lost)")
         case 412:
             if case .mustNotExist = condition { throw .alreadyExists(path) }
             throw .versionMismatch(path)
