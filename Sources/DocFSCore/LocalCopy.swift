@@ -374,7 +374,6 @@ public final class LocalCopy: ContentSink, Sendable {
             state.streamed?.abandon()
             state.held = ByteRangeSet()
             state.length = 0
-            state.contentChanged()
         }
         guard let descriptor = try? acquireDescriptor(forChange: true) else { return }
         _ = ftruncate(descriptor, 0)

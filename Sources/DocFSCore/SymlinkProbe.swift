@@ -94,20 +94,17 @@ actor KindConfirmations {
 
     /// `ahead`: a folder listed ahead of a walk, swept when a place is free.
     private func startSweep(_ directory: Inode, ahead: Bool = false) {
-        guard ahead else {
-            if let waiting = sweepsWaiting.firstIndex(of: directory) {
-                // The reader got there before its sweep began.
-                sweepsWaiting.remove(at: waiting)
-                Task { await self.sweep(directory) }
+        if !ahead, let waiting = sweepsWaiting.firstIndex(of: directory) {
+            sweepsWaiting.remove(at: waiting)  // the reader got there before its sweep began
+        } else {
+            guard sweeping.insert(directory).inserted else { return }
+            if ahead {
+                sweepsWaiting.append(directory)
+                startWaitingSweeps()
                 return
             }
-            guard sweeping.insert(directory).inserted else { return }
-            Task { await self.sweep(directory) }
-            return
         }
-        guard sweeping.insert(directory).inserted else { return }
-        sweepsWaiting.append(directory)
-        startWaitingSweeps()
+        Task { await self.sweep(directory) }
     }
 
     private func startWaitingSweeps() {

@@ -51,7 +51,7 @@ final class KnownFolders: Sendable {
 
     /// Whether `path` names nothing on the store as far as a moment's knowledge goes: its folder
     /// was made here within `lifetime`, and this mount has not used the name in it since. Marks
-    /// the name used (a second question about it goes to the store). What another client put at
+    /// the name used either way, as `used` does (a second question about it goes to the store). What another client put at
     /// that name within the moment is met by the write's own condition (S3's `If-None-Match: *`,
     /// WebDAV's MKCOL or MOVE with `Overwrite: F`).
     func isFresh(_ path: StorePath) -> Bool {

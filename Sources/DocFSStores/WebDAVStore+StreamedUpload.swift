@@ -60,7 +60,6 @@ extension WebDAVStore {
         // The MOVE's `Overwrite: F` keeps what stands there; the question first saves sending a
         // body for nothing, and is not asked in a folder made here a moment ago.
         let fresh = knownFolders.isFresh(path)
-        knownFolders.used(path)
         let replace: Bool
         switch condition {
         case .mustNotExist:

@@ -321,10 +321,7 @@ public final class WebDAVStore: Store {
         guard !path.isRoot else { throw .alreadyExists(path) }
         // Some servers (rclone's) answer 201 to MKCOL of an existing collection: look first,
         // unless the folder was made here a moment ago and this mount never used the name.
-        if !knownFolders.isFresh(path) {
-            knownFolders.used(path)
-            if try await statIfExists(path) != nil { throw .alreadyExists(path) }
-        }
+        if !knownFolders.isFresh(path), try await statIfExists(path) != nil { throw .alreadyExists(path) }
         let answer = try await transport.metadata(.MKCOL, url: url(path, collection: true), path: path, headers: [:], body: nil,
                                                   timeout: Self.metadataTimeout)
         switch answer.status {

@@ -135,6 +135,15 @@ struct SparseWriteTests {
         #expect(fixture.cachedFiles().isEmpty)
     }
 
+    /// Closes the writer while the store is down (its close fails): the writes wait for their
+    /// fill. The store stays down; returns the file's item.
+    private func closedWhileDown(_ handle: UInt64, _ proxy: CrashableStore, _ fixture: CoreFixture) async throws -> Item {
+        proxy.outage = .unreachable("down for the test")
+        do { try await fixture.fs.flush(handle: handle) } catch { _ = error }
+        await fixture.fs.release(handle: handle)
+        return try await fixture.lookup("disk.img")
+    }
+
     @Test func aCloseWhileTheStoreIsDownHandsTheWritesToTheUploader() async throws {
         let (store, proxy, fixture, handle, content) = try await writerThroughProxy()
         proxy.outage = .unreachable("down for the test")
@@ -157,10 +166,7 @@ struct SparseWriteTests {
     /// streaming seed 96510: an append half done was uploaded).
     @Test func writesLeftByAFailedCloseWaitForAWriterThatOpenedSince() async throws {
         let (store, proxy, fixture, handle, content) = try await writerThroughProxy()
-        proxy.outage = .unreachable("down for the test")
-        do { try await fixture.fs.flush(handle: handle) } catch { _ = error }
-        await fixture.fs.release(handle: handle)
-        let item = try await fixture.lookup("disk.img")
+        let item = try await closedWhileDown(handle, proxy, fixture)
         let second = try await fixture.fs.open(item.inode, mode: .init(writable: true, truncate: false))
         let later = Array("LATER".utf8)
         try fixture.write(handle: second, later, at: 100)
@@ -185,10 +191,7 @@ struct SparseWriteTests {
     /// upload; it went with the failed download before (model seed 380: the writes were lost).
     @Test func aFailedPinDownloadLeavesWritesAwaitingTheirFill() async throws {
         let (store, proxy, fixture, handle, content) = try await writerThroughProxy()
-        proxy.outage = .unreachable("down for the test")
-        do { try await fixture.fs.flush(handle: handle) } catch { _ = error }
-        await fixture.fs.release(handle: handle)
-        let item = try await fixture.lookup("disk.img")
+        let item = try await closedWhileDown(handle, proxy, fixture)
         do { try await fixture.fs.pin(item.inode) } catch { _ = error }
         proxy.outage = nil
         await fixture.fs.waitForUploads()  // the retries too

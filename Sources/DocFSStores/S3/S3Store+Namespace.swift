@@ -18,7 +18,6 @@ extension S3Store {
             knownFolders.madeFolder(path)
             return RemoteEntry(path: path, kind: .directory, size: 0, modified: Date().timeIntervalSince1970)
         }
-        knownFolders.used(path)
         // The three questions at once: one round trip before the marker, not three.
         async let parentExists = Self.catching { () throws(StoreError) in try await self.parentExists(of: path) }
         async let fileThere = Self.catching { () throws(StoreError) in try await self.headObject(path) != nil }
