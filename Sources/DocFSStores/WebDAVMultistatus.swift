@@ -27,6 +27,8 @@ struct WebDAVResponse: Sendable, Equatable {
     var hasPreview = false
     /// `hasPreview` was said in Nextcloud's namespace (whose preview endpoint differs from ownCloud's).
     var previewFromNextcloud = false
+    /// The tokens of the locks `lockdiscovery` names (asked only under docfs's own lock).
+    var lockTokens: [String] = []
 
     /// A name locked before anything was written to it (a LOCK of an unmapped URL), on a
     /// server that keeps such names as RFC 2518's lock-null resources (Apache): listed, but with
@@ -134,6 +136,8 @@ private struct MultistatusHandler: XMLPushHandler {
     private var propstatPreviewFromNextcloud = false
     private var inProp = false
     private var inResourceType = false
+    private var inLockToken = false
+    private var propstatLockTokens: [String] = []
     private var text: [UInt8] = []
 
     init(maximumEntries: Int) { self.maximumEntries = maximumEntries }
@@ -166,7 +170,9 @@ private struct MultistatusHandler: XMLPushHandler {
             propstatPosix = PosixProperties()
             propstatHasPreview = false
             propstatPreviewFromNextcloud = false
+            propstatLockTokens = []
         case "prop": inProp = true
+        case "locktoken": inLockToken = inProp
         case "resourcetype": inResourceType = true
         case "collection": if inResourceType { propstatIsCollection = true }
         default: break
@@ -217,6 +223,8 @@ private struct MultistatusHandler: XMLPushHandler {
             if current != nil, !inPropstat {
                 let href = hrefValue
                 current?.href = href
+            } else if inLockToken {
+                propstatLockTokens.append(value)
             }
         case "status":
             let code = Self.statusCode(value)
@@ -226,6 +234,7 @@ private struct MultistatusHandler: XMLPushHandler {
         case "getetag": if inProp { propstatETag = value.isEmpty ? nil : value }
         case "multistatus": closedMultistatus = true
         case "resourcetype": inResourceType = false
+        case "locktoken": inLockToken = false
         case "prop": inProp = false
         case "propstat":
             inPropstat = false
@@ -239,6 +248,7 @@ private struct MultistatusHandler: XMLPushHandler {
                 current?.posix.merge(propstatPosix)
                 if propstatHasPreview { current?.hasPreview = true }
                 if propstatPreviewFromNextcloud { current?.previewFromNextcloud = true }
+                current?.lockTokens += propstatLockTokens
             }
         case "response":
             count += 1

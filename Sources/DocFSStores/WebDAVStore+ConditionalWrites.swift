@@ -48,6 +48,9 @@ final class ConditionProbe: Sendable {
     let locks = Mutex<Bool?>(nil)
     /// The warning about weak tags without locks was logged.
     let weakNoted = Mutex(false)
+    /// Empty files this mount's LOCKs made and could not take back (a lock granted beside
+    /// ours refused the DELETE), by version: found again under a later lock, they are ours to fill.
+    let lockMadeFiles = Mutex<[StorePath: ETag]>([:])
 }
 
 extension ConditionSupport: CustomStringConvertible {
@@ -115,7 +118,12 @@ extension WebDAVStore {
     /// The store's entry at `path` if `condition` holds there now (nil: nothing there, for
     /// `.mustNotExist`); else the error the upload would meet.
     private func check(_ path: StorePath, _ condition: WriteCondition) async throws(StoreError) -> RemoteEntry? {
-        let current = try await statIfExists(path)
+        try Self.verify(try await statIfExists(path), at: path, condition)
+    }
+
+    /// `current` if `condition` holds over it (nil: nothing there); else the error the upload
+    /// would meet.
+    private static func verify(_ current: RemoteEntry?, at path: StorePath, _ condition: WriteCondition) throws(StoreError) -> RemoteEntry? {
         switch condition {
         case .always:
             return current
@@ -146,9 +154,9 @@ extension WebDAVStore {
             case .ifMatch:
                 // A lock that made the resource found nothing at the path: not the version wanted.
                 if lock.created { throw StoreError.versionMismatch(path) }
-                _ = try await check(path, condition)
+                try await checkUnderLock(path, condition, lock)
             case .mustNotExist:
-                if !lock.created { _ = try await check(path, condition) }
+                try await checkUnderLock(path, condition, lock)
             }
             let result: T
             do {
@@ -159,6 +167,7 @@ extension WebDAVStore {
                 if !(lock.created && condition == .mustNotExist) { _ = try await check(path, condition) }
                 throw StoreError.busy(status: 412, retryAfter: nil, message: "PUT \(path): the server lost docfs's lock")
             }
+            conditionProbe.lockMadeFiles.withLock { _ = $0.removeValue(forKey: path) }
             pendingUnlocks.start(path) { await self.unlock(path, lock) }
             return result
         } catch {
@@ -167,6 +176,37 @@ extension WebDAVStore {
             throw error
         }
     }
+
+    /// `condition` checked under `lock`, in one PROPFIND that also asks which locks the server
+    /// holds on the path. A lock granted beside docfs's is a server that let two exclusive
+    /// LOCKs through at once (sabre/dav's PDO backend looks for a conflict, then inserts): busy,
+    /// tried again. An empty file where the LOCK said it made one is that LOCK's; one with
+    /// bytes is another client's, written between that server's look and its answer.
+    private func checkUnderLock(_ path: StorePath, _ condition: WriteCondition, _ lock: HeldLock) async throws(StoreError) {
+        var current: RemoteEntry?
+        var othersLocked = false
+        do {
+            if let match = try await propfindItself(path, body: Self.lockPropfindBody) {
+                current = match.isLockNull ? nil : entry(path, match)
+                othersLocked = match.lockTokens.contains { $0 != lock.token }
+            } else {
+                current = try await head(path)
+            }
+        } catch .notFound {
+            current = nil
+        }
+        if condition == .mustNotExist, let made = current, made.kind == .file, made.size == 0 {
+            let ours = conditionProbe.lockMadeFiles.withLock { made.etag != nil && $0[path] == made.etag }
+            if lock.created || ours {
+                if let etag = made.etag { conditionProbe.lockMadeFiles.withLock { $0[path] = etag } }
+                current = nil
+            }
+        }
+        _ = try Self.verify(current, at: path, condition)
+        if othersLocked { throw .busy(status: 423, retryAfter: nil, message: "\(path): the server granted another client's lock beside docfs's") }
+    }
+
+    static let lockPropfindBody = propfindBody.replacingOccurrences(of: "</D:prop>", with: "<D:lockdiscovery/></D:prop>")
 
     /// The probe of conditions on PUT (see the top of the file), run once, near `path`.
     func probeConditions(near path: StorePath) async -> ConditionSupport {
@@ -296,8 +336,11 @@ extension WebDAVStore {
 
     /// Removes the empty resource a LOCK made, when no PUT filled it.
     private func deleteUnderLock(_ path: StorePath, _ lock: HeldLock) async {
-        _ = try? await transport.metadata(.DELETE, url: url(path), path: path, headers: ["If": "(<\(lock.token)>)"], body: nil,
-                                          timeout: Self.metadataTimeout)
+        let answer = try? await transport.metadata(.DELETE, url: url(path), path: path, headers: ["If": "(<\(lock.token)>)"], body: nil,
+                                                   timeout: Self.metadataTimeout)
+        if let answer, (200..<300).contains(answer.status) || answer.status == 404 {
+            conditionProbe.lockMadeFiles.withLock { _ = $0.removeValue(forKey: path) }
+        }
     }
 }
 

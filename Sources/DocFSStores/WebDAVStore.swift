@@ -134,12 +134,20 @@ public final class WebDAVStore: Store {
     // MARK: - stat
 
     public func stat(_ path: StorePath) async throws(StoreError) -> RemoteEntry {
+        guard let match = try await propfindItself(path, body: Self.propfindBody) else { return try await head(path) }
+        if match.isLockNull { throw .notFound(path) }
+        return entry(path, match)
+    }
+
+    /// What a Depth 0 PROPFIND asking `body` says of `path` itself; nil when the server has no
+    /// PROPFIND there (405).
+    func propfindItself(_ path: StorePath, body: String) async throws(StoreError) -> WebDAVResponse? {
         let answer = try await transport.metadata(.PROPFIND, url: url(path, collection: path.isRoot), path: path,
                                                   headers: ["Depth": "0", "Content-Type": "application/xml; charset=utf-8"],
-                                                  body: .bytes(ByteBuffer(string: Self.propfindBody)), timeout: Self.metadataTimeout)
+                                                  body: .bytes(ByteBuffer(string: body)), timeout: Self.metadataTimeout)
         switch answer.status {
         case 207: break
-        case 405: return try await head(path)
+        case 405: return nil
         default: throw answer.error(method: "PROPFIND", path: path)
         }
         let responses = try WebDAVMultistatus.parse(answer.body)
@@ -151,8 +159,7 @@ public final class WebDAVStore: Store {
             if status == 404 { throw .notFound(path) }
             throw .protocolError("PROPFIND of \(path) answered status \(status)")
         }
-        if match.isLockNull { throw .notFound(path) }
-        return entry(path, match)
+        return match
     }
 
     /// The entry at `path`, or nil when there is none.
@@ -164,7 +171,7 @@ public final class WebDAVStore: Store {
         }
     }
 
-    private func head(_ path: StorePath) async throws(StoreError) -> RemoteEntry {
+    func head(_ path: StorePath) async throws(StoreError) -> RemoteEntry {
         let answer = try await transport.metadata(.HEAD, url: url(path), path: path, headers: [:], body: nil, timeout: Self.metadataTimeout)
         guard answer.status == 200 else { throw answer.error(method: "HEAD", path: path) }
         let size = answer.headers.first(name: "Content-Length").flatMap { Int64($0) } ?? 0

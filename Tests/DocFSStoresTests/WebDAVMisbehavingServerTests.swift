@@ -7,6 +7,7 @@ import Glibc
 import DocFSStore
 @testable import DocFSStores
 import Foundation
+import Synchronization
 import Testing
 
 /// One canned answer: the raw head, the body, and whether to cut the body short.
@@ -229,6 +230,113 @@ struct WebDAVMisbehavingServerTests {
             #expect(puts.first?.headers["if-match"] == "\"v1\"")
             #expect(server.requests.filter { $0.method == "LOCK" }.count == 1)
             #expect(store.conditionProbe.locks.withLock { $0 } == false)
+        }
+    }
+
+    /// A server with locks whose LOCK of a new name says it made the file (201), and what a
+    /// PROPFIND under that lock then finds there: `length` bytes, and the locks it names.
+    private func newNameUnderLock(length: Int, locks: [String],
+                                  _ body: (CannedHTTPServer, WebDAVStore) async throws -> Void) async throws {
+        let discovery = locks.map { "<D:activelock><D:locktoken><D:href>\($0)</D:href></D:locktoken></D:activelock>" }.joined()
+        let entry = """
+            <?xml version="1.0"?><D:multistatus xmlns:D="DAV:"><D:response><D:href>/base/new</D:href><D:propstat><D:prop>
+            <D:resourcetype/><D:getcontentlength>\(length)</D:getcontentlength><D:getetag>"e\(length)"</D:getetag>
+            <D:lockdiscovery>\(discovery)</D:lockdiscovery></D:prop>
+            <D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response></D:multistatus>
+            """
+        try await withCannedServer({ request in
+            switch request.method {
+            case "OPTIONS": return CannedResponse("200 OK", headers: [("DAV", "1, 2")])
+            case "LOCK": return CannedResponse("201 Created", headers: [("Lock-Token", "<opaquelocktoken:ours>")])
+            case "PROPFIND": return CannedResponse("207 Multi-Status", headers: [("Content-Type", "application/xml")], body: Array(entry.utf8))
+            case "PUT" where request.headers["if-match"] != nil || request.headers["if-none-match"] != nil:
+                return CannedResponse("412 Precondition Failed")
+            case "PUT": return CannedResponse("201 Created", headers: [("ETag", "\"mine\"")])
+            default: return CannedResponse("204 No Content")
+            }
+        }, body)
+    }
+
+    private func uploadsOfNew(_ server: CannedHTTPServer) -> Int {
+        server.requests.filter { $0.method == "PUT" && $0.target.hasSuffix("/new") }.count
+    }
+
+    /// sabre/dav's PDO lock backend looks for a conflicting lock, then inserts its own: two
+    /// LOCKs of one new name at once can both be granted. Seen under docfs's lock, the other
+    /// lock makes the upload wait and try again, not go ahead over the other client's.
+    @Test func aLockGrantedBesideOursIsWaitedFor() async throws {
+        try await newNameUnderLock(length: 0, locks: ["opaquelocktoken:ours", "opaquelocktoken:theirs"]) { server, store in
+            let dir = try TemporaryDirectory()
+            defer { dir.remove() }
+            await #expect(throws: StoreError.self) {
+                try await store.write(path("new"), fromLocalFile: try dir.uploadSource(Array("mine".utf8)), condition: .mustNotExist)
+            }
+            #expect(uploadsOfNew(server) == 0)
+        }
+    }
+
+    /// A LOCK that answered "made" (201) from a look taken before another client's PUT landed:
+    /// the bytes found under the lock are that client's file, so the new file is a conflict.
+    @Test func bytesFoundUnderALockThatSaidItMadeTheFileAreAnotherClients() async throws {
+        try await newNameUnderLock(length: 6, locks: ["opaquelocktoken:ours"]) { server, store in
+            let dir = try TemporaryDirectory()
+            defer { dir.remove() }
+            await #expect(throws: StoreError.alreadyExists(path("new"))) {
+                try await store.write(path("new"), fromLocalFile: try dir.uploadSource(Array("mine".utf8)), condition: .mustNotExist)
+            }
+            #expect(uploadsOfNew(server) == 0)
+        }
+    }
+
+    /// A LOCK made the empty file, then met another client's lock beside it and could not take
+    /// the file back: at the next try (LOCK answered 200, the file being there) that same empty
+    /// version is still this upload's to fill, not another client's file to keep apart from.
+    @Test func theEmptyFileOfABackedOffLockIsFilledAtTheNextTry() async throws {
+        let locks = Mutex(0)
+        @Sendable func entry(_ tokens: [String]) -> String {
+            let discovery = tokens.map { "<D:activelock><D:locktoken><D:href>\($0)</D:href></D:locktoken></D:activelock>" }.joined()
+            return """
+                <?xml version="1.0"?><D:multistatus xmlns:D="DAV:"><D:response><D:href>/base/new</D:href><D:propstat><D:prop>
+                <D:resourcetype/><D:getcontentlength>0</D:getcontentlength><D:getetag>"empty"</D:getetag>
+                <D:lockdiscovery>\(discovery)</D:lockdiscovery></D:prop>
+                <D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response></D:multistatus>
+                """
+        }
+        try await withCannedServer({ request in
+            switch request.method {
+            case "OPTIONS": return CannedResponse("200 OK", headers: [("DAV", "1, 2")])
+            case "LOCK":
+                let first = locks.withLock { count in count += 1; return count == 1 }
+                return CannedResponse(first ? "201 Created" : "200 OK", headers: [("Lock-Token", "<opaquelocktoken:ours>")])
+            case "PROPFIND":
+                let tokens = locks.withLock { $0 } == 1 ? ["opaquelocktoken:ours", "opaquelocktoken:theirs"] : ["opaquelocktoken:ours"]
+                return CannedResponse("207 Multi-Status", headers: [("Content-Type", "application/xml")], body: Array(entry(tokens).utf8))
+            case "DELETE": return CannedResponse("423 Locked")
+            case "PUT" where request.headers["if-match"] != nil || request.headers["if-none-match"] != nil:
+                return CannedResponse("412 Precondition Failed")
+            case "PUT": return CannedResponse("204 No Content", headers: [("ETag", "\"mine\"")])
+            default: return CannedResponse("204 No Content")
+            }
+        }) { server, store in
+            let dir = try TemporaryDirectory()
+            defer { dir.remove() }
+            let source = try dir.uploadSource(Array("mine".utf8))
+            await #expect(throws: StoreError.self) { try await store.write(path("new"), fromLocalFile: source, condition: .mustNotExist) }
+            #expect(uploadsOfNew(server) == 0)
+            _ = try await store.write(path("new"), fromLocalFile: source, condition: .mustNotExist)
+            #expect(uploadsOfNew(server) == 1)
+        }
+    }
+
+    /// The empty file the LOCK made, under docfs's lock alone: the new file goes up over it.
+    @Test func theEmptyFileOurLockMadeIsFilled() async throws {
+        try await newNameUnderLock(length: 0, locks: ["opaquelocktoken:ours"]) { server, store in
+            let dir = try TemporaryDirectory()
+            defer { dir.remove() }
+            _ = try await store.write(path("new"), fromLocalFile: try dir.uploadSource(Array("mine".utf8)), condition: .mustNotExist)
+            let puts = server.requests.filter { $0.method == "PUT" && $0.target.hasSuffix("/new") }
+            #expect(puts.count == 1)
+            #expect(puts.first?.headers["if"] == "(<opaquelocktoken:ours>)")
         }
     }
 

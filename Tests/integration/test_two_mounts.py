@@ -387,15 +387,7 @@ def _write_and_close_at_once(paths: list[Path], name: str, contents: list[bytes]
     return errors
 
 
-#: sabre/dav 1.8's PDO lock backend looks for a conflicting lock, then inserts its own: two LOCKs
-#: of one new name at the same moment can both be granted, and both uploads go through (one pair
-#: in 100 lost its first file in a CI run). docfs does not yet verify that a granted lock is the
-#: only one (a PROPFIND of `lockdiscovery` after the LOCK would tell): a known loss, not hidden.
-SABRE_LOCK_RACE = pytest.mark.xfail(reason="sabre/dav's PDO lock backend can grant two exclusive LOCKs of one name at once",
-                                    strict=False)
-
-
-@pytest.mark.parametrize("kind", ["docfs-serve", "apache", "wsgidav", pytest.param("sabre", marks=SABRE_LOCK_RACE), "nginx", "moto"])
+@pytest.mark.parametrize("kind", ["docfs-serve", "apache", "wsgidav", "sabre", "nginx", "moto"])
 def test_two_mounts_creating_one_name_at_once_keep_both(kind, tmp_path, request):
     """Two mounts each make `new-N.txt` (neither sees the other's yet) and close at once, for
     many N: the two uploads run together. One takes the name, the other is kept as a conflict
@@ -413,6 +405,12 @@ def test_two_mounts_creating_one_name_at_once_keep_both(kind, tmp_path, request)
         kept = {content[:8] for name, content in store.files().items() if name.startswith("new-")}
         lost = [f"{w}{n:06d};" for n in range(rounds) for w in "AB" if f"{w}{n:06d};".encode() not in kept]
         assert not lost, f"{len(lost)} of {2 * rounds} new files are on the store nowhere: {lost[:10]}"
+        if kind != "wsgidav":
+            # WsgiDAV makes the empty file of a LOCK of a new name before it looks for a
+            # conflicting lock, and keeps it when it answers 423: the name then holds an empty
+            # file no one wrote, both new files are kept as conflict copies (doc/servers.md).
+            empty = sorted(name for name, content in store.files().items() if name.startswith("new-") and not content)
+            assert not empty, f"empty files no one wrote (left by a LOCK): {empty[:10]}"
         for path, xdg in ((path_a, xdg_a), (path_b, xdg_b)):
             assert xdg.docfs("unmount", path, timeout=120).returncode == 0
     finally:
