@@ -86,11 +86,15 @@ extension WebDAVStore {
             }
             if [411, 501].contains(answer.status) { throw refused("PUT with a chunked body: HTTP \(answer.status)") }
             try await checkPUT(answer, temporary, .mustNotExist)
-            // A server or proxy that mishandles a chunked body keeps less than was sent.
+            // A server or proxy that mishandles a chunked body keeps less than was sent. It does so
+            // every time: asked until one body as long as this one was found whole (a round trip
+            // less for the uploads after).
+            guard sent > chunkedBodiesKeptWhole.withLock({ $0 }) else { return }
             let stored = try await stat(temporary)
             guard stored.kind == .file, stored.size == sent else {
                 throw refused("PUT with a chunked body: the server kept \(stored.size) of \(sent) bytes")
             }
+            chunkedBodiesKeptWhole.withLock { $0 = max($0, sent) }
         }, moveFailed: { error in
             switch error {
             case .notSupported(let why), .accessDenied(let why): return refused(why)

@@ -34,6 +34,8 @@ public final class WebDAVStore: Store {
     let propfindListings = PropfindListings()
     /// Why this server cannot take streamed uploads, once it showed it (WebDAVStore+StreamedUpload.swift).
     let streamedUploadRefusal = Mutex<String?>(nil)
+    /// The longest chunked PUT body the server was seen to keep whole (-1: none yet).
+    let chunkedBodiesKeptWhole = Mutex<Int64>(-1)
     /// Where streamed uploads' temporary files are recorded until they are moved in place or
     /// deleted, once the mount gives a directory for it (`keepUnfinishedWork(in:)`).
     let uploadLedger = Mutex<UploadLedger<TemporaryUpload>?>(nil)

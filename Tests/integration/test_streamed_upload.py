@@ -60,6 +60,25 @@ def test_dd_of_a_large_new_file_streams_it_to_a_temporary_name_and_moves_it_in_p
         assert f.read() == data
 
 
+def test_once_the_server_kept_a_chunked_body_whole_shorter_ones_are_not_asked_about(store_server, store, mount, tmp_path):
+    """A server that mishandles chunked bodies does so every time: the size of a temporary file
+    is asked for until one body as long was found whole, not for every upload (a round trip
+    each, at a distance)."""
+    server = store_server(store)
+    m = mount(server.url)
+    first, second = os.urandom(16 * MIB), os.urandom(8 * MIB)
+    for name, data in (("first.bin", first), ("second.bin", second)):
+        source = tmp_path / name
+        source.write_bytes(data)
+        subprocess.run(["dd", f"if={source}", f"of={m / name}", "bs=1M", "status=none"], check=True)
+        wait_server_bytes(server, name, data)
+    m.wait_uploads_done()
+    streamed = [r.path for r in server.requests() if r.method == "PUT" and TEMPORARY.match(r.path.lstrip("/"))]
+    assert len(streamed) == 2, methods_log(server)
+    asked = [r.path for r in server.requests() if r.method == "PROPFIND"]
+    assert streamed[0] in asked and streamed[1] not in asked, methods_log(server)
+
+
 def test_a_writer_that_goes_back_leaves_no_torn_file_and_no_conflict_copy(store_server, store, mount):
     server = store_server(store)
     m = mount(server.url)
