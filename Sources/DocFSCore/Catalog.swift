@@ -261,12 +261,6 @@ public final class Catalog: Sendable {
         }
     }
 
-    public func markListed(_ inode: Inode, at time: Double) throws(FSError) {
-        try write(invalidating: .item(inode)) { db in
-            try db.cachedExecute(sql: "UPDATE item SET listedAt = ? WHERE inode = ?", arguments: [time, Int64(bitPattern: inode)])
-        }
-    }
-
     // MARK: Plumbing
 
     /// No transaction: BEGIN/COMMIT would cost as much as the reads, and each statement sees a commit.
