@@ -49,7 +49,8 @@ final class ConditionProbe: Sendable {
     /// The warning about weak tags without locks was logged.
     let weakNoted = Mutex(false)
     /// Empty files this mount's LOCKs made and could not take back (a lock granted beside
-    /// ours refused the DELETE), by version: found again under a later lock, they are ours to fill.
+    /// ours refused the DELETE), by version: found again under a later lock, they are ours to fill
+    /// (an empty file another client put there meanwhile under the same version is taken for it).
     let lockMadeFiles = Mutex<[StorePath: ETag]>([:])
 }
 
