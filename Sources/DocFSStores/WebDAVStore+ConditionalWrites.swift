@@ -197,11 +197,12 @@ extension WebDAVStore {
             current = nil
         }
         if condition == .mustNotExist, let made = current, made.kind == .file, made.size == 0 {
-            let ours = conditionProbe.lockMadeFiles.withLock { made.etag != nil && $0[path] == made.etag }
-            if lock.created || ours {
-                if let etag = made.etag { conditionProbe.lockMadeFiles.withLock { $0[path] = etag } }
-                current = nil
+            let ours = conditionProbe.lockMadeFiles.withLock { files in
+                guard let etag = made.etag else { return lock.created }
+                if lock.created { files[path] = etag }
+                return lock.created || files[path] == etag
             }
+            if ours { current = nil }
         }
         _ = try Self.verify(current, at: path, condition)
         if othersLocked { throw .busy(status: 423, retryAfter: nil, message: "\(path): the server granted another client's lock beside docfs's") }
