@@ -1,12 +1,9 @@
 import GRDB
 
-/// `pinned` is read on its own, not with every item, so lookups stay cheap.
 extension Catalog {
+    /// From the item cache: `getxattr` of a file's state asks this for every file a file manager shows.
     public func isPinned(_ inode: Inode) throws(FSError) -> Bool {
-        try read { db in
-            try Bool.fetchOne(db.cachedStatement(sql: "SELECT pinned FROM item WHERE inode = ?"),
-                              arguments: [Int64(bitPattern: inode)]) ?? false
-        }
+        try item(inode)?.pinned ?? false
     }
 
     /// Also everything below a folder.

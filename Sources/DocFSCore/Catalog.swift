@@ -393,7 +393,7 @@ public final class Catalog: Sendable {
     static let itemColumns = """
         inode, id, parent, name, path, kind, size, modifiedNs, etag, symlinkTarget, mode, state, listedAt, onStore, \
         owner, "group", accessedNs, changedNs, uploadError, conflictCopy, baseEtag, uncommitted, rdev, \
-        kindKnownFor IS NOT NULL AND kindKnownFor = etag, uploadTrouble, links
+        kindKnownFor IS NOT NULL AND kindKnownFor = etag, uploadTrouble, links, pinned
         """
 
     static func item(from row: Row) -> Item {
@@ -428,7 +428,8 @@ public final class Catalog: Sendable {
             rdev: UInt64(bitPattern: row[22]),
             kindConfirmed: (row[23] as Bool?) ?? false,
             uploadTrouble: (row[24] as String?).flatMap(UploadTrouble.init(rawValue:)),
-            links: Int(row[25] as Int64)
+            links: Int(row[25] as Int64),
+            pinned: row[26]
         )
     }
 }

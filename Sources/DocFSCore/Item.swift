@@ -71,6 +71,8 @@ public struct Item: Sendable, Equatable {
     public var unlinked = false
     public var uploadTrouble: UploadTrouble?
     public var links = 1
+    /// Kept local (`docfs pin`); what is added to a pinned folder is pinned too.
+    public var pinned = false
 
     public var isDirectory: Bool { kind == .directory }
 
