@@ -52,6 +52,15 @@ let package = Package(
         ),
         // `docfs serve`: a WebDAV server over a directory.
         .target(
+            name: "DocFSThumbnails",
+            dependencies: [
+                "DocFSCore",
+                "DocFSStore",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        .target(
             name: "DocFSServe",
             dependencies: [
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -81,6 +90,7 @@ let package = Package(
                 "DocFSStores",
                 "DocFSServe",
                 "DocFSFuse",
+                "DocFSThumbnails",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -98,7 +108,7 @@ let package = Package(
         ),
         .testTarget(
             name: "DocFSCoreTests",
-            dependencies: ["DocFSCore", "DocFSStore", "DocFSTesting"]
+            dependencies: ["DocFSCore", "DocFSStore", "DocFSTesting", "DocFSThumbnails"]
         ),
         .testTarget(name: "DocFSServeTests", dependencies: ["DocFSServe", "DocFSTesting", .product(name: "AsyncHTTPClient", package: "async-http-client")]),
         .testTarget(

@@ -23,7 +23,6 @@ public final class DocFileSystem: Sendable {
     let prefetcher: Prefetcher
     let prefetching: Bool
     let stateFeed = StateFeed()
-    let thumbnails = Mutex<Thumbnails?>(nil)
     /// `--io-timeout`; nil: the store's own deadlines.
     let ioTimeout: Duration?
     let retry: RetryPolicy
@@ -117,5 +116,11 @@ public final class DocFileSystem: Sendable {
     /// Its size and times may have changed under the kernel's cache.
     public func whenPinnedCopyRefreshed(_ handler: @escaping @Sendable (Inode) -> Void) {
         pinnedRefresher.refreshed.withLock { $0 = handler }
+    }
+
+    /// Each listing's paths the store has previews of (Sources/DocFSThumbnails); a first
+    /// `readdir` waits for the handler, which bounds its own wait.
+    public func whenPreviewsListed(_ handler: @escaping DirectoryEnumerator.PreviewsHandler) {
+        enumerator.whenPreviewsListed(handler)
     }
 }

@@ -2,7 +2,7 @@ import DocFSStore
 import Synchronization
 
 /// Shown-state changes in batches: told within `delay`, each item once, in its state by then.
-final class StateFeed: Sendable {
+public final class StateFeed: Sendable {
     private struct Pending {
         var inodes: Set<Inode> = []
         var scheduled = false
@@ -14,12 +14,12 @@ final class StateFeed: Sendable {
     let socketPath = Mutex<String?>(nil)
     private let delay: Duration
 
-    init(delay: Duration = .milliseconds(100)) {
+    public init(delay: Duration = .milliseconds(100)) {
         self.delay = delay
     }
 
     /// Changes made while `isWanted` says no one listens are not kept.
-    func start(watching catalog: Catalog, isWanted: @escaping @Sendable () -> Bool, flush: @escaping @Sendable (Set<Inode>) async -> Void) {
+    public func start(watching catalog: Catalog, isWanted: @escaping @Sendable () -> Bool, flush: @escaping @Sendable (Set<Inode>) async -> Void) {
         let watcher = catalog.observeStateChanges { [weak self] inodes in
             guard isWanted() else { return }
             self?.note(inodes, flush: flush)

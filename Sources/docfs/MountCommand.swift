@@ -3,6 +3,7 @@ import DocFSCore
 import DocFSFuse
 import DocFSStore
 import DocFSStores
+import DocFSThumbnails
 import Dispatch
 import Foundation
 import Logging
@@ -293,11 +294,13 @@ struct MountCommand: AsyncParsableCommand {
             fail("cannot take over what the last mount left: \(error)")
         }
         // Thumbnails of placeholders from the store's previews, in the cache every file manager
-        // looks in first, and failure markers of files made local removed (Thumbnails.swift).
+        // looks in first, and failure markers of files made local removed (Sources/DocFSThumbnails).
+        var thumbnails: Thumbnails?
         if !noThumbnails {
             let home = environment["HOME"] ?? NSHomeDirectory()
             let cacheHome = environment["XDG_CACHE_HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? home + "/.cache"
-            filesystem.startThumbnails(Thumbnails.Settings(mountPoint: path, cacheHome: cacheHome))
+            thumbnails = Thumbnails.start(for: filesystem, store: store, catalog: catalog,
+                                          settings: Thumbnails.Settings(mountPoint: path, cacheHome: cacheHome), logger: logger)
         }
         filesystem.startListingTheTop()
         // File managers' emblems follow state changes through this socket (Sources/desktop).
@@ -377,7 +380,7 @@ struct MountCommand: AsyncParsableCommand {
         signals.cancel()
         await StoreLocator.shutdownIfNeeded(store)
         // Held until everything above is settled: the next mount may take over from here.
-        withExtendedLifetime(stateLock) {}
+        withExtendedLifetime((stateLock, thumbnails)) {}
         logger.info("stopped")
     }
 }

@@ -1,6 +1,7 @@
 @testable import DocFSCore
 import DocFSStore
 import DocFSTesting
+@testable import DocFSThumbnails
 import Foundation
 import Glibc
 import Testing
@@ -113,7 +114,8 @@ struct ThumbnailTests {
         store.addPreview("/Photos/notes.txt", Self.tinyPNG)  // a document: left to the file manager
         let fixture = try CoreFixture(store: store)
         let cacheHome = fixture.directory + "/xdg-cache"
-        let thumbnails = fixture.fs.startThumbnails(Thumbnails.Settings(mountPoint: "/mnt/photos", cacheHome: cacheHome))
+        let thumbnails = Thumbnails.start(for: fixture.fs, store: store, catalog: fixture.catalog,
+                                          settings: Thumbnails.Settings(mountPoint: "/mnt/photos", cacheHome: cacheHome), logger: fixture.fs.logger)
         let folder = try await fixture.lookup("Photos")
         _ = try await fixture.fs.children(of: folder.inode)
         try await eventually("two thumbnails written") { thumbnails.written == 2 }

@@ -2,6 +2,7 @@
 // running a thumbnailer; and failure markers removed once a copy becomes local (GNOME never
 // retries a thumbnailer `--no-fetch-for` refused).
 
+import DocFSCore
 import DocFSStore
 import Foundation
 import Logging
@@ -53,6 +54,20 @@ public actor Thumbnails {
         self.catalog = catalog
         self.settings = settings
         self.logger = logger
+    }
+
+    /// Call once, before `filesystem` serves requests. The caller keeps what it returns for the
+    /// mount's life: the file system holds it only weakly.
+    public static func start(for filesystem: DocFileSystem, store: any Store, catalog: Catalog, settings: Settings,
+                             logger: Logger) -> Thumbnails {
+        let thumbnails = Thumbnails(store: store, catalog: catalog, settings: settings, logger: logger)
+        if store.capabilities.previews {
+            filesystem.whenPreviewsListed { [weak thumbnails] directory, paths, started in
+                await thumbnails?.listed(directory, withPreviews: paths, listingStarted: started)
+            }
+        }
+        thumbnails.startWatchingCopies()
+        return thumbnails
     }
 
     static func isPreviewed(_ name: String) -> Bool {

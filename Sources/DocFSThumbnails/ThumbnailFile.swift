@@ -2,6 +2,7 @@
 // thumbnailer. Written atomically; tested against GIO.
 
 import Crypto
+import DocFSCore
 import DocFSStore
 import Foundation
 
