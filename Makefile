@@ -46,8 +46,12 @@ test: setup
 unit-test:
 	$(SWIFT) test
 
+# Two workers: most tests wait on a server, a timeout or a daemon, not on the CPU; each worker
+# starts its own servers on free ports. TEST_WORKERS=0 runs them one after another.
+TEST_WORKERS ?= 2
+
 integration-test:
-	DOCFS_BIN="$(CURDIR)/.build/debug/docfs" $(PYTHON) -m pytest -v --durations=25 Tests/integration Tests/bench/test_report.py
+	DOCFS_BIN="$(CURDIR)/.build/debug/docfs" $(PYTHON) -m pytest -v -n $(TEST_WORKERS) --dist worksteal --durations=25 Tests/integration Tests/bench/test_report.py
 	# A run of its own: two conftest.py in one run share the module name `conftest`, and the
 	# integration tests' `from conftest import RcloneServer` then got the desktop one's classes.
 	DOCFS_BIN="$(CURDIR)/.build/debug/docfs" $(PYTHON) -m pytest -v --durations=10 Tests/desktop

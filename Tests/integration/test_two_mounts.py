@@ -18,7 +18,9 @@ it started from, so every version made from another holds all of that one's reco
 
 Stores: `docfs serve`, Apache `mod_dav` and moto (the third client's conditional writes are
 honoured there: with `If-Match`, and on Apache under a WebDAV lock, as docfs writes there,
-since Apache checks `If-Match` before it writes, not with it) and `rclone serve webdav` and
+since Apache checks `If-Match` before it writes, not with it; moto does too, and its server
+runs here with each key's check and write made one step, Tests/support/moto_server_atomic.py:
+a run under load lost one of 3,514 saves to two PUTs over one version both answered 200) and `rclone serve webdav` and
 nginx (which ignore `If-Match` on PUT: no third client there, two mounts only; nginx lists no
 ETags, so docfs tells its versions by time and size).
 """

@@ -57,6 +57,11 @@ pip_install() {
     python3 -m pip install --quiet "$@" 2>/dev/null \
         || python3 -m pip install --quiet --break-system-packages "$@" 2>/dev/null
 }
+# pytest-xdist: `make test` runs the integration tests on two workers (the Makefile's TEST_WORKERS).
+if ! python3 -c 'import xdist' 2>/dev/null; then
+    echo "setup: installing pytest-xdist"
+    pip_install pytest-xdist || { echo "setup: could not install pytest-xdist" >&2; exit 1; }
+fi
 if ! command -v moto_server >/dev/null 2>&1 || ! python3 -c 'import boto3, flask' 2>/dev/null; then
     echo "setup: installing moto[server] and boto3"
     pip_install 'moto[server]' boto3 || { echo "setup: could not install moto[server]" >&2; exit 1; }

@@ -29,16 +29,17 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 
-moto="$(command -v moto_server || true)"
-if [[ -z "$moto" ]]; then
-    echo "moto_server is not installed: run python3 -m pip install 'moto[server]'" >&2
+if ! python3 -c 'import moto.server' 2>/dev/null; then
+    echo "moto's server is not installed: run python3 -m pip install 'moto[server]'" >&2
     exit 1
 fi
+# moto_server, with each key write's If-Match check and the write one step (see the script).
+moto=(python3 "$(dirname "$0")/moto_server_atomic.py")
 if [[ -z "$port" ]]; then
     port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')"
 fi
 
-"$moto" -H 127.0.0.1 -p "$port" >"$log" 2>&1 &
+"${moto[@]}" -H 127.0.0.1 -p "$port" >"$log" 2>&1 &
 pid=$!
 
 for _ in $(seq 300); do
