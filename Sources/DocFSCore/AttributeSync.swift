@@ -3,31 +3,48 @@ import Logging
 
 /// Pushes mode and times to a store that carries them and records its new version, or the next
 /// upload would look like a conflict. A copy's base moves only from the version the catalog
-/// knew: if another client's version is there, the copy keeps its base and its upload meets
-/// theirs as a conflict. (The check is a stat before the change.)
+/// knew, and only to the version the change made: if another client's version is there before
+/// or lands meanwhile, the copy keeps its base and its upload meets theirs as a conflict. Where
+/// the store cannot tell which version its change made (WebDAV), a stat right after can still
+/// take another client's for it.
 enum AttributeSync {
     static func push(_ attributes: StoreAttributes, of item: Item, to store: any Store, catalog: Catalog, provider: Provider,
                      logger: Logger) async {
         guard !attributes.isEmpty, item.onStore, !item.isDirectory || store.capabilities.keepsFolderAttributes else { return }
         do {
             // A folder has no content for a version to guard: its attributes are simply set.
-            if item.isDirectory {
+            guard !item.isDirectory, let version = item.etag else {
                 _ = try await store.setAttributes(item.path, attributes)
                 return
             }
-            let before = try await store.stat(item.path)
-            guard try await store.setAttributes(item.path, attributes) else { return }
-            guard before.etag == item.etag else {
+            guard let outcome = try await set(attributes, of: item.path, onVersion: version, in: store) else {
                 logger.info("attributes set on a version changed on the store since it was listed; the local copy keeps its base",
                             metadata: ["path": "\(item.path)"])
+                _ = try await store.setAttributes(item.path, attributes)
                 return
             }
-            let entry = try await store.stat(item.path)
-            try await provider.storeVersionChanged(item.inode, from: item.etag, to: entry.etag)
+            let made: ETag?
+            switch outcome {
+            case .notKept: return
+            case .kept(let newVersion?): made = newVersion
+            case .kept(nil): made = try await store.stat(item.path).etag
+            }
+            try await provider.storeVersionChanged(item.inode, from: version, to: made)
         } catch let error as FSError {
             logger.warning("cannot record the store's new version after an attribute change", metadata: ["path": "\(item.path)", "error": "\(error)"])
         } catch {
             logger.info("store did not take attributes", metadata: ["path": "\(item.path)", "error": "\(error)"])
+        }
+    }
+
+    /// Nil: another version stands there.
+    private static func set(_ attributes: StoreAttributes, of path: StorePath, onVersion version: ETag,
+                            in store: any Store) async throws(StoreError) -> AttributesSet? {
+        do {
+            return try await store.setAttributes(path, attributes, onVersion: version)
+        } catch {
+            if case .versionMismatch = error { return nil }
+            throw error
         }
     }
 }

@@ -63,6 +63,11 @@ extension Store {
         false
     }
 
+    public func setAttributes(_ path: StorePath, _ attributes: StoreAttributes, onVersion version: ETag) async throws(StoreError) -> AttributesSet {
+        guard try await stat(path).etag == version else { throw .versionMismatch(path) }
+        return try await setAttributes(path, attributes) ? .kept(newVersion: nil) : .notKept
+    }
+
     public func write(_ path: StorePath, fromLocalFile localFile: String, condition: WriteCondition,
                       attributes: StoreAttributes) async throws(StoreError) -> RemoteEntry {
         let entry = try await write(path, fromLocalFile: localFile, condition: condition)

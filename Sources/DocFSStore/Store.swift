@@ -77,6 +77,12 @@ public protocol Store: Sendable {
     /// Applies mode and times where the store can carry them (default: returns false).
     func setAttributes(_ path: StorePath, _ attributes: StoreAttributes) async throws(StoreError) -> Bool
 
+    /// `setAttributes` on the file's version `version` only (`.versionMismatch` when another is
+    /// there), saying which version the change made where the store knows it for certain; a
+    /// stat after the change may find another client's. Default: a stat, then `setAttributes`,
+    /// the new version unknown.
+    func setAttributes(_ path: StorePath, _ attributes: StoreAttributes, onVersion version: ETag) async throws(StoreError) -> AttributesSet
+
     /// Uploads like `write(_:fromLocalFile:condition:)` and gives the new content `attributes`
     /// where the store can carry them. The default writes, then calls `setAttributes`; a store
     /// that can send them with the content (S3 metadata) overrides it and saves a round trip.

@@ -342,14 +342,27 @@ public struct LocalDirectoryStore: Store {
     /// Real attributes: the local directory carries mode, owner and times as any file does.
     /// Symlinks keep their own (Linux has no lchmod); their times are set without following.
     public func setAttributes(_ path: StorePath, _ attributes: StoreAttributes) async throws(StoreError) -> Bool {
+        _ = try await settingAttributes(path, attributes, onVersion: nil)
+        return true
+    }
+
+    /// The version checked and the new one read in the same walk; another process's write in
+    /// between is not excluded (a directory offers no conditional chmod), only made unlikely.
+    public func setAttributes(_ path: StorePath, _ attributes: StoreAttributes, onVersion version: ETag) async throws(StoreError) -> AttributesSet {
+        .kept(newVersion: try await settingAttributes(path, attributes, onVersion: version))
+    }
+
+    /// Returns the version after the change.
+    private func settingAttributes(_ path: StorePath, _ attributes: StoreAttributes, onVersion version: ETag?) async throws(StoreError) -> ETag {
         let root = self.root
-        return try await Blocking.run { () throws(StoreError) -> Bool in
-            try Walk.withParent(root: root, path) { (parent, name) throws(StoreError) -> Bool in
+        return try await Blocking.run { () throws(StoreError) -> ETag in
+            try Walk.withParent(root: root, path) { (parent, name) throws(StoreError) -> ETag in
                 let name = name ?? "."
                 var info = Glibc.stat()
                 guard fstatat(parent, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
                     throw LocalDirectoryStore.error(errno, path: path, doing: "stat")
                 }
+                if let version, LocalDirectoryStore.etag(info) != version { throw .versionMismatch(path) }
                 let isLink = info.st_mode & S_IFMT == S_IFLNK
                 // The owner first, as chown(2) clears set-user-ID bits a mode given with it keeps.
                 // A daemon that may not give files away (not root) keeps owners in the catalog.
@@ -375,7 +388,10 @@ public struct LocalDirectoryStore: Store {
                         throw LocalDirectoryStore.error(errno, path: path, doing: "utimensat")
                     }
                 }
-                return true
+                guard fstatat(parent, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
+                    throw LocalDirectoryStore.error(errno, path: path, doing: "stat")
+                }
+                return LocalDirectoryStore.etag(info)
             }
         }
     }

@@ -86,12 +86,17 @@ public final class InMemoryStore: Store, Sendable {
     /// in `stat` and `read`.
     /// `streamsUploads` makes it take uploads of content still being written, as a WebDAV server does.
     /// `previews` makes it a store that makes previews (of the files given one with `addPreview`).
+    /// `tellsVersionAfterAttributes`: `setAttributes(_:_:onVersion:)` checks the version and names
+    /// the one its change made in one step, as S3's conditional copy does; else, as a WebDAV
+    /// server, it leaves the caller to stat.
     public init(symlinkDiscovery: SymlinkDiscovery = .inListings, looksUpByStat: Bool = false, listsStoredTimes: Bool = false,
-                streamsUploads: Bool = false, previews: Bool = false) {
+                streamsUploads: Bool = false, previews: Bool = false, tellsVersionAfterAttributes: Bool = false) {
         capabilities = StoreCapabilities(canWrite: true, canRename: true, hasRangeReads: true, symlinkDiscovery: symlinkDiscovery,
                                          looksUpByStat: looksUpByStat, streamsUploads: streamsUploads, previews: previews)
         self.listsStoredTimes = listsStoredTimes
+        self.tellsVersionAfterAttributes = tellsVersionAfterAttributes
     }
+    private let tellsVersionAfterAttributes: Bool
 
     /// The time a listing shows for version `version` of a file when `listsStoredTimes`.
     public static func storedTime(ofVersion version: Int) -> Double { 1_800_000_000 + Double(version) }
@@ -528,20 +533,36 @@ public final class InMemoryStore: Store, Sendable {
 
     public func setAttributes(_ path: StorePath, _ attributes: StoreAttributes) async throws(StoreError) -> Bool {
         defer { if let body = state.withLock({ $0.afterAttributes }) { body(path) } }
-        return try state.withLock { state throws(StoreError) -> Bool in
-            if let fault = state.attributesFault { throw fault }
-            guard state.files[path] != nil || state.directories.contains(path) else { throw .notFound(path) }
-            var kept = state.attributes[path] ?? StoreAttributes()
-            kept.mode = attributes.mode ?? kept.mode
-            kept.modified = attributes.modified ?? kept.modified
-            // The time is the file's own from now on, as S3's `x-amz-meta-mtime` is.
-            if let modified = attributes.modified { state.files[path]?.modified = modified.seconds }
-            kept.accessed = attributes.accessed ?? kept.accessed
-            kept.owner = attributes.owner ?? kept.owner
-            kept.group = attributes.group ?? kept.group
-            state.attributes[path] = kept
-            return true
+        try state.withLock { state throws(StoreError) in try Self.apply(attributes, at: path, in: &state) }
+        return true
+    }
+
+    public func setAttributes(_ path: StorePath, _ attributes: StoreAttributes, onVersion version: ETag) async throws(StoreError) -> AttributesSet {
+        guard tellsVersionAfterAttributes else {
+            guard try await stat(path).etag == version else { throw .versionMismatch(path) }
+            return try await setAttributes(path, attributes) ? .kept(newVersion: nil) : .notKept
         }
+        defer { if let body = state.withLock({ $0.afterAttributes }) { body(path) } }
+        return try state.withLock { state throws(StoreError) -> AttributesSet in
+            guard let file = state.files[path] else { throw .notFound(path) }
+            guard Self.entry(path, file).etag == version else { throw .versionMismatch(path) }
+            try Self.apply(attributes, at: path, in: &state)
+            return .kept(newVersion: state.files[path].flatMap { Self.entry(path, $0).etag })
+        }
+    }
+
+    private static func apply(_ attributes: StoreAttributes, at path: StorePath, in state: inout State) throws(StoreError) {
+        if let fault = state.attributesFault { throw fault }
+        guard state.files[path] != nil || state.directories.contains(path) else { throw .notFound(path) }
+        var kept = state.attributes[path] ?? StoreAttributes()
+        kept.mode = attributes.mode ?? kept.mode
+        kept.modified = attributes.modified ?? kept.modified
+        // The time is the file's own from now on, as S3's `x-amz-meta-mtime` is.
+        if let modified = attributes.modified { state.files[path]?.modified = modified.seconds }
+        kept.accessed = attributes.accessed ?? kept.accessed
+        kept.owner = attributes.owner ?? kept.owner
+        kept.group = attributes.group ?? kept.group
+        state.attributes[path] = kept
     }
 
     public func makeSymlink(_ path: StorePath, target: String) async throws(StoreError) -> RemoteEntry {

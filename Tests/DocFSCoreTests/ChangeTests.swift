@@ -352,6 +352,36 @@ struct ChangeTests {
         #expect(kept == [Array("ours, second".utf8)], "ours is kept next to it")
     }
 
+    /// A chmod of a file whose copy is open, and another client's version landing right after
+    /// it: the copy's base follows the version the chmod made (which the store names), not
+    /// what a stat finds next, so the edit that follows meets theirs as a conflict.
+    @Test func anotherClientsVersionStoredRightAfterAChmodIsNotTakenForIt() async throws {
+        let store = InMemoryStore(tellsVersionAfterAttributes: true)
+        let fixture = try CoreFixture.writable(store: store)
+        store.addFile("a.txt", Array("v1;".utf8))
+        let item = try await fixture.lookup("a.txt")
+        let reader = try await fixture.fs.open(item.inode, mode: .read)
+        #expect(try fixture.readAll(handle: reader, size: 3) == Array("v1;".utf8))
+        let theirs = Array("v1;theirs;".utf8)
+        store.afterSettingAttributes { path in
+            guard path.description == "/a.txt" else { return }
+            store.afterSettingAttributes(nil)
+            store.addFile("a.txt", theirs)
+        }
+        _ = try await fixture.fs.setAttributes(of: item.inode, .init(mode: 0o600), handle: nil)
+        #expect(store.content("a.txt") == theirs)
+
+        let writer = try await fixture.fs.open(item.inode, mode: .init(writable: true, truncate: false))
+        try fixture.write(handle: writer, Array("ours;".utf8), at: 3)
+        try await fixture.fs.flush(handle: writer)
+        await fixture.fs.release(handle: writer)
+        await fixture.fs.release(handle: reader)
+        await fixture.settle()
+        #expect(store.content("a.txt") == theirs, "the other client's version was replaced")
+        let kept = store.fileNames(in: "/").filter { $0.hasPrefix("a (conflict") }.map { store.content($0) }
+        #expect(kept == [Array("v1;ours;".utf8)], "ours is kept next to it")
+    }
+
     @Test func truncateWithoutAHandleToZeroDoesNotDownload() async throws {
         let fixture = try CoreFixture.writable()
         fixture.store.addFile("big", randomBytes(10_000))

@@ -409,6 +409,23 @@ struct S3StoreTests {
         }
     }
 
+    @Test("setAttributes on a version: only there, and it names the version its copy made")
+    func setAttributesOnAVersion() async throws {
+        try await withS3Store { store, server in
+            try await server.python("s3.put_object(Bucket=B, Key='a.txt', Body=b'AAA')", bucket: "docfs-test")
+            let before = try await store.stat(path("a.txt"))
+            let version = try #require(before.etag)
+            let set = try await store.setAttributes(path("a.txt"), StoreAttributes(mode: 0o600), onVersion: version)
+            let after = try await store.stat(path("a.txt"))
+            #expect(set == .kept(newVersion: after.etag))
+            #expect(after.mode == 0o600)
+            await expectStoreError(.versionMismatch(path("a.txt"))) { () throws(StoreError) in
+                _ = try await store.setAttributes(path("a.txt"), StoreAttributes(mode: 0o644), onVersion: ETag("\"another\""))
+            }
+            #expect(try await store.stat(path("a.txt")).mode == 0o600, "nothing set on another version")
+        }
+    }
+
     @Test("move: files with and without replace, directories recursively")
     func move() async throws {
         try await withS3Store { store, server in

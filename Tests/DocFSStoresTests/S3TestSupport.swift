@@ -133,7 +133,7 @@ final class MotoServer: Sendable {
                 try await server.waitUntilListening()
                 return server
             } catch {
-                server.stop()
+                await server.stop()
                 lastError = error
             }
         }
@@ -176,8 +176,19 @@ final class MotoServer: Sendable {
         try await runPython(boto3Prelude + script, environment: ["S3_ENDPOINT": endpoint, "S3_BUCKET": bucket])
     }
 
-    /// Kills moto by its PID and reaps it.
-    func stop() {
+    /// Kills moto by its PID and reaps it, on a Dispatch thread: waiting for a busy moto to exit
+    /// on the cooperative pool's two threads stalled every other test of the run (a streamed
+    /// listing of another test then hit its read timeout).
+    func stop() async {
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            DispatchQueue.global().async {
+                self.stopBlocking()
+                done.resume()
+            }
+        }
+    }
+
+    private func stopBlocking() {
         if process.isRunning {
             kill(process.processIdentifier, SIGTERM)
             let deadline = Date().addingTimeInterval(5)
@@ -195,17 +206,22 @@ func withS3Store(prefix: String = "", partSize: Int = S3Store.Configuration.defa
                  partHook: (@Sendable (Int) async throws -> Void)? = nil,
                  _ body: (S3Store, MotoServer) async throws -> Void) async throws {
     let server = try await MotoServer.start()
-    defer { server.stop() }
-    try await server.python("s3.create_bucket(Bucket=B)", bucket: "docfs-test")
-    var configuration = S3Store.Configuration(bucket: "docfs-test", prefix: prefix, region: "us-east-1",
-                                              endpoint: server.endpoint, credentials: s3TestCredentials, partSize: partSize)
-    configuration.pathStyle = true
-    let store = try S3Store(configuration: configuration, logger: testLogger, partHook: partHook)
     do {
-        try await body(store, server)
-    } catch {
+        try await server.python("s3.create_bucket(Bucket=B)", bucket: "docfs-test")
+        var configuration = S3Store.Configuration(bucket: "docfs-test", prefix: prefix, region: "us-east-1",
+                                                  endpoint: server.endpoint, credentials: s3TestCredentials, partSize: partSize)
+        configuration.pathStyle = true
+        let store = try S3Store(configuration: configuration, logger: testLogger, partHook: partHook)
+        do {
+            try await body(store, server)
+        } catch {
+            await store.shutdown()
+            throw error
+        }
         await store.shutdown()
+    } catch {
+        await server.stop()
         throw error
     }
-    await store.shutdown()
+    await server.stop()
 }

@@ -143,15 +143,20 @@ func withStore(_ backend: Backend, seed: (TemporaryDirectory) throws -> Void = {
         try await body(store, directory)
     case .rcloneWebDAV:
         let server = try await RcloneServer.start(serving: directory.path)
-        defer { server.stop() }
-        let store = try WebDAVStore(baseURL: "http://127.0.0.1:\(server.port)/", logger: testLogger)
         do {
-            try await body(store, directory)
-        } catch {
+            let store = try WebDAVStore(baseURL: "http://127.0.0.1:\(server.port)/", logger: testLogger)
+            do {
+                try await body(store, directory)
+            } catch {
+                await store.shutdown()
+                throw error
+            }
             await store.shutdown()
+        } catch {
+            await server.stop()
             throw error
         }
-        await store.shutdown()
+        await server.stop()
     case .docfsServeWebDAV:
         let server = try await DocFSServer.start(serving: directory.path)
         do {
@@ -271,15 +276,24 @@ final class RcloneServer: Sendable {
                 try await waitUntilAnswering(port: port, isAlive: { process.isRunning })
                 return server
             } catch {
-                server.stop()
+                await server.stop()
                 lastError = error
             }
         }
         throw lastError ?? TestFailure("rclone did not start")
     }
 
-    /// Kills this rclone by its PID and reaps it.
-    func stop() {
+    /// Kills this rclone by its PID and reaps it, off the cooperative pool (see MotoServer.stop).
+    func stop() async {
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            DispatchQueue.global().async {
+                self.stopBlocking()
+                done.resume()
+            }
+        }
+    }
+
+    private func stopBlocking() {
         if process.isRunning {
             kill(process.processIdentifier, SIGTERM)
             process.waitUntilExit()

@@ -84,27 +84,40 @@ extension S3Store {
     /// metadata kept). Directories without a marker object, and objects above CopyObject's 5 GiB,
     /// keep their attributes in docfs's catalog only.
     public func setAttributes(_ path: StorePath, _ attributes: StoreAttributes) async throws(StoreError) -> Bool {
-        guard !attributes.isEmpty, !path.isRoot else { return false }
+        try await copyingWithAttributes(path, attributes, onVersion: nil) != .notKept
+    }
+
+    /// The copy onto itself only from `version` (`x-amz-copy-source-if-match`), and the version it
+    /// made from the copy's answer: a stat after it could see another client's.
+    public func setAttributes(_ path: StorePath, _ attributes: StoreAttributes, onVersion version: ETag) async throws(StoreError) -> AttributesSet {
+        try await copyingWithAttributes(path, attributes, onVersion: version)
+    }
+
+    private func copyingWithAttributes(_ path: StorePath, _ attributes: StoreAttributes, onVersion version: ETag?) async throws(StoreError) -> AttributesSet {
+        guard !attributes.isEmpty, !path.isRoot else { return .notKept }
         let head = try await send(Call(method: .HEAD, key: key(path)), path: path)
         guard head.status == 200 else {
-            if head.status == 404 { return false }
+            if head.status == 404 { if version != nil { throw .notFound(path) }; return .notKept }
             throw error(head, method: "HEAD", path: path)
         }
+        if let version, head.headers.first(name: "ETag").map(ETag.normalized) != version { throw .versionMismatch(path) }
         let size = head.headers.first(name: "Content-Length").flatMap { Int64($0) } ?? 0
-        guard size <= Int64(Configuration.maximumPartSize) else { return false }
+        guard size <= Int64(Configuration.maximumPartSize) else { return .notKept }
         var metadata = S3Metadata.userMetadata(in: head.headers)
         // A link stays a link (s3fs's mode carries the type).
         let replaced = S3Metadata.headers(for: attributes, type: S3Metadata.type(in: head.headers) ?? .regular)
         metadata.removeAll { old in replaced.contains { $0.name == old.name } }
         var call = Call(method: .PUT, key: key(path))
         call.headers.append(("x-amz-copy-source", copySource(key(path))))
+        if let version { call.headers.append(("x-amz-copy-source-if-match", version.value)) }
         call.headers.append(("x-amz-metadata-directive", "REPLACE"))
         call.headers.append(("Content-Type", head.headers.first(name: "Content-Type") ?? "application/octet-stream"))
         call.headers += metadata + replaced
         let answer = try await send(call, path: path, timeout: Self.serverSideCopyTimeout)
+        if answer.status == 412, version != nil { throw .versionMismatch(path) }
         guard answer.status == 200, S3XML.parseError(answer.body) == nil else {
             throw error(answer, method: "COPY", path: path)
         }
-        return true
+        return .kept(newVersion: S3XML.parseResultETag(answer.body).map(ETag.normalized))
     }
 }
