@@ -176,16 +176,9 @@ final class MotoServer: Sendable {
         try await runPython(boto3Prelude + script, environment: ["S3_ENDPOINT": endpoint, "S3_BUCKET": bucket])
     }
 
-    /// Kills moto by its PID and reaps it, on a Dispatch thread: waiting for a busy moto to exit
-    /// on the cooperative pool's two threads stalled every other test of the run (a streamed
-    /// listing of another test then hit its read timeout).
+    /// Kills moto by its PID and reaps it.
     func stop() async {
-        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-            DispatchQueue.global().async {
-                self.stopBlocking()
-                done.resume()
-            }
-        }
+        await offThePool { self.stopBlocking() }
     }
 
     private func stopBlocking() {

@@ -176,6 +176,18 @@ func withStore(_ backend: Backend, seed: (TemporaryDirectory) throws -> Void = {
     }
 }
 
+/// Runs `body` on a Dispatch thread: a test waiting for a busy server process to exit on the
+/// cooperative pool's two threads stalls every other test of the run (a streamed listing of
+/// another test then hits its read timeout).
+func offThePool(_ body: @escaping @Sendable () -> Void) async {
+    await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+        DispatchQueue.global().async {
+            body()
+            done.resume()
+        }
+    }
+}
+
 /// A free TCP port on 127.0.0.1 (bound and released; a tiny race with other processes remains).
 func freePort() throws -> Int {
     let socket = try boundSocket()
@@ -283,14 +295,9 @@ final class RcloneServer: Sendable {
         throw lastError ?? TestFailure("rclone did not start")
     }
 
-    /// Kills this rclone by its PID and reaps it, off the cooperative pool (see MotoServer.stop).
+    /// Kills this rclone by its PID and reaps it.
     func stop() async {
-        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-            DispatchQueue.global().async {
-                self.stopBlocking()
-                done.resume()
-            }
-        }
+        await offThePool { self.stopBlocking() }
     }
 
     private func stopBlocking() {
