@@ -382,8 +382,20 @@ public actor Uploader {
         guard let item = try? catalog.item(inode) else { return (entry, nil) }
         if entry.mode != nil, entry.mode == item.mode, entry.owner == item.owner, entry.group == item.group { return (entry, item) }
         do {
-            guard try await store.setAttributes(entry.path, item.storeAttributes) else { return (entry, nil) }
-            return (entry.versionAfterAttributes(try await store.stat(entry.path)), item)
+            guard let version = entry.etag else {
+                guard try await store.setAttributes(entry.path, item.storeAttributes) else { return (entry, nil) }
+                return (entry.versionAfterAttributes(try await store.stat(entry.path)), item)
+            }
+            // Only on the version just streamed, and only the version that change made is ours.
+            switch try await store.setAttributes(entry.path, item.storeAttributes, onVersion: version) {
+            case .notKept: return (entry, nil)
+            case .kept(nil): return (entry.versionAfterAttributes(try await store.stat(entry.path)), item)
+            case .kept(let made?):
+                let now = try await store.stat(entry.path)
+                var ours = now.etag == made ? entry.versionAfterAttributes(now) : entry
+                ours.etag = made
+                return (ours, item)
+            }
         } catch {
             logger.info("cannot give a streamed upload its attributes", metadata: ["path": "\(entry.path)", "error": "\(error)"])
             return (entry, nil)
