@@ -125,9 +125,21 @@ extension WebDAVStore {
     /// Mode and mtime as dead properties, where the server keeps them; false (the caller keeps
     /// them locally) where it does not. Owners stay in the catalog: WebDAV has no place for them.
     public func setAttributes(_ path: StorePath, _ attributes: StoreAttributes) async throws(StoreError) -> Bool {
+        try await settingAttributes(path, attributes, onVersion: nil)
+    }
+
+    /// The version is checked with the stat the PROPPATCH needs anyway; which version the
+    /// PROPPATCH made, WebDAV does not say.
+    public func setAttributes(_ path: StorePath, _ attributes: StoreAttributes, onVersion version: ETag) async throws(StoreError) -> AttributesSet {
+        try await settingAttributes(path, attributes, onVersion: version) ? .kept(newVersion: nil) : .notKept
+    }
+
+    private func settingAttributes(_ path: StorePath, _ attributes: StoreAttributes, onVersion version: ETag?) async throws(StoreError) -> Bool {
         let attributes = attributes.withoutOwner
         guard !attributes.isEmpty, !path.isRoot, await !deadProperties.isRefused else { return false }
         let current = try await stat(path)
+        // Apache's weak ETag of a file just written turns strong a second later: the same version.
+        if let version, !(current.etag.map { WebDAVStore.sameVersion($0, version) } ?? false) { throw .versionMismatch(path) }
         defer { traitsMayHaveChanged() }
         return try await deadProperties.ifKept { () throws(StoreError) in
             try await self.proppatch(path, attributes, version: current.etag, collection: current.kind == .directory)
