@@ -538,15 +538,12 @@ public final class InMemoryStore: Store, Sendable {
     }
 
     public func setAttributes(_ path: StorePath, _ attributes: StoreAttributes, onVersion version: ETag) async throws(StoreError) -> AttributesSet {
-        guard tellsVersionAfterAttributes else {
-            guard try await stat(path).etag == version else { throw .versionMismatch(path) }
-            return try await setAttributes(path, attributes) ? .kept(newVersion: nil) : .notKept
-        }
         defer { if let body = state.withLock({ $0.afterAttributes }) { body(path) } }
         return try state.withLock { state throws(StoreError) -> AttributesSet in
             guard let file = state.files[path] else { throw .notFound(path) }
             guard Self.entry(path, file).etag == version else { throw .versionMismatch(path) }
             try Self.apply(attributes, at: path, in: &state)
+            guard tellsVersionAfterAttributes else { return .kept(newVersion: nil) }
             return .kept(newVersion: state.files[path].flatMap { Self.entry(path, $0).etag })
         }
     }

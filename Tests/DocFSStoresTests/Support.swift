@@ -143,37 +143,30 @@ func withStore(_ backend: Backend, seed: (TemporaryDirectory) throws -> Void = {
         try await body(store, directory)
     case .rcloneWebDAV:
         let server = try await RcloneServer.start(serving: directory.path)
-        do {
-            let store = try WebDAVStore(baseURL: "http://127.0.0.1:\(server.port)/", logger: testLogger)
-            do {
-                try await body(store, directory)
-            } catch {
-                await store.shutdown()
-                throw error
-            }
-            await store.shutdown()
-        } catch {
-            await server.stop()
-            throw error
-        }
-        await server.stop()
+        try await withWebDAVStore(port: server.port, stop: { await server.stop() }) { try await body($0, directory) }
     case .docfsServeWebDAV:
         let server = try await DocFSServer.start(serving: directory.path)
+        try await withWebDAVStore(port: server.port, stop: { await server.stop() }) { try await body($0, directory) }
+    }
+}
+
+/// A WebDAV store of the server on `port` for `body`; the store shut down and the server stopped
+/// after it, also when it throws.
+private func withWebDAVStore(port: Int, stop: () async -> Void, _ body: (WebDAVStore) async throws -> Void) async throws {
+    do {
+        let store = try WebDAVStore(baseURL: "http://127.0.0.1:\(port)/", logger: testLogger)
         do {
-            let store = try WebDAVStore(baseURL: "http://127.0.0.1:\(server.port)/", logger: testLogger)
-            do {
-                try await body(store, directory)
-            } catch {
-                await store.shutdown()
-                throw error
-            }
-            await store.shutdown()
+            try await body(store)
         } catch {
-            await server.stop()
+            await store.shutdown()
             throw error
         }
-        await server.stop()
+        await store.shutdown()
+    } catch {
+        await stop()
+        throw error
     }
+    await stop()
 }
 
 /// Runs `body` on a Dispatch thread: a test waiting for a busy server process to exit on the
