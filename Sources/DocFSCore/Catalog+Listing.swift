@@ -17,6 +17,50 @@ public final class ListingProgress: Sendable {
     }
 
     public var count: Int { seen.withLock { $0.names.count } }
+
+    /// Whether a page applied so far (or the one being applied) listed `name`.
+    public func hasSeen(_ name: String) -> Bool { seen.withLock { $0.shownAsFolder(name) != nil } }
+
+    /// Pages committed to the catalog, and who waits for the next one: a lookup in a folder
+    /// listed for the first time is answered by the page that holds its name.
+    private let pages = Mutex(Pages())
+
+    private struct Pages {
+        var applied = 0
+        var ended = false
+        var waiting: [CheckedContinuation<Void, Never>] = []
+    }
+
+    func pageApplied() { wake { $0.applied += 1 } }
+
+    /// Also when the listing failed: who waits then asks the listing itself.
+    func ended() { wake { $0.ended = true } }
+
+    private func wake(_ change: (inout Pages) -> Void) {
+        let waiting = pages.withLock { pages in
+            change(&pages)
+            defer { pages.waiting = [] }
+            return pages.waiting
+        }
+        for waiter in waiting { waiter.resume() }
+    }
+
+    /// Returns the count of pages applied once it is above `seen`; nil once the listing ended.
+    func pageApplied(after seen: Int) async -> Int? {
+        while true {
+            let now: (applied: Int, ended: Bool) = pages.withLock { ($0.applied, $0.ended) }
+            if now.ended { return nil }
+            if now.applied > seen { return now.applied }
+            await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
+                let resumeNow = pages.withLock { pages in
+                    guard !pages.ended, pages.applied <= seen else { return true }
+                    pages.waiting.append(waiter)
+                    return false
+                }
+                if resumeNow { waiter.resume() }
+            }
+        }
+    }
 }
 
 struct SeenNames {

@@ -27,6 +27,8 @@ public actor DirectoryEnumerator {
     let logger: Logger
     private let startedAt = Date().timeIntervalSince1970
     private var inFlight: [Inode: Task<Void, any Error>] = [:]
+    /// Of the listings in flight: what they have applied so far (read by lookups off the actor).
+    private nonisolated let progressOf = Mutex<[Inode: ListingProgress]>([:])
     let listAhead: ListAhead
     /// Folders with one never-listed child listed before an answer (the second makes it walked).
     private var enteredOnce: Set<Inode> = []
@@ -104,6 +106,35 @@ public actor DirectoryEnumerator {
         } catch {
             throw (error as? FSError) ?? .io("\(error)")
         }
+    }
+
+    /// As `ensureListed`, but a folder listed for the first time returns as soon as a page
+    /// that holds `name` is in the catalog: a `stat` of a name in a big folder never listed
+    /// waits for its page, not for the whole listing. Whether a name is absent is known only
+    /// at the end.
+    public func ensureListed(_ directory: Item, holding name: String) async throws(FSError) {
+        guard directory.isDirectory, directory.listedAt == nil else { return try await ensureListed(directory) }
+        noteDescent(into: directory)
+        let task = listing(directory, awaited: true)
+        if let progress = progressOf.withLock({ $0[directory.inode] }) {
+            var applied = 0
+            while let now = await progress.pageApplied(after: applied) {
+                applied = now
+                if progress.hasSeen(name), (try? catalog.child(of: directory.inode, named: name)) != nil { return }
+            }
+        }
+        do {
+            try await task.value
+        } catch {
+            throw (error as? FSError) ?? .io("\(error)")
+        }
+    }
+
+    /// Whether a first listing of `directory` under way has put `child` in the catalog: then
+    /// a lookup needs to wait for nothing.
+    public nonisolated func firstListingHolds(_ child: Item, in directory: Item) -> Bool {
+        guard directory.listedAt == nil, let progress = progressOf.withLock({ $0[directory.inode] }) else { return false }
+        return progress.hasSeen(child.name)
     }
 
     /// Never waits; hops onto the actor only if a refresh is due.
@@ -222,36 +253,55 @@ public actor DirectoryEnumerator {
         let previews = previewsHandler.withLock { $0 }
         // If the lookups' page under way was the last, the folder is listed already.
         let pageUnderWay = listingsBoughtByLookups.removeValue(forKey: directory.inode)?.fetching
+        let progress = ListingProgress(startedAt: Date().timeIntervalSince1970)
         let task = Task { [store, catalog, retry, logger] in
-            defer { self.finished(directory.inode) }
+            defer {
+                progress.ended()
+                self.finished(directory.inode)
+            }
             if let pageUnderWay, await pageUnderWay.value == .listed {
                 handler?(directory)  // the page's own end no longer finds its entry to say so
                 return
             }
-            try await Self.list(directory, store: store, catalog: catalog, retry: retry, logger: logger, previews: previews,
-                                awaited: awaited)
+            try await Self.list(directory, progress: progress, store: store, catalog: catalog, retry: retry, logger: logger,
+                                previews: previews, awaited: awaited)
             handler?(directory)
             if let dropGone, let gone = try? catalog.cleanCopiesGoneFromStore(in: directory.inode), !gone.isEmpty, await dropGone(gone) {
-                try await Self.list(directory, store: store, catalog: catalog, retry: retry, logger: logger)
+                try await Self.list(directory, progress: ListingProgress(startedAt: Date().timeIntervalSince1970), store: store, catalog: catalog, retry: retry, logger: logger)
                 handler?(directory)
             }
         }
         inFlight[directory.inode] = task
+        progressOf.withLock { $0[directory.inode] = progress }
         return task
     }
 
-    /// Off the actor, so lookups never wait for a big folder.
-    private nonisolated static func list(_ directory: Item, store: any Store, catalog: Catalog, retry: RetryPolicy,
-                                         logger: Logger, previews: PreviewsHandler? = nil, awaited: Bool = false) async throws {
-        let progress = ListingProgress(startedAt: Date().timeIntervalSince1970)
+    /// Off the actor, so lookups never wait for a big folder. The next page is read while this
+    /// one is applied: parsing a page and writing it to the catalog each take about as long as
+    /// the other, and one waited for the other.
+    private nonisolated static func list(_ directory: Item, progress: ListingProgress, store: any Store, catalog: Catalog,
+                                         retry: RetryPolicy, logger: Logger, previews: PreviewsHandler? = nil,
+                                         awaited: Bool = false) async throws {
         let waiting = awaited ? ContinuousClock.now : nil
-        var page: PageToken? = nil
-        repeat {
-            // Page by page: a huge folder is never held whole in memory.
-            page = try await listPage(page, of: directory, progress: progress, store: store, catalog: catalog, retry: retry, logger: logger,
-                                      previews: previews, awaitingSince: waiting)
-        } while page != nil
+        var page = try await readPage(nil, of: directory, store: store, catalog: catalog, retry: retry, logger: logger)
+        while true {
+            // Page by page: a huge folder is never held whole in memory, two pages at most.
+            let token = page.next
+            async let following = readPage(after: token, of: directory, store: store, catalog: catalog, retry: retry, logger: logger)
+            try await apply(page, of: directory, progress: progress, catalog: catalog, previews: previews, awaitingSince: waiting)
+            progress.pageApplied()
+            guard let next = try await following else { break }
+            page = next
+        }
         try await finishListing(directory, progress: progress, catalog: catalog, logger: logger, lookupsFollow: awaited)
+    }
+
+    /// A page read from the store, its kinds resolved, not applied yet.
+    struct ReadPage: Sendable {
+        var entries: [RemoteEntry]
+        var kindUnknown: Set<FileName>
+        var askedAt: Double
+        var next: PageToken?
     }
 
     /// Returns the next token (nil after the last). `awaitingSince`: a caller waits, so the page
@@ -259,26 +309,44 @@ public actor DirectoryEnumerator {
     nonisolated static func listPage(_ token: PageToken?, of directory: Item, progress: ListingProgress, store: any Store,
                                      catalog: Catalog, retry: RetryPolicy, logger: Logger, previews: PreviewsHandler? = nil,
                                      awaitingSince: ContinuousClock.Instant? = nil) async throws(FSError) -> PageToken? {
+        let page = try await readPage(token, of: directory, store: store, catalog: catalog, retry: retry, logger: logger)
+        try await apply(page, of: directory, progress: progress, catalog: catalog, previews: previews, awaitingSince: awaitingSince)
+        return page.next
+    }
+
+    /// Nil after the last page.
+    private nonisolated static func readPage(after token: PageToken?, of directory: Item, store: any Store, catalog: Catalog,
+                                             retry: RetryPolicy, logger: Logger) async throws(FSError) -> ReadPage? {
+        guard let token else { return nil }
+        return try await readPage(token, of: directory, store: store, catalog: catalog, retry: retry, logger: logger)
+    }
+
+    private nonisolated static func readPage(_ token: PageToken?, of directory: Item, store: any Store, catalog: Catalog,
+                                             retry: RetryPolicy, logger: Logger) async throws(FSError) -> ReadPage {
         do {
             let askedAt = Date().timeIntervalSince1970
             let result = try await retry.run { () async throws(StoreError) -> ListPage in
                 try await store.list(directory.path, page: token)
             }
             let resolved = try SymlinkProbe(store: store, catalog: catalog, logger: logger).resolve(result.entries, in: directory)
-            try await Blocking.run { () throws(FSError) in
-                try catalog.applyListingPage(resolved.entries, kindUnknown: resolved.unknown, of: directory.inode,
-                                             askedAt: askedAt, progress: progress)
-            }
-            if let previews {
-                let withPreviews = resolved.entries.filter { $0.hasPreview && $0.kind == .file }.map(\.path)
-                if !withPreviews.isEmpty { await previews(directory, withPreviews, awaitingSince) }
-            }
-            return result.next
+            return ReadPage(entries: resolved.entries, kindUnknown: resolved.unknown, askedAt: askedAt, next: result.next)
         } catch let error as StoreError {
             logger.warning("listing failed", metadata: ["path": "\(directory.path)", "error": "\(error)"])
             throw FSError(error)
         } catch {
             throw (error as? FSError) ?? .io("\(error)")
+        }
+    }
+
+    private nonisolated static func apply(_ page: ReadPage, of directory: Item, progress: ListingProgress, catalog: Catalog,
+                                          previews: PreviewsHandler?, awaitingSince: ContinuousClock.Instant?) async throws(FSError) {
+        try await Blocking.run { () throws(FSError) in
+            try catalog.applyListingPage(page.entries, kindUnknown: page.kindUnknown, of: directory.inode,
+                                         askedAt: page.askedAt, progress: progress)
+        }
+        if let previews {
+            let withPreviews = page.entries.filter { $0.hasPreview && $0.kind == .file }.map(\.path)
+            if !withPreviews.isEmpty { await previews(directory, withPreviews, awaitingSince) }
         }
     }
 
@@ -295,5 +363,6 @@ public actor DirectoryEnumerator {
 
     private func finished(_ inode: Inode) {
         inFlight[inode] = nil
+        progressOf.withLock { $0[inode] = nil }
     }
 }

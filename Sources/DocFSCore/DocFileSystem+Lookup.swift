@@ -31,7 +31,7 @@ extension DocFileSystem {
         if directory.isDirectory, directory.listedAt == nil, store.capabilities.looksUpByStat {
             return try await lookUpByStat(name, in: directory)
         }
-        try await enumerator.ensureListed(directory)
+        try await enumerator.ensureListed(directory, holding: name)
         guard var child = try catalog.child(of: parent, named: name) else { throw .notFound }
         if let unconfirmed = enumerator.kindToConfirm(child) {
             // A small object the listing could not tell from a link (see SymlinkProbe).
@@ -75,7 +75,13 @@ extension DocFileSystem {
         let directory: Item
         if let row { directory = row } else { directory = try item(parent) }
         guard directory.isDirectory else { throw .notADirectory }
-        guard enumerator.canAnswerNow(for: directory) else { return nil }
+        guard enumerator.canAnswerNow(for: directory) else {
+            // A big folder listed for the first time answers from the pages it has.
+            if let child, enumerator.firstListingHolds(child, in: directory), enumerator.kindToConfirm(child) == nil {
+                return shownWithLocalCopy(child)
+            }
+            return nil
+        }
         guard let child else { throw .notFound }
         if enumerator.kindToConfirm(child) != nil { return nil }  // `lookup` asks the store first
         return shownWithLocalCopy(child)

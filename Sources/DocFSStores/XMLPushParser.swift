@@ -381,6 +381,9 @@ struct XMLPushParser<Handler: XMLPushHandler> {
                 plain.append((attribute, value))
             }
         }
+        // A declaration that binds a prefix to the URI it has already changes nothing (rclone
+        // repeats `xmlns:D="DAV:"` inside every entry): only a new binding empties the cache.
+        scope = scope.filter { prefix, uri in binding(of: prefix) != uri }
         if !scope.isEmpty { resolved.removeAll(keepingCapacity: true) }
         scopes.append(scope)
         let resolvedName = resolve(name)
@@ -409,6 +412,14 @@ struct XMLPushParser<Handler: XMLPushHandler> {
         return name
     }
 
+    /// The URI `prefix` names in the open scopes (`""`: the default namespace); nil if unbound.
+    private func binding(of prefix: String) -> String? {
+        for scope in scopes.reversed() {
+            if let uri = scope[prefix] { return uri }
+        }
+        return nil
+    }
+
     private func resolveInScopes(_ raw: [UInt8]) -> XMLName {
         let qualified = String(decoding: raw, as: UTF8.self)
         var prefix = ""
@@ -418,9 +429,7 @@ struct XMLPushParser<Handler: XMLPushHandler> {
             local = String(qualified[qualified.index(after: colon)...])
         }
         if prefix == "xml" { return XMLName(namespace: "http://www.w3.org/XML/1998/namespace", local: local) }
-        for scope in scopes.reversed() {
-            if let uri = scope[prefix] { return XMLName(namespace: uri.isEmpty ? nil : uri, local: local) }
-        }
+        if let uri = binding(of: prefix) { return XMLName(namespace: uri.isEmpty ? nil : uri, local: local) }
         return XMLName(namespace: nil, local: local)
     }
 

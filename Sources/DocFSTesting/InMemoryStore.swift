@@ -53,6 +53,7 @@ public final class InMemoryStore: Store, Sendable {
         var readFaults: [ReadFault] = []
         var listFault: StoreError?
         var readGate: (@Sendable () async -> Void)?
+        var pageGate: (@Sendable () async -> Void)?
         var statGate: (@Sendable () async -> Void)?
         var statFault: StoreError?
         /// How long each `stat` takes to answer (a store far away), and how many were asked at once.
@@ -221,6 +222,11 @@ public final class InMemoryStore: Store, Sendable {
         state.withLock { $0.listFault = error }
     }
 
+    /// Every page of a listing after its first waits on `gate` (nil: none waits).
+    public func holdListingPagesAfterTheFirst(until gate: (@Sendable () async -> Void)?) {
+        state.withLock { $0.pageGate = gate }
+    }
+
     /// Every read waits on `gate` before delivering anything.
     public func holdReads(until gate: (@Sendable () async -> Void)?) {
         state.withLock { $0.readGate = gate }
@@ -343,7 +349,8 @@ public final class InMemoryStore: Store, Sendable {
     // MARK: Store
 
     public func list(_ directory: StorePath, page: PageToken?) async throws(StoreError) -> ListPage {
-        try state.withLock { state throws(StoreError) -> ListPage in
+        if page != nil, let gate = state.withLock({ $0.pageGate }) { await gate() }
+        return try state.withLock { state throws(StoreError) -> ListPage in
             state.listingsAsked += 1
             if let fault = state.listFault { throw fault }
             state.lists[directory, default: 0] += 1

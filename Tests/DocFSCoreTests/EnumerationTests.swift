@@ -317,6 +317,38 @@ struct EnumerationTests {
         #expect(try await fixture.fs.children(of: dir.inode).count == 30)
     }
 
+    @Test func aNameInABigFolderNeverListedIsAnsweredByThePageThatHoldsIt() async throws {
+        let store = InMemoryStore()
+        let names = (0..<30).map { String(format: "f%02d.bin", $0) }
+        for name in names { store.addFile("top/dir/\(name)", [1]) }
+        let fixture = try CoreFixture(store: store, ttl: 60)
+        let top = try await fixture.lookup("top")
+        store.pageListings(by: 10)
+        let gate = Gate()
+        store.holdListingPagesAfterTheFirst(until: { await gate.wait() })
+        let dir = try await fixture.fs.lookup(parent: top.inode, name: "dir")
+        // The first page is in while the second is held: its names are answered, by the
+        // synchronous path too, and the folder is not listed yet.
+        let first = try await withDeadline(.seconds(20), "a name of the first page") {
+            try? await fixture.fs.lookup(parent: dir.inode, name: "f03.bin")
+        }
+        #expect(first?.size == 1)
+        #expect(try fixture.fs.lookupIfListed(parent: dir.inode, name: "f09.bin")?.size == 1)
+        #expect(try fixture.fs.lookupIfListed(parent: dir.inode, name: "f10.bin") == nil)
+        let later = Task { try await fixture.fs.lookup(parent: dir.inode, name: "f25.bin") }
+        let absent = Task { () -> FSError? in
+            do {
+                _ = try await fixture.fs.lookup(parent: dir.inode, name: "none.bin")
+                return nil
+            } catch { return error as? FSError }
+        }
+        await gate.open()
+        #expect(try await later.value.size == 1)
+        #expect(await absent.value == .notFound)  // known absent only once the listing ended
+        #expect(try await fixture.fs.children(of: dir.inode).count == 30)
+        #expect(store.listings(of: "top/dir") == 3)
+    }
+
     @Test func listingAheadOffLooksEveryNameUpByName() async throws {
         let store = InMemoryStore(looksUpByStat: true)
         for name in ["a", "b", "c"] { store.addFile("top/dir/\(name).bin", [1]) }

@@ -59,6 +59,28 @@ struct WebDAVMultistatusTests {
         #expect(responses[9].status == 404)
     }
 
+    /// rclone declares `xmlns:D="DAV:"` again inside every entry; another server may bind the
+    /// prefix to another namespace for a while, and then `D:` names are not WebDAV's there.
+    @Test func aPrefixBoundAgainMeansWhatItsInnermostBindingSays() throws {
+        let xml = """
+            <D:multistatus xmlns:D="DAV:">
+              <D:response><D:href>/a</D:href><D:propstat><D:prop>
+                <D:supportedlock><D:lockentry xmlns:D="DAV:"><D:locktype><D:write/></D:locktype></D:lockentry></D:supportedlock>
+                <D:getcontentlength>5</D:getcontentlength>
+                <X:wrapper xmlns:D="urn:not-dav" xmlns:X="urn:x"><D:getcontentlength>99</D:getcontentlength>
+                  <D:resourcetype><D:collection/></D:resourcetype></X:wrapper>
+                <D:getetag>"e1"</D:getetag>
+              </D:prop><D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response>
+              <D:response><D:href>/b</D:href><D:propstat><D:prop><D:resourcetype><D:collection/></D:resourcetype>
+              </D:prop><D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response>
+            </D:multistatus>
+            """
+        let responses = try WebDAVMultistatus.parse(Data(xml.utf8))
+        #expect(responses.map(\.href) == ["/a", "/b"])
+        #expect(responses[0].contentLength == 5 && responses[0].etag == "\"e1\"" && !responses[0].isCollection)
+        #expect(responses[1].isCollection)
+    }
+
     @Test func listingKeepsOnlySafeDirectChildren() async throws {
         try await withWebDAVStore("http://example.com:8080/dav/docs") { store in
             let responses = try WebDAVMultistatus.parse(Data(Self.sample.utf8))
