@@ -265,16 +265,21 @@ extension Catalog {
 
     private static func finish(listing progress: ListingProgress, of directory: Inode, listedAt: Double, moving: MovingItems,
                                in db: Database) throws {
-        var vanished: [Row] = []
-        let rows = try Row.fetchCursor(db.cachedStatement(sql: "SELECT * FROM item WHERE parent = ?"), arguments: [Int64(bitPattern: directory)])
+        // Three columns of every child, whole rows only of those gone: most of a big folder stays.
+        var gone: [Int64] = []
+        let rows = try Row.fetchCursor(db.cachedStatement(sql: "SELECT inode, name, versionAt FROM item WHERE parent = ?"),
+                                       arguments: [Int64(bitPattern: directory)])
         try progress.seen.withLock { seen in
             while let row = try rows.next() {
-                let name: String = row["name"]
+                let name: String = row[1]
                 if seen.shownAsFolder(name) == nil && !learnedSince(row, progress.startedAt)
-                    && !moving.contains(Inode(bitPattern: row["inode"] as Int64)) {
-                    vanished.append(row.copy())
+                    && !moving.contains(Inode(bitPattern: row[0] as Int64)) {
+                    gone.append(row[0])
                 }
             }
+        }
+        let vanished = try gone.compactMap { inode in
+            try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM item WHERE inode = ?"), arguments: [inode])
         }
         for row in vanished {
             // A removal or rename cut short by a kill: its absence here says nothing yet.
