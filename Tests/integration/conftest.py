@@ -658,6 +658,24 @@ def store_server(request, tmp_path):
 # --- trees (built once per session, read-only for the tests) -------------------------------
 
 @pytest.fixture(scope="session")
+def reachable_base():
+    """A directory every user can reach (pytest's temp dirs are 0700), removed once the session's
+    mounts are gone: a test's own directory in it is often torn down before its mount is."""
+    path = Path(tempfile.mkdtemp(prefix="docfs-shared-", dir="/tmp"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def reachable_dir(reachable_base):
+    """A directory of this test that `nobody` can reach."""
+    path = Path(tempfile.mkdtemp(dir=reachable_base))
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture(scope="session")
 def big_tree(tmp_path_factory) -> Tree:
     return make_big_tree(tmp_path_factory.mktemp("big-tree") / "store")
 

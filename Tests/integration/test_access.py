@@ -13,10 +13,8 @@ from __future__ import annotations
 import os
 import pwd
 import grp
-import shutil
 import stat
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -39,12 +37,9 @@ def store(tmp_path) -> Path:
 
 
 @pytest.fixture
-def public_dir():
-    """A mount point `nobody` can reach (pytest's temp dirs are 0700)."""
-    base = Path(tempfile.mkdtemp(prefix="docfs-access-"))
-    base.chmod(0o755)
-    yield base
-    shutil.rmtree(base, ignore_errors=True)
+def public_dir(reachable_dir):
+    """A mount point `nobody` can reach."""
+    return reachable_dir
 
 
 def as_nobody(*command: str) -> subprocess.CompletedProcess:

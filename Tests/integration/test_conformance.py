@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -87,12 +85,9 @@ def compare(store: str, local: dict[str, str], mounted: dict[str, str]) -> tuple
 
 
 @pytest.fixture
-def shared_dir():
-    """A directory `nobody` can reach (pytest's tmp_path is private to root)."""
-    path = Path(tempfile.mkdtemp(prefix="docfs-conf-", dir="/tmp"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+def shared_dir(reachable_dir):
+    """A directory `nobody` can reach."""
+    return reachable_dir
 
 
 @pytest.fixture

@@ -5,9 +5,7 @@ on a local directory, and the results must be identical."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -61,12 +59,9 @@ def probe_as_nobody(base: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def shared_dir():
-    """A directory `nobody` can reach (pytest's tmp_path is private to root)."""
-    path = Path(tempfile.mkdtemp(prefix="docfs-perm-", dir="/tmp"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+def shared_dir(reachable_dir):
+    """A directory `nobody` can reach."""
+    return reachable_dir
 
 
 @pytest.mark.parametrize("kind", ["docfs-serve", "local-store"])
