@@ -98,11 +98,13 @@ extension LocalCopy {
         })
     }
 
-    /// Deletes the copy and records its item a placeholder again (an item the store no longer
-    /// has goes with it), unless the item was removed. The file goes even when the record
-    /// fails (a full disk): the caller records it again later (`recordEvicted`).
+    /// Records its item a placeholder again (an item the store no longer has goes with it),
+    /// unless the item was removed, then deletes the copy: whoever sees the file gone sees the
+    /// placeholder too (a copy left by a crash in between is a file no item claims, emptied by
+    /// the next open and cleared at unmount). The file goes even when the record fails (a full
+    /// disk): the caller records it again later (`recordEvicted`).
     func evict() throws(FSError) {
-        discard()
+        defer { discard() }
         guard !life.removed else { return }
         try catalog.recordEvicted(inode)
     }
@@ -116,8 +118,10 @@ extension LocalCopy {
     /// Deletes the copy at `path` that no `LocalCopy` holds (kept pinned from an earlier mount,
     /// or left by a crash) and records its item as `recordEvicted` does.
     static func evict(at path: String, of inode: Inode, in catalog: Catalog) throws(FSError) {
-        unlink(path)
-        HeldLog.remove(copyPath: path)
+        defer {
+            unlink(path)
+            HeldLog.remove(copyPath: path)
+        }
         try catalog.recordEvicted(inode)
     }
 
