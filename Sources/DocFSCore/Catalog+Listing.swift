@@ -28,7 +28,10 @@ public final class ListingProgress: Sendable {
     private struct Pages {
         var applied = 0
         var ended = false
-        var waiting: [CheckedContinuation<Void, Never>] = []
+        /// Each is resumed with the count of pages applied, or nil once the listing ended.
+        var waiting: [CheckedContinuation<Int?, Never>] = []
+
+        var answer: Int? { ended ? nil : applied }
     }
 
     func pageApplied() { wake { $0.applied += 1 } }
@@ -37,28 +40,25 @@ public final class ListingProgress: Sendable {
     func ended() { wake { $0.ended = true } }
 
     private func wake(_ change: (inout Pages) -> Void) {
-        let waiting = pages.withLock { pages in
+        let (waiting, answer) = pages.withLock { pages in
             change(&pages)
             defer { pages.waiting = [] }
-            return pages.waiting
+            return (pages.waiting, pages.answer)
         }
-        for waiter in waiting { waiter.resume() }
+        for waiter in waiting { waiter.resume(returning: answer) }
     }
 
-    /// Returns the count of pages applied once it is above `seen`; nil once the listing ended.
+    /// The count of pages applied once it is above `seen`; nil once the listing ended.
     func pageApplied(after seen: Int) async -> Int? {
-        while true {
-            let now: (applied: Int, ended: Bool) = pages.withLock { ($0.applied, $0.ended) }
-            if now.ended { return nil }
-            if now.applied > seen { return now.applied }
-            await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
-                let resumeNow = pages.withLock { pages in
-                    guard !pages.ended, pages.applied <= seen else { return true }
+        await withCheckedContinuation { waiter in
+            let now: Int?? = pages.withLock { pages in
+                guard pages.ended || pages.applied > seen else {
                     pages.waiting.append(waiter)
-                    return false
+                    return .none
                 }
-                if resumeNow { waiter.resume() }
+                return .some(pages.answer)
             }
+            if let now { waiter.resume(returning: now) }
         }
     }
 }

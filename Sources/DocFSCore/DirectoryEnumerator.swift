@@ -91,7 +91,11 @@ public actor DirectoryEnumerator {
         return (try? catalog.inodesToConfirm(in: directory, maximumSize: maximumLinkSize)) ?? []
     }
 
-    public func ensureListed(_ directory: Item) async throws(FSError) {
+    /// A folder never listed is listed, the caller waiting; a stale one is refreshed behind it.
+    /// `name`: a folder listed for the first time returns as soon as a page that holds it is
+    /// in the catalog, so a `stat` of a name in a big folder waits for its page, not for the
+    /// whole listing. Whether a name is absent is known only at the end.
+    public func ensureListed(_ directory: Item, holding name: String? = nil) async throws(FSError) {
         guard directory.isDirectory else { throw .notADirectory }
         if let listedAt = directory.listedAt {
             let now = Date().timeIntervalSince1970
@@ -101,22 +105,8 @@ public actor DirectoryEnumerator {
             return
         }
         noteDescent(into: directory)
-        do {
-            try await listing(directory, awaited: true).value
-        } catch {
-            throw (error as? FSError) ?? .io("\(error)")
-        }
-    }
-
-    /// As `ensureListed`, but a folder listed for the first time returns as soon as a page
-    /// that holds `name` is in the catalog: a `stat` of a name in a big folder never listed
-    /// waits for its page, not for the whole listing. Whether a name is absent is known only
-    /// at the end.
-    public func ensureListed(_ directory: Item, holding name: String) async throws(FSError) {
-        guard directory.isDirectory, directory.listedAt == nil else { return try await ensureListed(directory) }
-        noteDescent(into: directory)
         let task = listing(directory, awaited: true)
-        if let progress = progressOf.withLock({ $0[directory.inode] }) {
+        if let name, let progress = progressOf.withLock({ $0[directory.inode] }) {
             var applied = 0
             while let now = await progress.pageApplied(after: applied) {
                 applied = now
@@ -267,7 +257,8 @@ public actor DirectoryEnumerator {
                                 previews: previews, awaited: awaited)
             handler?(directory)
             if let dropGone, let gone = try? catalog.cleanCopiesGoneFromStore(in: directory.inode), !gone.isEmpty, await dropGone(gone) {
-                try await Self.list(directory, progress: ListingProgress(startedAt: Date().timeIntervalSince1970), store: store, catalog: catalog, retry: retry, logger: logger)
+                let again = ListingProgress(startedAt: Date().timeIntervalSince1970)
+                try await Self.list(directory, progress: again, store: store, catalog: catalog, retry: retry, logger: logger)
                 handler?(directory)
             }
         }

@@ -75,13 +75,9 @@ extension DocFileSystem {
         let directory: Item
         if let row { directory = row } else { directory = try item(parent) }
         guard directory.isDirectory else { throw .notADirectory }
-        guard enumerator.canAnswerNow(for: directory) else {
-            // A big folder listed for the first time answers from the pages it has.
-            if let child, enumerator.firstListingHolds(child, in: directory), enumerator.kindToConfirm(child) == nil {
-                return shownWithLocalCopy(child)
-            }
-            return nil
-        }
+        // A folder listed for the first time answers the names of the pages it has.
+        guard enumerator.canAnswerNow(for: directory) || child.map({ enumerator.firstListingHolds($0, in: directory) }) == true
+        else { return nil }
         guard let child else { throw .notFound }
         if enumerator.kindToConfirm(child) != nil { return nil }  // `lookup` asks the store first
         return shownWithLocalCopy(child)
