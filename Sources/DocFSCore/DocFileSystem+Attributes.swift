@@ -17,7 +17,7 @@ extension DocFileSystem {
             if let handle, let file = openFiles[handle] {
                 // A sparse copy's fetch stops first, so no fetched byte lands after the truncate.
                 if size == 0 { await file.copy.stopFetching() }
-                try file.copy.truncate(to: size)
+                try await Blocking.run { () throws(FSError) in try file.copy.truncate(to: size) }
             } else {
                 temporary = try await open(inode, mode: OpenMode(writable: true, truncate: size == 0))
                 if let temporary, size != 0 { try await provideForChange(temporary) }
@@ -25,7 +25,7 @@ extension DocFileSystem {
         }
         do {
             if let temporary, let size = changes.size, size != 0, let file = openFiles[temporary] {
-                try file.copy.truncate(to: size)
+                try await Blocking.run { () throws(FSError) in try file.copy.truncate(to: size) }
             }
             let changed = try await recordAttributes(of: inode, changes, item: changes.size == nil ? item : try self.item(inode))
             if let temporary { await release(handle: temporary) }
@@ -41,8 +41,10 @@ extension DocFileSystem {
         if let modified = changes.modified, item.hasUnsyncedChanges, let copy = provider.presentCopies.withLock({ $0[inode] }) {
             copy.setModificationTime(modified)
         }
-        try catalog.setAttributes(of: inode, mode: changes.mode.map { $0 & 0o7777 }, owner: changes.owner, group: changes.group,
-                                  modified: changes.modified, accessed: changes.accessed, changed: now)
+        try await Blocking.run { [catalog] () throws(FSError) in
+            try catalog.setAttributes(of: inode, mode: changes.mode.map { $0 & 0o7777 }, owner: changes.owner, group: changes.group,
+                                      modified: changes.modified, accessed: changes.accessed, changed: now)
+        }
         // Read after the catalog write, so an upload ending meanwhile is seen.
         let current = try self.item(inode)
         if !current.hasUnsyncedChanges {

@@ -21,12 +21,15 @@ extension DocFileSystem {
                 throw FSError(error)
             }
         }
-        try catalog.recordLinks(of: inode, entry.links)
-        let created = try catalog.createItem(in: parent, name: name, kind: .file, size: entry.size,
-                                             modified: Timestamp(seconds: entry.modified), etag: entry.etag,
-                                             mode: entry.mode ?? source.mode, owner: source.owner, group: source.group,
-                                             state: .placeholder, onStore: true, folderChanged: .now)
-        try catalog.recordLinks(of: created.inode, entry.links)
+        let created = try await Blocking.run { [catalog] () throws(FSError) in
+            try catalog.recordLinks(of: inode, entry.links)
+            let created = try catalog.createItem(in: parent, name: name, kind: .file, size: entry.size,
+                                                 modified: Timestamp(seconds: entry.modified), etag: entry.etag,
+                                                 mode: entry.mode ?? source.mode, owner: source.owner, group: source.group,
+                                                 state: .placeholder, onStore: true, folderChanged: .now)
+            try catalog.recordLinks(of: created.inode, entry.links)
+            return created
+        }
         return try item(created.inode)
     }
 

@@ -19,9 +19,11 @@ extension DocFileSystem {
                 throw FSError(error)
             }
         }
-        let created = try catalog.createItem(in: parent, name: name, kind: .symlink, size: Int64(target.utf8.count),
-                                             modified: Timestamp(seconds: entry.modified), etag: entry.etag, mode: nil, owner: owner, group: group,
-                                             state: .placeholder, onStore: true, symlinkTarget: target, folderChanged: .now)
+        let created = try await Blocking.run { [catalog] () throws(FSError) in
+            try catalog.createItem(in: parent, name: name, kind: .symlink, size: Int64(target.utf8.count),
+                                   modified: Timestamp(seconds: entry.modified), etag: entry.etag, mode: nil, owner: owner, group: group,
+                                   state: .placeholder, onStore: true, symlinkTarget: target, folderChanged: .now)
+        }
         return await withOwnerOnStore(created)
     }
 
@@ -40,9 +42,11 @@ extension DocFileSystem {
                 throw FSError(error)
             }
         }
-        let created = try catalog.createItem(in: parent, name: name, kind: Item.Kind(special.type), modified: Timestamp(seconds: entry.modified),
-                                             etag: entry.etag, mode: mode & 0o7777, owner: owner, group: group, state: .placeholder,
-                                             onStore: true, rdev: special.rdev, folderChanged: .now)
+        let created = try await Blocking.run { [catalog] () throws(FSError) in
+            try catalog.createItem(in: parent, name: name, kind: Item.Kind(special.type), modified: Timestamp(seconds: entry.modified),
+                                   etag: entry.etag, mode: mode & 0o7777, owner: owner, group: group, state: .placeholder,
+                                   onStore: true, rdev: special.rdev, folderChanged: .now)
+        }
         return await withOwnerOnStore(created)
     }
 
@@ -52,10 +56,12 @@ extension DocFileSystem {
         let entry = try await uploader.exclusively(touching: [path]) { () async throws(FSError) -> RemoteEntry in
             do throws(StoreError) { return try await store.makeDirectory(path) } catch { throw FSError(error) }
         }
-        let created = try catalog.createItem(in: parent, name: name, kind: .directory,
-                                             modified: entry.modified > 0 ? Timestamp(seconds: entry.modified) : .now,
-                                             mode: mode & 0o7777, owner: owner, group: group, state: .directory, onStore: true,
-                                             listedAt: Date().timeIntervalSince1970, folderChanged: .now)
+        let created = try await Blocking.run { [catalog] () throws(FSError) in
+            try catalog.createItem(in: parent, name: name, kind: .directory,
+                                   modified: entry.modified > 0 ? Timestamp(seconds: entry.modified) : .now,
+                                   mode: mode & 0o7777, owner: owner, group: group, state: .directory, onStore: true,
+                                   listedAt: Date().timeIntervalSince1970, folderChanged: .now)
+        }
         return await withOwnerOnStore(created)
     }
 
@@ -105,9 +111,11 @@ extension DocFileSystem {
             await uploader.cancel(target.inode)
             await provider.itemRemoved(target.inode, item: target)
             let now = Timestamp.now
-            try catalog.removeItem(target.inode, folderChanged: now)
+            try await Blocking.run { [self] () throws(FSError) in
+                try catalog.removeItem(target.inode, folderChanged: now)
+                if target.links > 1 { try forgetOneLink(of: target) }
+            }
             openFiles.markUnlinked(target.inode, at: now)
-            if target.links > 1 { try forgetOneLink(of: target) }
         }
     }
 
@@ -167,8 +175,8 @@ extension DocFileSystem {
                     await provider.itemRemoved(existing.inode, item: existing)
                 }
                 let now = Timestamp.now
-                try catalog.moveItem(source.inode, to: newParent, name: newName, changed: now)
                 let catalog = self.catalog
+                try await Blocking.run { () throws(FSError) in try catalog.moveItem(source.inode, to: newParent, name: newName, changed: now) }
                 await provider.followRenames { (try? catalog.item($0))??.path }
                 if let existing { openFiles.markUnlinked(existing.inode, at: now) }
             }

@@ -24,7 +24,7 @@ extension DocFileSystem {
         let copy = try await provider.open(item, intent: intent, mayFetch: mode.mayFetch)
         if reading { await prefetcher.readerOpened(inode) }
         if truncating {
-            do { try copy.truncate(to: 0) } catch {
+            do { try await Blocking.run { () throws(FSError) in try copy.truncate(to: 0) } } catch {
                 await provider.release(inode)
                 throw error
             }
@@ -49,7 +49,7 @@ extension DocFileSystem {
         }
         guard entry.kind == .file else { throw entry.kind == .directory ? .isADirectory : .stale }
         if entry.etag != item.etag || entry.size != item.size {
-            try catalog.updateMetadata(of: item.inode, from: entry)
+            try await Blocking.run { [catalog] () throws(FSError) in try catalog.updateMetadata(of: item.inode, from: entry) }
         }
         return entry
     }
@@ -101,10 +101,12 @@ extension DocFileSystem {
         let now = Timestamp.now
         let (group, mode) = try inheriting(group: group, mode: mode, from: parent, directory: false)
         // `modified` from the start: a listing never drops a row that holds changes.
-        let created = try catalog.createItem(in: parent, name: name, kind: .file, modified: now, mode: mode & 0o7777,
-                                             owner: owner, group: group, state: .modified, onStore: false, folderChanged: now)
+        let created = try await Blocking.run { [catalog] () throws(FSError) in
+            try catalog.createItem(in: parent, name: name, kind: .file, modified: now, mode: mode & 0o7777,
+                                   owner: owner, group: group, state: .modified, onStore: false, folderChanged: now)
+        }
         let copy = try await provider.open(created, intent: .empty)
-        do { try copy.markChanged() } catch {
+        do { try await Blocking.run { () throws(FSError) in try copy.markChanged() } } catch {
             await provider.release(created.inode)
             throw error
         }

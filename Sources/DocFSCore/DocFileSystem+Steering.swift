@@ -9,7 +9,7 @@ extension DocFileSystem {
     /// other file was tried.
     public func pin(_ inode: Inode) async throws(FSError) {
         let item = try item(inode)
-        try catalog.setPinned(item, true)
+        try await Blocking.run { [catalog] () throws(FSError) in try catalog.setPinned(item, true) }
         await provider.pinsChanged(item.isDirectory ? nil : [inode])
         var failure: FSError?
         try await download(item, failure: &failure)
@@ -38,7 +38,7 @@ extension DocFileSystem {
     /// Copies nobody uses go now, as on their last release.
     public func unpin(_ inode: Inode) async throws(FSError) {
         let item = try item(inode)
-        try catalog.setPinned(item, false)
+        try await Blocking.run { [catalog] () throws(FSError) in try catalog.setPinned(item, false) }
         await provider.pinsChanged(item.isDirectory ? nil : [inode])
         for file in try catalog.filesWithCopies(under: item) {
             guard let held = try catalog.item(file), held.state == .local else { continue }
@@ -60,7 +60,7 @@ extension DocFileSystem {
             }
         }
         if refused.isEmpty || item.isDirectory {
-            try catalog.setPinned(item, false)
+            try await Blocking.run { [catalog] () throws(FSError) in try catalog.setPinned(item, false) }
             await provider.pinsChanged(item.isDirectory ? nil : [inode])
         }
         guard refused.isEmpty else {

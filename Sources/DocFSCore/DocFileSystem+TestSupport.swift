@@ -12,6 +12,11 @@ extension DocFileSystem {
         await enumerator.waitUntilIdle()
     }
 
+    /// The changes a killed daemon left under way, settled in the background by `start`.
+    func waitForChangesCutShort() async {
+        await settlingChangesCutShort.withLock { $0 }?.value
+    }
+
     func waitForPinnedRefresh() async {
         await pinnedRefresher.waitUntilIdle()
     }

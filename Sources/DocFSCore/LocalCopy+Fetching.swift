@@ -40,7 +40,7 @@ extension LocalCopy {
                 state.draining = retirement(of: fetcher)
                 return true
             }
-            if complete { try catalog.recordComplete(inode) }
+            if complete { try await Blocking.run { [catalog, inode] () throws(FSError) in try catalog.recordComplete(inode) } }
         }
         await state.withLock { $0.draining }?.value
     }
@@ -68,7 +68,7 @@ extension LocalCopy {
             state.held.insert(0..<state.length)  // a sparse file's holes read as zeros
             return missing
         }
-        try catalog.recordComplete(inode)
+        try await Blocking.run { [catalog, inode] () throws(FSError) in try catalog.recordComplete(inode) }
         return missing
     }
 

@@ -5,6 +5,10 @@ import Synchronization
 
 /// Provides and evicts local copies; opens of one item share one copy and one fetch.
 public actor Provider {
+    /// Off the cooperative pool: its methods call the catalog and the file system synchronously.
+    private nonisolated let executor = QueueExecutor(label: "docfs.provider")
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+
     private let store: any Store
     let catalog: Catalog
     private let cacheDirectory: String
@@ -385,7 +389,7 @@ public actor Provider {
                 let entry = streamed
                     ? try await Self.fetchHead(of: item, into: copy, store: store, retry: retry, streaming: streaming, trouble: trouble, logger: logger)
                     : try await Self.fetch(item, into: copy, store: store, retry: retry, trouble: trouble, logger: logger)
-                try copy.fetched(entry, askedAt: askedAt)
+                try await Blocking.run { () throws(FSError) in try copy.fetched(entry, askedAt: askedAt) }
                 if entry.etag != item.etag, item.etag != nil {
                     logger.info("content changed on the store since listing", metadata: ["path": "\(item.path)"])
                 }

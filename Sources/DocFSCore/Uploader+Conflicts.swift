@@ -5,6 +5,7 @@ import Logging
 /// When the store moved on, both versions are kept, unless the store holds our own lost upload.
 extension Uploader {
     func keepBoth(_ item: Item, _ copy: LocalCopy, commit: UInt64, snapshot: String) async -> Outcome {
+        guard !handedOver else { return .done }
         guard let parentPath = item.path.parent, let parent = item.parent else {
             return await failed(item, copy, FSError.invalidArgument, commit: commit)
         }
@@ -82,6 +83,7 @@ extension Uploader {
     /// a file in its place sends the item under `FOLDER (conflict DATE)/…`. After
     /// `maximumFolderRemakes` rounds the upload counts as refused and the change is kept.
     func keepWhereFoldersWent(_ item: Item, _ copy: LocalCopy, commit: UInt64, snapshot: String) async -> Outcome {
+        guard !handedOver else { return .done }
         do {
             var target = StorePath.root
             let folders = item.path.components.dropLast()

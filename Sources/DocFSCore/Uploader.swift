@@ -6,6 +6,10 @@ import Logging
 /// and the next mount resumes it. Uploads are conditional on the base version, so a change
 /// elsewhere yields a conflict copy; each sends a snapshot of one commit, never the live file.
 public actor Uploader {
+    /// Off the cooperative pool: its methods call the catalog and the file system synchronously.
+    private nonisolated let executor = QueueExecutor(label: "docfs.uploader")
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+
     let store: any Store
     let catalog: Catalog
     let provider: Provider
@@ -41,6 +45,11 @@ public actor Uploader {
     public static let maximumFolderRemakes = 3
     private var refused: [Inode: String] = [:]
     private var stopped = false
+    /// `stop` returned: the catalog and the snapshots' paths may be the next mount's. An upload
+    /// that hung past the unmount's patience and ends after all records nothing and removes
+    /// nothing; its change is still committed, and the next mount sends it (and knows its own
+    /// bytes should the old attempt have reached the store).
+    private(set) var handedOver = false
 
     /// How the error shown for a refused upload begins (`user.docfs.error`, `docfs status`);
     /// `docfs unmount` tells refused files by their `uploadTrouble`, not by this text.
@@ -162,6 +171,7 @@ public actor Uploader {
         if !inFlight.isEmpty {
             logger.warning("uploads cancelled by the unmount have not ended", metadata: ["count": "\(inFlight.count)"])
         }
+        handedOver = true
     }
 
     // MARK: The work
@@ -289,8 +299,10 @@ public actor Uploader {
         let snapshot = provider.snapshotPath(for: item)
         defer {
             store.uploadMeter?.unwatch(snapshot)
-            unlink(snapshot)
-            copy.snapshotReleased()
+            if !handedOver {
+                unlink(snapshot)
+                copy.snapshotReleased()
+            }
         }
         let commit: UInt64
         do {
@@ -327,6 +339,7 @@ public actor Uploader {
             }
             return .done
         } catch let error as StoreError {
+            if handedOver { return .done }
             switch error {
             case .versionMismatch, .alreadyExists, .isADirectory:
                 // Changed elsewhere meanwhile: ours goes next to it.
@@ -442,6 +455,7 @@ public actor Uploader {
     /// Returns whether one was queued. Throws when the journal cannot take the end.
     @discardableResult
     func ended(_ copy: LocalCopy, _ end: Provider.UploadEnd) async throws(FSError) -> Bool {
+        guard !handedOver else { return false }
         guard try await provider.uploadEnded(copy, end) == .needsUpload else { return false }
         enqueue(copy.inode)
         return true
@@ -460,6 +474,7 @@ public actor Uploader {
     }
 
     func failed(_ item: Item, _ copy: LocalCopy, _ error: any Error, commit: UInt64? = nil) async -> Outcome {
+        guard !handedOver else { return .done }
         if let error = error as? StoreError, Self.isPermanent(error) {
             let reason = Self.refusedPrefix + error.description
             logger.error("the store refused the upload; the change is kept, not sent again",

@@ -66,6 +66,8 @@ struct EnumerationTests {
         store.addFile("docs/a.txt", [1, 2, 3])
         let first = try CoreFixture(store: store)
         _ = try await first.lookup("docs/a.txt")
+        // The lookup is answered by the page that holds the name; the listing ends after it.
+        await first.fs.waitForListings()
 
         store.failListings(with: .unreachable("connection refused"))
         let second = try CoreFixture(store: store, reuse: first.directory)

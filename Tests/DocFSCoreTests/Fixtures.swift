@@ -141,8 +141,10 @@ extension CoreFixture {
         return item
     }
 
-    /// Waits until every queued upload has been tried.
+    /// Waits until the changes a killed daemon left under way are settled and every queued
+    /// upload has been tried.
     func settle() async {
+        await fs.waitForChangesCutShort()
         await fs.waitForUploads(untilStalled: true)
     }
 }
