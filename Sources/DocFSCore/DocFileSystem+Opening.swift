@@ -101,14 +101,9 @@ extension DocFileSystem {
         let now = Timestamp.now
         let (group, mode) = try inheriting(group: group, mode: mode, from: parent, directory: false)
         // `modified` from the start: a listing never drops a row that holds changes.
-        let created = try await Blocking.run { [catalog] () throws(FSError) in
+        let (created, copy) = try await provider.openNew { [catalog] () throws(FSError) -> Item in
             try catalog.createItem(in: parent, name: name, kind: .file, modified: now, mode: mode & 0o7777,
                                    owner: owner, group: group, state: .modified, onStore: false, folderChanged: now)
-        }
-        let copy = try await provider.open(created, intent: .empty)
-        do { try await Blocking.run { () throws(FSError) in try copy.markChanged() } } catch {
-            await provider.release(created.inode)
-            throw error
         }
         let handle = openFiles.register(OpenFile(inode: created.inode, copy: copy, writable: true, opened: created))
         return (try item(created.inode), handle)

@@ -70,7 +70,7 @@ extension Provider {
     func evict(_ copy: LocalCopy) {
         let inode = copy.inode
         if providing[inode]?.copy === copy {
-            providing[inode]?.fetch.cancel()
+            providing[inode]?.fetch?.cancel()
             providing[inode] = nil
         }
         presentCopies.withLock { copies in

@@ -30,7 +30,8 @@ public actor Provider {
 
     struct Providing {
         var copy: LocalCopy
-        var fetch: Task<Void, any Error>
+        /// Nil once nothing is left to wait for (no fetch, or one an opener saw succeed).
+        var fetch: Task<Void, any Error>?
         /// What an opener that stops waiting is told (`EHOSTDOWN` for an unreachable store).
         var trouble = FetchTrouble()
     }
@@ -90,15 +91,18 @@ public actor Provider {
         }
         try entry.copy.opened()
         do {
-            let fetch = entry.fetch
-            let timedOut = { @Sendable [ioTimeout] in Self.gaveUp(on: item, after: ioTimeout, trouble: entry.trouble) }
-            let fetchedAtOpen = intent.isStreamed ? min(item.size, streaming.wholeFileLimit) : item.size
-            try await CallerWait.run(limit: ioTimeout.map { Self.wholeTransferLimit($0, bytes: fetchedAtOpen) }, timeout: timedOut) { () throws(FSError) in
-                do { try await fetch.value } catch { throw (error as? FSError) ?? .io("\(error)") }
+            // Each wait is a hop off the provider's queue and back: none where nothing is fetched.
+            if let fetch = entry.fetch {
+                let timedOut = { @Sendable [ioTimeout] in Self.gaveUp(on: item, after: ioTimeout, trouble: entry.trouble) }
+                let fetchedAtOpen = intent.isStreamed ? min(item.size, streaming.wholeFileLimit) : item.size
+                try await CallerWait.run(limit: ioTimeout.map { Self.wholeTransferLimit($0, bytes: fetchedAtOpen) }, timeout: timedOut) { () throws(FSError) in
+                    do { try await fetch.value } catch { throw (error as? FSError) ?? .io("\(error)") }
+                }
+                if providing[item.inode]?.copy === entry.copy { providing[item.inode]?.fetch = nil }
             }
             switch intent {
-            case .content: try await complete(entry.copy, of: item, trouble: entry.trouble)
-            case .empty: await entry.copy.stopFetching()
+            case .content: if entry.copy.isBeingFilled { try await complete(entry.copy, of: item, trouble: entry.trouble) }
+            case .empty: if entry.copy.isBeingFilled { await entry.copy.stopFetching() }
             case .streamed, .cached, .writer: break
             }
         } catch {
@@ -106,6 +110,18 @@ public actor Provider {
             throw error
         }
         return entry.copy
+    }
+
+    /// A file docfs creates: `create` makes its row, then its empty copy begins with its first
+    /// change, in one visit to the provider's queue (a `create()` was three hops off the pool).
+    public func openNew(_ create: @Sendable () throws(FSError) -> Item) async throws(FSError) -> (item: Item, copy: LocalCopy) {
+        let item = try create()
+        let copy = try await open(item, intent: .empty)
+        do { try copy.markChanged() } catch {
+            await release(item.inode)
+            throw error
+        }
+        return (item, copy)
     }
 
     /// Before a commit or truncate; the fetch goes on if the caller gives up.
@@ -155,7 +171,7 @@ public actor Provider {
         do {
             guard let life = try catalog.recordedLife(of: item.inode) else { return nil }
             let copy = try LocalCopy(adopting: copyPath(for: item), inode: item.inode, catalog: catalog, life: life)
-            providing[item.inode] = Providing(copy: copy, fetch: Task {})
+            providing[item.inode] = Providing(copy: copy, fetch: nil)
             presentCopies.withLock { $0[item.inode] = copy }
             return copy
         } catch {
@@ -278,7 +294,7 @@ public actor Provider {
     public func shutdown() {
         isShutDown = true
         for (_, entry) in providing {
-            entry.fetch.cancel()
+            entry.fetch?.cancel()
             if entry.copy.life.staysAfterUnmount(complete: !entry.copy.isSparse) {
                 entry.copy.close()
             } else {
@@ -352,13 +368,13 @@ public actor Provider {
         if item.hasUnsyncedChanges, !item.hasUncommittedWrites, FileManager.default.fileExists(atPath: path),
            let life = try catalog.recordedLife(of: item.inode) {
             let copy = try LocalCopy(adopting: path, inode: item.inode, catalog: catalog, life: life)
-            return register(Providing(copy: copy, fetch: Task {}))
+            return register(Providing(copy: copy, fetch: nil))
         }
         let pinned = try catalog.isPinned(item.inode)
         if pinned, item.state == .local, intent != .empty, let base = item.baseEtag, base == item.etag,
            FileManager.default.fileExists(atPath: path), let life = try catalog.recordedLife(of: item.inode, pinned: true) {
             let copy = try LocalCopy(adopting: path, inode: item.inode, catalog: catalog, life: life)
-            return register(Providing(copy: copy, fetch: Task {}))
+            return register(Providing(copy: copy, fetch: nil))
         }
         let fetchNeeded = intent != .empty && item.onStore
         if fetchNeeded, !mayFetch { throw .fetchRefused(item.path.description) }
@@ -373,7 +389,7 @@ public actor Provider {
         logger.debug("providing", metadata: ["path": "\(item.path)", "base": "\(life.base?.value ?? "-")", "fetch": "\(fetchNeeded)",
                                              "streamed": "\(streamed)"])
         guard fetchNeeded else {
-            return register(Providing(copy: copy, fetch: Task {}))
+            return register(Providing(copy: copy, fetch: nil))
         }
         if case .cached(let entry) = intent, let version = entry.etag, version == item.etag, store.capabilities.hasRangeReads {
             return register(Providing(copy: copy, fetch: fetchedOnDemand(item, version: version, entry: entry, into: copy)))
@@ -429,7 +445,7 @@ public actor Provider {
 
     /// `learned`: the catalog takes `entry` (false for a writer's, which may be behind a listing).
     private func fetchedOnDemand(_ item: Item, version: ETag, entry: RemoteEntry, into copy: LocalCopy,
-                                 learned: Bool = true) -> Task<Void, any Error> {
+                                 learned: Bool = true) -> Task<Void, any Error>? {
         do throws(FSError) {
             try copy.setLength(entry.size)
             if entry.size > 0 {
@@ -442,7 +458,7 @@ public actor Provider {
             return Task { throw error }
         }
         logger.debug("provided without a fetch (the kernel caches this version)", metadata: ["path": "\(item.path)"])
-        return Task {}
+        return nil
     }
 
     /// The head pins the version; a `RangeFetcher` fetches the rest on demand.
