@@ -44,11 +44,16 @@ extension Catalog {
 
     /// A failed request removes only its own note.
     public func noting(_ change: ChangeUnderWay?, whileTheStoreDoes request: () async throws(StoreError) -> Void) async throws(FSError) {
-        let noted = try change.map { (change: ChangeUnderWay) throws(FSError) -> Bool in try recordChangeUnderWay(change) } ?? false
+        // Off the cooperative pool: SQLite's writer may be busy.
+        var noted = false
+        if let change { noted = try await Blocking.run { () throws(FSError) in try self.recordChangeUnderWay(change) } }
         do throws(StoreError) {
             try await request()
         } catch {
-            if noted, let change { try? forgetChangeUnderWay(of: change.inode) }
+            if noted, let change {
+                // A note left behind is settled at the next start, which asks the store.
+                try? await Blocking.run { () throws(FSError) in try self.forgetChangeUnderWay(of: change.inode) }
+            }
             throw FSError(error)
         }
     }

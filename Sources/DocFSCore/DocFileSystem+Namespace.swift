@@ -111,11 +111,9 @@ extension DocFileSystem {
             await uploader.cancel(target.inode)
             await provider.itemRemoved(target.inode, item: target)
             let now = Timestamp.now
-            try await Blocking.run { [self] () throws(FSError) in
-                try catalog.removeItem(target.inode, folderChanged: now)
-                if target.links > 1 { try forgetOneLink(of: target) }
-            }
+            try await Blocking.run { [catalog] () throws(FSError) in try catalog.removeItem(target.inode, folderChanged: now) }
             openFiles.markUnlinked(target.inode, at: now)
+            if target.links > 1 { try await Blocking.run { [self] () throws(FSError) in try forgetOneLink(of: target) } }
         }
     }
 

@@ -114,14 +114,24 @@ public actor Provider {
 
     /// A file docfs creates: `create` makes its row, then its empty copy begins with its first
     /// change, in one visit to the provider's queue (a `create()` was three hops off the pool).
+    /// A row whose copy could not begin goes again: with changes and no copy, it would never be
+    /// uploaded nor dropped by a listing.
     public func openNew(_ create: @Sendable () throws(FSError) -> Item) async throws(FSError) -> (item: Item, copy: LocalCopy) {
+        guard !isShutDown else { throw .io("the mount is going away") }
         let item = try create()
-        let copy = try await open(item, intent: .empty)
-        do { try copy.markChanged() } catch {
-            await release(item.inode)
+        do throws(FSError) {
+            let copy = try await open(item, intent: .empty)
+            do { try copy.markChanged() } catch {
+                await release(item.inode)
+                throw error
+            }
+            return (item, copy)
+        } catch {
+            do { try catalog.removeItem(item.inode, folderChanged: .now) } catch let removing {
+                logger.error("cannot remove a new file whose copy could not begin", metadata: ["path": "\(item.path)", "error": "\(removing)"])
+            }
             throw error
         }
-        return (item, copy)
     }
 
     /// Before a commit or truncate; the fetch goes on if the caller gives up.

@@ -12,6 +12,8 @@ extension Uploader {
         if let settled = await ownVersionOnStore(item, copy, commit: commit, snapshot: snapshot) { return settled }
         do {
             let (conflictName, kept) = try await uploadConflictCopy(of: item, in: parentPath, from: snapshot)
+            // On the store all the same: the next mount's listing shows it.
+            guard !handedOver else { return .done }
             do {
                 _ = try catalog.createItem(in: parent, name: conflictName, kind: .file, size: kept.size, modified: Timestamp(seconds: kept.modified),
                                            etag: kept.etag, mode: item.mode, state: .placeholder, onStore: true)

@@ -158,7 +158,10 @@ public actor Uploader {
         for waiters in itemWaiters.values { for waiter in waiters { waiter.resume() } }
         itemWaiters.removeAll()
         wakeIdleWaitersIfIdle()
-        guard !inFlight.isEmpty else { return }
+        guard !inFlight.isEmpty else {
+            handedOver = true
+            return
+        }
         let deadline = ContinuousClock.now + patience
         let timer = Task { [weak self] in
             try? await Task.sleep(for: patience)
@@ -240,6 +243,7 @@ public actor Uploader {
         do {
             try await copy.fetchRemaining()
         } catch .stale, .notFound {
+            guard !handedOver else { return .done }
             do {
                 let lost = try await copy.giveUpFetching()
                 try copy.versionLost()
@@ -256,6 +260,7 @@ public actor Uploader {
         // version to send. The last release commits it (and sends it); an fsync or a hard link
         // asks for what is there now.
         let waitForClose = forced[item.inode] == nil
+        guard !handedOver else { return .done }
         do {
             if try !copy.commit(unlessOpen: waitForClose), waitForClose, copy.life.openCount > 0 {
                 _ = try await ended(copy, .notNeeded)
@@ -306,6 +311,8 @@ public actor Uploader {
         }
         let commit: UInt64
         do {
+            // The snapshot's path is the next mount's once this one let go.
+            guard !handedOver else { return .done }
             let committingPending = forced[inode] != nil
             guard let started = try await Blocking.run({ () throws(FSError) -> UInt64? in
                 try copy.startUpload(snapshotTo: snapshot, committingPending: committingPending)

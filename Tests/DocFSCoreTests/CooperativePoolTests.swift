@@ -13,6 +13,8 @@ struct CooperativePoolTests {
     /// What a FUSE request asks of the core, on a mount holding `file.bin` and the folder `docs`.
     enum Operation: String, CaseIterable, Sendable {
         case open, create, mkdir, remove, rename, chmod, pin
+        /// The removal of a file whose changes the store has not taken (noted before the request).
+        case removeUnsent
     }
 
     @Test(arguments: Operation.allCases)
@@ -26,6 +28,7 @@ struct CooperativePoolTests {
             fixture.store.addDirectory("docs")
             _ = try await fixture.lookup("file.bin")
             _ = try await fixture.lookup("docs")
+            if operation == .removeUnsent { try await Self.changeUnsent("file.bin", in: fixture) }
             fixtures.append(fixture)
         }
         let release = DispatchSemaphore(value: 0)
@@ -71,7 +74,7 @@ struct CooperativePoolTests {
             return try await fs.create(in: Item.rootInode, name: "new.txt", mode: 0o644, owner: 0, group: 0, exclusive: true, truncate: false).handle
         case .mkdir:
             _ = try await fs.makeDirectory(in: Item.rootInode, name: "made", mode: 0o755, owner: 0, group: 0)
-        case .remove:
+        case .remove, .removeUnsent:
             try await fs.remove(from: Item.rootInode, name: "file.bin", directory: false)
         case .rename:
             try await fs.rename(from: Item.rootInode, name: "file.bin", to: Item.rootInode, newName: "moved.bin", noReplace: false)
@@ -81,5 +84,15 @@ struct CooperativePoolTests {
             try await fs.pin(try await fixture.lookup("docs").inode)
         }
         return nil
+    }
+
+    /// `name` rewritten and closed while the store refuses writes: a change it does not have.
+    private static func changeUnsent(_ name: String, in fixture: CoreFixture) async throws {
+        fixture.store.failWrites(with: .unreachable("down"))
+        let handle = try await fixture.fs.open(try await fixture.lookup(name).inode, mode: .init(writable: true, truncate: true))
+        try fixture.write(handle: handle, Array("unsent".utf8))
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+        #expect(try fixture.fs.unsyncedItems().count == 1)
     }
 }
