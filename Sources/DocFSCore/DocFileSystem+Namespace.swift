@@ -145,6 +145,9 @@ extension DocFileSystem {
         try await uploader.exclusively(touching: [source.path, targetPath]) { () async throws(FSError) in
             // Re-read both. A source whose row went is gone: moving it could delete the target on the store.
             guard let source = try catalog.item(source.inode) else { throw .notFound }
+            // A file the store lost (another client deleted it) with nothing to send, kept only
+            // while open or until the listing's drop: taken for a new file, it deleted the target.
+            if !source.onStore, !source.hasUnsyncedChanges, !source.hasUncommittedWrites { throw .notFound }
             let existing = try existing.map { (old: Item) throws(FSError) -> Item in try catalog.item(old.inode) ?? old }
             // From the store's move to the catalog's, no listing asked before may drop the row.
             try await catalog.moving.whileMoving(source.inode) { () async throws(FSError) in

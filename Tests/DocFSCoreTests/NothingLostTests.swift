@@ -74,6 +74,29 @@ struct NothingLostTests {
         #expect(fixture.store.writeCount("gone.txt") == 0, "a read-only open never recreates it")
     }
 
+    /// A rename of a file another client deleted, while its clean copy is still open here (or
+    /// before the listing that found it gone drops its row): the store has nothing to move.
+    /// It was taken for a new file replacing the target, which deleted the target on the store
+    /// (model seed 106289: another client's b.txt was lost).
+    @Test func aRenameOfAFileDeletedOnTheStoreLeavesTheTargetAlone() async throws {
+        let fixture = try CoreFixture.writable()
+        fixture.store.addFile("gone.txt", Array("mine".utf8))
+        fixture.store.addFile("theirs.txt", Array("theirs".utf8))
+        let item = try await fixture.lookup("gone.txt")
+        let handle = try await fixture.fs.open(item.inode, mode: .read)
+        fixture.store.remove("gone.txt")
+        try await fixture.fs.refresh(directory: Item.rootInode)
+        await #expect(throws: FSError.notFound) {
+            try await fixture.fs.rename(from: Item.rootInode, name: "gone.txt", to: Item.rootInode, newName: "theirs.txt", noReplace: false)
+        }
+        #expect(fixture.store.content("theirs.txt") == Array("theirs".utf8))
+        #expect(try fixture.readAll(handle: handle, size: 4) == Array("mine".utf8), "an open file stays readable")
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+        #expect(fixture.store.content("theirs.txt") == Array("theirs".utf8))
+        #expect(try await fixture.lookup("theirs.txt").size == 6)
+    }
+
     /// A server that writes files in place (`rclone serve webdav`) answered a GET sent during
     /// another client's PUT with the old bytes under the new version's ETag. An append made on
     /// those bytes, taken for that version, replaced it with no conflict, and the other
