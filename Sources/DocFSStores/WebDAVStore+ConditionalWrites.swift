@@ -336,9 +336,19 @@ extension WebDAVStore {
         }
     }
 
-    /// Removes the empty resource a LOCK made, when no PUT filled it.
+    /// Removes the empty resource a LOCK made, when no PUT filled it. Only an empty file, and
+    /// only that version of it: a server that granted another client's lock beside docfs's
+    /// (sabre/dav) takes docfs's token for a DELETE of the file that client wrote meanwhile.
     private func deleteUnderLock(_ path: StorePath, _ lock: HeldLock) async {
-        let answer = try? await transport.metadata(.DELETE, url: url(path), path: path, headers: ["If": "(<\(lock.token)>)"], body: nil,
+        let found: RemoteEntry?
+        do { found = try await statIfExists(path) } catch { return }  // still recorded: found again at the next try
+        guard let found else {
+            conditionProbe.lockMadeFiles.withLock { _ = $0.removeValue(forKey: path) }
+            return
+        }
+        guard found.kind == .file, found.size == 0 else { return }
+        let condition = found.etag.map { "(<\(lock.token)> [\($0.value)])" } ?? "(<\(lock.token)>)"
+        let answer = try? await transport.metadata(.DELETE, url: url(path), path: path, headers: ["If": condition], body: nil,
                                                    timeout: Self.metadataTimeout)
         if let answer, (200..<300).contains(answer.status) || answer.status == 404 {
             conditionProbe.lockMadeFiles.withLock { _ = $0.removeValue(forKey: path) }
