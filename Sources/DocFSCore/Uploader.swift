@@ -346,7 +346,6 @@ public actor Uploader {
             }
             return .done
         } catch let error as StoreError {
-            if handedOver { return .done }
             switch error {
             case .versionMismatch, .alreadyExists, .isADirectory:
                 // Changed elsewhere meanwhile: ours goes next to it.
