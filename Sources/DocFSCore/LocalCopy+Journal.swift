@@ -3,8 +3,9 @@ import Foundation
 
 /// The catalog's copy columns (state, base, commits, on the store, partial) are written here,
 /// nowhere else in `LocalCopy`: each event of a copy's life is one method, which applies the
-/// `CopyLife` event and records the columns it changes, under the copy's lock, and returns the
-/// action that follows for `Provider` to carry out. No one changes a copy's life another way.
+/// `CopyLife` event and records the columns it changes (`changeLife`: in order, under the copy's
+/// `journal`, never under its `state`), and returns the action that follows for `Provider` to
+/// carry out. No one changes a copy's life another way.
 /// A copy that has no `LocalCopy` in memory (kept pinned from an earlier mount, left by a
 /// crash) is recorded through the static functions.
 extension LocalCopy {
@@ -106,7 +107,7 @@ extension LocalCopy {
     func evict() throws(FSError) {
         defer { discard() }
         guard !life.removed else { return }
-        try catalog.recordEvicted(inode)
+        try journal.withLock { _ throws(FSError) in try catalog.recordEvicted(inode) }
     }
 
     /// Records that `inode` has no copy any more: a placeholder, or no row when the store does
@@ -135,46 +136,109 @@ extension LocalCopy {
         try catalog.recordCopy(inode, life)
     }
 
-    /// Applies `event` under the lock, and records the life when what the catalog keeps of it
-    /// changed (a change of the handle count writes nothing).
+    /// Applies `event`, and records the life when what the catalog keeps of it changed (a
+    /// change of the handle count writes nothing).
     @discardableResult
     private func update<Result>(_ event: (inout CopyLife) -> Result) throws(FSError) -> Result {
-        try state.withLock { (state) throws(FSError) -> Result in
+        try changeLife { (state) -> (next: CopyLife?, result: Result) in
             var life = state.life
             let result = event(&life)
-            if life.recorded != state.life.recorded {
-                try catalog.recordCopy(inode, life)
-            }
-            state.life = life
-            return result
+            return (life, result)
         }
     }
 
     /// `update`, keeping the new life even when it cannot be recorded. Only for events a restart
     /// reads the same either way.
     private func updateLettingTheJournalLag<Result>(_ event: (inout CopyLife) -> Result) -> (Result, unrecorded: FSError?) {
-        state.withLock { state in
+        // The decision throws nothing; a failed record is returned, not thrown.
+        try! changeLife(keepingItUnrecorded: true) { (state) -> (next: CopyLife?, result: Result) in
             var life = state.life
             let result = event(&life)
-            var failure: FSError?
-            if life.recorded != state.life.recorded {
-                do throws(FSError) { try catalog.recordCopy(inode, life) } catch { failure = error }
-            }
-            state.life = life
-            return (result, failure)
+            return (life, result)
         }
     }
 
     /// Applies `event` and records it with `record` (a catalog write that persists the life
-    /// together with other columns), under the copy's lock.
+    /// together with other columns; always made).
     private func update<Result>(_ event: (inout CopyLife) -> Result,
                                 recording record: (CopyLife) throws(FSError) -> Void) throws(FSError) -> Result {
-        try state.withLock { (state) throws(FSError) -> Result in
+        try changeLife({ (state) -> (next: CopyLife?, result: Result) in
             var life = state.life
             let result = event(&life)
-            try record(life)
-            state.life = life
-            return result
+            return (life, result)
+        }, recording: record)
+    }
+
+    // MARK: The journal's order
+
+    /// Every change of the copy's life goes through here. `decide` looks at the copy under
+    /// `state` and returns the life it moves to (nil: none). That life is written to the
+    /// catalog after `state` is let go, so readers, fetched chunks and `docfs status` never wait
+    /// for SQLite, and it becomes the copy's only once the catalog holds it (or, with
+    /// `keepingItUnrecorded`, once the write was tried): the journal never lags the copy.
+    /// `journal`, taken before `state`, keeps the writes in the order of the changes, and no
+    /// other change of the life can come between a decision and its record.
+    ///
+    /// Unless `always`, a life whose `recorded` part is unchanged is taken at once, unwritten.
+    /// `record` gets the size and time of the copy as they were decided when the life makes a
+    /// new commit. `applied` runs under `state` when the life is taken.
+    private func changeLife<Result>(keepingItUnrecorded: Bool, always: Bool,
+                                    _ decide: (inout State) throws(FSError) -> (next: CopyLife?, result: Result),
+                                    recording record: (CopyLife, _ commit: (size: Int64, modified: Timestamp)?) throws(FSError) -> Void,
+                                    applied: (inout State) -> Void) throws(FSError) -> (Result, unrecorded: FSError?) {
+        try journal.withLock { _ throws(FSError) -> (Result, unrecorded: FSError?) in
+            var commit: (size: Int64, modified: Timestamp)?
+            let (next, result) = try state.withLock { (state) throws(FSError) -> (next: CopyLife?, result: Result) in
+                let (next, result) = try decide(&state)
+                guard let next else { return (nil, result) }
+                if !always, next.recorded == state.life.recorded {
+                    state.life = next
+                    applied(&state)
+                    return (nil, result)
+                }
+                if next.committed != state.life.committed { commit = (state.length, modificationTime(state)) }
+                return (next, result)
+            }
+            guard let next else { return (result, nil) }
+            var failure: FSError?
+            do throws(FSError) { try record(next, commit) } catch { failure = error }
+            if failure == nil || keepingItUnrecorded {
+                state.withLock { state in
+                    state.life = next
+                    applied(&state)
+                }
+            }
+            if let failure, !keepingItUnrecorded { throw failure }
+            return (result, failure)
         }
+    }
+
+    /// `changeLife` recording the life alone (with the size and time of a new commit).
+    /// `keepingItUnrecorded`: the copy takes the life even when the record fails, which is
+    /// returned; otherwise it is thrown and the life stays as it was.
+    func changeLife<Result>(keepingItUnrecorded: Bool = false,
+                            _ decide: (inout State) throws(FSError) -> (next: CopyLife?, result: Result),
+                            applied: (inout State) -> Void = { _ in }) throws(FSError) -> (Result, unrecorded: FSError?) {
+        try changeLife(keepingItUnrecorded: keepingItUnrecorded, always: false, decide, recording: { (life, commit) throws(FSError) in
+            if let commit {
+                try catalog.recordCommit(inode, life, size: commit.size, modified: commit.modified)
+            } else {
+                try catalog.recordCopy(inode, life)
+            }
+        }, applied: applied)
+    }
+
+    /// `changeLife` for a change that must be recorded to happen.
+    func changeLife<Result>(_ decide: (inout State) throws(FSError) -> (next: CopyLife?, result: Result)) throws(FSError) -> Result {
+        try changeLife(keepingItUnrecorded: false, decide).0
+    }
+
+    /// `changeLife` with a record of its own (the life with other columns), always written.
+    func changeLife<Result>(_ decide: (inout State) throws(FSError) -> (next: CopyLife?, result: Result),
+                            recording record: (CopyLife) throws(FSError) -> Void,
+                            applied: (inout State) -> Void = { _ in }) throws(FSError) -> Result {
+        try changeLife(keepingItUnrecorded: false, always: true, decide, recording: { (life, _) throws(FSError) in
+            try record(life)
+        }, applied: applied).0
     }
 }

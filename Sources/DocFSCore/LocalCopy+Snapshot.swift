@@ -6,16 +6,15 @@ extension LocalCopy {
     /// `committingPending`, for fsync).
     public func startUpload(snapshotTo snapshotPath: String, committingPending: Bool) throws(FSError) -> UInt64? {
         if committingPending && life.uncommitted { try sync() }
-        return try state.withLock { (state) throws(FSError) -> UInt64? in
+        return try changeLife { (state) throws(FSError) -> (next: CopyLife?, result: UInt64?) in
             // A discarded copy has no descriptor: its number may be another file's now.
             guard !state.discarded else { throw .stale }
-            guard state.writesInFlight == 0 else { return nil }
+            guard state.writesInFlight == 0 else { return (nil, nil) }
             var life = state.life
             if life.uncommitted && committingPending { life.committedChanges() }
-            guard life.uploadStarted(), let commit = life.uploading else { return nil }
+            guard life.uploadStarted(), let commit = life.uploading else { return (nil, nil) }
             try snapshot(to: snapshotPath, &state)
-            try record(life, in: &state)
-            return commit
+            return (life, commit)
         }
     }
 

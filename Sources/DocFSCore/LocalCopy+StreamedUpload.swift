@@ -34,24 +34,27 @@ extension LocalCopy {
     /// cancelled. Not at every flush: a dup'ed descriptor closing must not end it.
     @discardableResult
     func completeStream() throws(FSError) -> Bool {
-        try state.withLock { (state) throws(FSError) -> Bool in
-            guard let stream = state.streamed, stream.sealedCommit == nil else { return false }
-            var life = state.life
-            guard life.uploadStarted(), stream.seal(length: state.length, commit: life.committed) else {
-                stream.abandon()
-                return false
-            }
-            do throws(FSError) {
-                try catalog.recordCopy(inode, life)
-            } catch {
-                // Not in the journal as uploading: the stream must not be confirmed either.
-                stream.revoke()
-                throw error
-            }
-            state.life = life
-            // The next change gets its own file: the stream never sends a byte written after it.
-            state.sharedWithStream = true
-            return true
+        var sealed: StreamedUpload?
+        do {
+            return try changeLife({ (state) -> (next: CopyLife?, result: Bool) in
+                guard let stream = state.streamed, stream.sealedCommit == nil else { return (nil, false) }
+                var life = state.life
+                guard life.uploadStarted(), stream.seal(length: state.length, commit: life.committed) else {
+                    stream.abandon()
+                    return (nil, false)
+                }
+                sealed = stream
+                return (life, true)
+            }, recording: { (life) throws(FSError) in
+                try self.catalog.recordCopy(self.inode, life)
+            }, applied: { state in
+                // The next change gets its own file: the stream never sends a byte written after it.
+                state.sharedWithStream = true
+            })
+        } catch {
+            // Not in the journal as uploading: the stream must not be confirmed either.
+            sealed?.revoke()
+            throw error
         }
     }
 

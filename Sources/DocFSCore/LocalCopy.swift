@@ -3,13 +3,17 @@ import Foundation
 import Synchronization
 
 /// One item's content in the private cache, and the one owner of its `CopyLife`. Every life
-/// change is recorded under the copy's lock, so the journal never lags the copy: a first write
-/// is journaled before its bytes land. The lock is never held across the network.
+/// change is recorded before the copy takes it, so the journal never lags the copy: a first
+/// write is journaled before its bytes land. The catalog is written under `journal`, never
+/// under `state`; no lock is held across the network. Lock order: `landing`, `journal`, `state`.
 public final class LocalCopy: ContentSink, Sendable {
     public let path: String
     public let inode: Inode
     let catalog: Catalog
     let state: Mutex<State>
+    /// Taken around every change of `state.life` and the catalog write that records it (see
+    /// `changeLife`), and before a write begins: SQLite runs under it, never under `state`.
+    let journal = Mutex(())
     /// Taken around every write of bytes (before `state`): a fetched chunk never lands over a user's write.
     let landing = Mutex(())
 
@@ -194,51 +198,46 @@ public final class LocalCopy: ContentSink, Sendable {
     public func commit(durably: Bool = false, unlessOpen: Bool = false) throws(FSError) -> Bool {
         guard life.uncommitted else { return false }
         if durably { try sync() }
-        return try state.withLock { (state) throws(FSError) -> Bool in
+        return try changeLife { (state) throws(FSError) -> (next: CopyLife?, result: Bool) in
             // A write still landing, or one that began after the sync, stays uncommitted.
-            guard state.life.uncommitted, state.writesInFlight == 0 else { return false }
-            if unlessOpen, state.life.openCount > 0 { return false }
+            guard state.life.uncommitted, state.writesInFlight == 0 else { return (nil, false) }
+            if unlessOpen, state.life.openCount > 0 { return (nil, false) }
             // Holes are never committed: `fetchRemaining` first.
             guard state.fetcher == nil else { throw .io("\(path) is committed before all its content is local") }
             var life = state.life
             life.committedChanges()
-            try record(life, in: &state)
-            return true
+            return (life, true)
         }
-    }
-
-    func record(_ life: CopyLife, in state: inout State) throws(FSError) {
-        if life.committed != state.life.committed {
-            try catalog.recordCommit(inode, life, size: state.length, modified: modificationTime(state))
-        } else {
-            try catalog.recordCopy(inode, life)
-        }
-        state.life = life
     }
 
     /// A write into a sparse copy marks and logs its bytes before they land; other changes need a complete copy.
     private func beginChange(writing range: ByteRange? = nil) throws(FSError) -> Int32 {
         try unshareAhead()
-        return try state.withLock { (state) throws(FSError) -> Int32 in
-            guard !state.discarded else { throw .stale }
-            if state.fetcher != nil || state.draining != nil {
-                guard let range else { throw .io("\(path) is changed before all its content is local") }
-                let users = range.lowerBound > state.length ? state.length..<range.upperBound : range
-                if state.fetcher != nil {
-                    if state.heldLog == nil { state.heldLog = try HeldLog(copyPath: path, holding: state.held) }
-                    try state.heldLog?.append(users)
+        var lent: Int32?
+        do {
+            return try changeLife { (state) throws(FSError) -> (next: CopyLife?, result: Int32) in
+                guard !state.discarded else { throw .stale }
+                if state.fetcher != nil || state.draining != nil {
+                    guard let range else { throw .io("\(path) is changed before all its content is local") }
+                    let users = range.lowerBound > state.length ? state.length..<range.upperBound : range
+                    if state.fetcher != nil {
+                        if state.heldLog == nil { state.heldLog = try HeldLog(copyPath: path, holding: state.held) }
+                        try state.heldLog?.append(users)
+                    }
+                    state.local.insert(users)
                 }
-                state.local.insert(users)
-            }
-            try unshare(&state)
-            if !state.life.uncommitted {
+                try unshare(&state)
+                state.writesInFlight += 1
+                state.users += 1
+                lent = state.descriptor
+                guard !state.life.uncommitted else { return (nil, state.descriptor) }
                 var life = state.life
                 life.changed()
-                try record(life, in: &state)
+                return (life, state.descriptor)
             }
-            state.writesInFlight += 1
-            state.users += 1
-            return state.descriptor
+        } catch {
+            if let lent { endChange(lent) }  // not journaled: no byte lands
+            throw error
         }
     }
 
@@ -396,7 +395,7 @@ public final class LocalCopy: ContentSink, Sendable {
     /// The set time while no write came after it. Nil once closed (an fstat would read garbage).
     public var modificationTime: Timestamp? { state.withLock { $0.closed ? nil : modificationTime($0) } }
 
-    private func modificationTime(_ state: State) -> Timestamp {
+    func modificationTime(_ state: State) -> Timestamp {
         let onDisk = fileModificationTime(state.descriptor)
         if let set = state.setTime, set.kept == onDisk { return set.requested }
         return onDisk

@@ -3,6 +3,7 @@ import DocFSStore
 import Foundation
 import Glibc
 import Testing
+import Synchronization
 
 /// A local copy that was let go never touches its old descriptor number again: the kernel
 /// gives that number to the next file opened, and in a full `swift test` under load the
@@ -80,4 +81,62 @@ struct RetiredDescriptorTests {
     }
 
     private func end(_ loan: consuming DescriptorLoan) {}
+}
+
+/// A copy's journal is written outside the lock its readers take: a read, a look at its state
+/// (`user.docfs.state`, `docfs status`) or a fetched chunk never waits for SQLite, which a busy
+/// disk or a long transaction of the catalog can hold for seconds.
+@Suite("A copy's readers never wait for its journal")
+struct JournalOutsideTheLockTests {
+    @Test func aReadWhileAnUploadIsJournaledDoesNotWaitForTheCatalog() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("docfs-copy-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let catalog = try Catalog(path: directory + "/catalog.sqlite")
+        let item = try catalog.createItem(in: Item.rootInode, name: "report.txt", kind: .file, modified: 0, mode: 0o644, state: .modified, onStore: false)
+        let copyPath = directory + "/copy"
+        try Data("the report".utf8).write(to: URL(fileURLWithPath: copyPath))
+        var life = CopyLife(content: .present, base: nil, startedFromNothing: true)
+        life.changed()
+        life.committedChanges()
+        let copy = try LocalCopy(adopting: copyPath, inode: item.inode, catalog: catalog, life: life)
+
+        // The catalog's writer is held (a long transaction) until the test lets it go, or 10 s.
+        let release = DispatchSemaphore(value: 0)
+        let held = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            _ = try? catalog.write { _ in
+                held.signal()
+                _ = release.wait(timeout: .now() + 10)
+            }
+        }
+        held.wait()
+        // The upload starts: its snapshot is taken, then its start is journaled, which waits.
+        let snapshot = directory + "/snapshot"
+        let started = Mutex<Result<UInt64?, FSError>?>(nil)
+        Thread.detachNewThread {
+            let outcome = Result { () throws(FSError) -> UInt64? in try copy.startUpload(snapshotTo: snapshot, committingPending: false) }
+            started.withLock { $0 = outcome }
+        }
+        let deadline = ContinuousClock.now + .seconds(5)
+        while !FileManager.default.fileExists(atPath: snapshot), ContinuousClock.now < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        #expect(FileManager.default.fileExists(atPath: snapshot), "the upload took its snapshot")
+
+        let asked = ContinuousClock.now
+        let loan = try copy.lend(at: 0, count: 100)
+        #expect(loan.count == 10)
+        let state = copy.life
+        let waited = ContinuousClock.now - asked
+        let stillJournaling = started.withLock { $0 == nil }
+        release.signal()
+
+        #expect(waited < .seconds(2), "a read waited \(waited) for the catalog")
+        #expect(stillJournaling, "the upload's start was still waiting for the catalog while the copy was read")
+        #expect(state.uploading == nil, "the copy takes the upload's start only once the catalog holds it")
+        let finish = ContinuousClock.now + .seconds(15)
+        while started.withLock({ $0 == nil }), ContinuousClock.now < finish { Thread.sleep(forTimeInterval: 0.01) }
+        let commit = try #require(try started.withLock { $0 }?.get())
+        #expect(copy.life.uploading == commit)
+        #expect(try catalog.item(item.inode)?.state == .uploading)
+    }
 }
