@@ -266,17 +266,17 @@ extension Catalog {
     private static func finish(listing progress: ListingProgress, of directory: Inode, listedAt: Double, moving: MovingItems,
                                in db: Database) throws {
         // Three columns of every child, whole rows only of those gone: most of a big folder stays.
-        var gone: [Int64] = []
+        // Read before the names seen are looked at: lookups asking them never wait for SQLite.
+        var children: [(inode: Int64, name: String)] = []
         let rows = try Row.fetchCursor(db.cachedStatement(sql: "SELECT inode, name, versionAt FROM item WHERE parent = ?"),
                                        arguments: [Int64(bitPattern: directory)])
-        try progress.seen.withLock { seen in
-            while let row = try rows.next() {
-                let name: String = row[1]
-                if seen.shownAsFolder(name) == nil && !learnedSince(row, progress.startedAt)
-                    && !moving.contains(Inode(bitPattern: row[0] as Int64)) {
-                    gone.append(row[0])
-                }
+        while let row = try rows.next() {
+            if !learnedSince(row, progress.startedAt) && !moving.contains(Inode(bitPattern: row[0] as Int64)) {
+                children.append((row[0], row[1]))
             }
+        }
+        let gone: [Int64] = progress.seen.withLock { seen in
+            children.compactMap { seen.shownAsFolder($0.name) == nil ? $0.inode : nil }
         }
         let vanished = try gone.compactMap { inode in
             try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM item WHERE inode = ?"), arguments: [inode])

@@ -82,21 +82,27 @@ struct InterruptedChanges {
                 return true
             }
             await uploader.cancel(item.inode)
+            // The row goes before the copy is told: an open meanwhile either joined a copy that
+            // `itemRemoved` then marks removed, or finds no row to begin one on. The other order
+            // let an open begin a copy in between whose row then went: it stayed in the cache.
+            try await Blocking.run { [catalog] () throws(FSError) in try catalog.removeItem(item.inode, folderChanged: .now) }
             await provider.itemRemoved(item.inode, item: item)
-            try catalog.removeItem(item.inode, folderChanged: .now)
             logger.info("a removal cut short by the last mount is completed", metadata: ["path": "\(item.path)"])
         case .move:
             guard let parent = note.toParent, let name = note.toName, try catalog.item(parent) != nil else {
                 try catalog.forgetChangeUnderWay(of: item.inode)
                 return true
             }
-            if let replaced = try catalog.child(of: parent, named: name), replaced.inode != item.inode {
-                await uploader.cancel(replaced.inode)
-                await provider.itemRemoved(replaced.inode, item: replaced)
-            }
+            let replaced = try catalog.child(of: parent, named: name).flatMap { $0.inode != item.inode ? $0 : nil }
+            if let replaced { await uploader.cancel(replaced.inode) }
             // The store moved it: its upload replaces that version, not someone else's file.
-            if note.gonePath == item.path { try catalog.recordOnStore(item.inode) }
-            try catalog.moveItem(item.inode, to: parent, name: name, changed: .now)
+            let onStore = note.gonePath == item.path
+            try await Blocking.run { [catalog] () throws(FSError) in
+                if onStore { try catalog.recordOnStore(item.inode) }
+                try catalog.moveItem(item.inode, to: parent, name: name, changed: .now)
+            }
+            // As for a removal: the replaced row goes first.
+            if let replaced { await provider.itemRemoved(replaced.inode, item: replaced) }
             logger.info("a rename cut short by the last mount is completed", metadata: ["from": "\(item.path)", "to": "\(name)"])
         }
         return true
