@@ -2,6 +2,7 @@
 import DocFSStore
 import DocFSTesting
 import Foundation
+import Testing
 import Logging
 import Synchronization
 
@@ -51,7 +52,13 @@ struct CoreFixture {
 
     /// Files in the cache directory: local copies on disk.
     func cachedFiles() -> [String] {
-        (try? FileManager.default.contentsOfDirectory(atPath: cacheDirectory)) ?? []
+        guard FileManager.default.fileExists(atPath: cacheDirectory) else { return [] }  // made with the first copy
+        do {
+            return try FileManager.default.contentsOfDirectory(atPath: cacheDirectory)
+        } catch {
+            Issue.record("cannot read the cache directory \(cacheDirectory): \(error)")
+            return ["(unreadable)"]  // never read as an empty cache
+        }
     }
 
     func lookup(_ path: String) async throws -> Item {

@@ -5,23 +5,41 @@ import Glibc
 import Testing
 import Synchronization
 
+/// A catalog with one file whose copy holds `content`, committed and not yet uploaded (a copy
+/// adopted from an earlier mount), in a directory of its own that `remove()` deletes.
+struct CommittedCopy {
+    let directory: String
+    let catalog: Catalog
+    let item: Item
+    let copy: LocalCopy
+
+    init(named name: String, holding content: String) throws {
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("docfs-copy-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        catalog = try Catalog(path: directory + "/catalog.sqlite")
+        item = try catalog.createItem(in: Item.rootInode, name: name, kind: .file, modified: 0, mode: 0o644, state: .modified, onStore: false)
+        let copyPath = directory + "/copy"
+        try Data(content.utf8).write(to: URL(fileURLWithPath: copyPath))
+        var life = CopyLife(content: .present, base: nil, startedFromNothing: true)
+        life.changed()
+        life.committedChanges()
+        copy = try LocalCopy(adopting: copyPath, inode: item.inode, catalog: catalog, life: life)
+    }
+
+    func remove() {
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+}
+
 /// A local copy that was let go never touches its old descriptor number again: the kernel
 /// gives that number to the next file opened, and in a full `swift test` under load the
 /// next file was a catalog's database, whose first bytes were uploaded as a user's file.
 @Suite("A closed local copy leaves its descriptor number alone")
 struct LocalCopyDescriptorTests {
     @Test func anUploadOfAClosedCopyTakesNoSnapshotFromAReusedDescriptor() throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("docfs-copy-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let catalog = try Catalog(path: directory + "/catalog.sqlite")
-        let item = try catalog.createItem(in: Item.rootInode, name: "mine.txt", kind: .file, modified: 0, mode: 0o644, state: .modified, onStore: false)
-        let copyPath = directory + "/copy"
-        try Data("mine".utf8).write(to: URL(fileURLWithPath: copyPath))
-        var life = CopyLife(content: .present, base: nil, startedFromNothing: true)
-        life.changed()
-        life.committedChanges()
-        let copy = try LocalCopy(adopting: copyPath, inode: item.inode, catalog: catalog, life: life)
+        let fixture = try CommittedCopy(named: "mine.txt", holding: "mine")
+        defer { fixture.remove() }
+        let (directory, copy) = (fixture.directory, fixture.copy)
 
         copy.close()  // the mount shuts down while the upload waits
         let other = directory + "/other"
@@ -45,17 +63,9 @@ struct LocalCopyDescriptorTests {
 @Suite("A retired local copy descriptor is closed by its own last user")
 struct RetiredDescriptorTests {
     @Test func aRetiredDescriptorClosesWhileTheNewOneIsInUse() throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("docfs-copy-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let catalog = try Catalog(path: directory + "/catalog.sqlite")
-        let item = try catalog.createItem(in: Item.rootInode, name: "db", kind: .file, modified: 0, mode: 0o644, state: .modified, onStore: false)
-        let copyPath = directory + "/copy"
-        try Data("committed".utf8).write(to: URL(fileURLWithPath: copyPath))
-        var life = CopyLife(content: .present, base: nil, startedFromNothing: true)
-        life.changed()
-        life.committedChanges()
-        let copy = try LocalCopy(adopting: copyPath, inode: item.inode, catalog: catalog, life: life)
+        let fixture = try CommittedCopy(named: "db", holding: "committed")
+        defer { fixture.remove() }
+        let (directory, copy) = (fixture.directory, fixture.copy)
         let snapshot = directory + "/snapshot"
         #expect(try copy.startUpload(snapshotTo: snapshot, committingPending: false) != nil)
         var snapshotInfo = stat()
@@ -89,17 +99,9 @@ struct RetiredDescriptorTests {
 @Suite("A copy's readers never wait for its journal")
 struct JournalOutsideTheLockTests {
     @Test func aReadWhileAnUploadIsJournaledDoesNotWaitForTheCatalog() throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("docfs-copy-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let catalog = try Catalog(path: directory + "/catalog.sqlite")
-        let item = try catalog.createItem(in: Item.rootInode, name: "report.txt", kind: .file, modified: 0, mode: 0o644, state: .modified, onStore: false)
-        let copyPath = directory + "/copy"
-        try Data("the report".utf8).write(to: URL(fileURLWithPath: copyPath))
-        var life = CopyLife(content: .present, base: nil, startedFromNothing: true)
-        life.changed()
-        life.committedChanges()
-        let copy = try LocalCopy(adopting: copyPath, inode: item.inode, catalog: catalog, life: life)
+        let fixture = try CommittedCopy(named: "report.txt", holding: "the report")
+        defer { fixture.remove() }
+        let (directory, catalog, item, copy) = (fixture.directory, fixture.catalog, fixture.item, fixture.copy)
 
         // The catalog's writer is held (a long transaction) until the test lets it go, or 10 s.
         let release = DispatchSemaphore(value: 0)
