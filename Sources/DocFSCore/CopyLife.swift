@@ -2,9 +2,9 @@ import DocFSStore
 
 /// The life of one item's local copy, from the first open to the eviction: the one place that
 /// decides what happens to a copy. A plain value: every event changes it and returns what the
-/// caller must do (`Action`); `LocalCopy` holds it under its lock and persists it in the catalog
-/// after every event that changes what the catalog keeps of it (`recorded`, `Catalog.recordCopy`),
-/// and `Provider` performs the actions.
+/// caller must do (`Action`); `LocalCopy` holds it and persists it in the catalog before it takes
+/// the new life of every event that changes what the catalog keeps of it (`recorded`,
+/// `LocalCopy.changeLife`), and `Provider` performs the actions.
 ///
 ///     placeholder ─open─▶ fetching ─fetched─▶ present(base) ─write─▶ dirty ─commit─▶ committed(n)
 ///        ▲                                        ▲                                     │
