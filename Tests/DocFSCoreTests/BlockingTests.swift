@@ -9,19 +9,18 @@ import Testing
 @Suite("Blocking work does not wait behind work that waits")
 struct BlockingTests {
     @Test func everyJobStartsAtOnceWhileOthersWait() {
-        let threads = BlockingThreads(name: "docfs.blocking.test")
         let waiting = 3 * ProcessInfo.processInfo.activeProcessorCount
         let release = DispatchSemaphore(value: 0)
         let startedAt = Mutex<[ContinuousClock.Instant]>([])
         let asked = ContinuousClock.now
         for _ in 0..<waiting {
-            threads.submit {
+            Blocking.submit {
                 startedAt.withLock { $0.append(.now) }
                 _ = release.wait(timeout: .now() + 10)  // the deadline frees them should the test be stuck
             }
         }
         let quick = DispatchSemaphore(value: 0)
-        threads.submit { quick.signal() }
+        Blocking.submit { quick.signal() }
         let answered = quick.wait(timeout: .now() + 10)
         let waited = ContinuousClock.now - asked
         let deadline = ContinuousClock.now + .seconds(10)
