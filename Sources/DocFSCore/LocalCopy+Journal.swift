@@ -68,7 +68,7 @@ extension LocalCopy {
     func fetched(_ entry: RemoteEntry, askedAt: Double) throws(FSError) {
         let partial = isSparse
         try update({ $0.fetched(etag: entry.etag) }, recording: { (life) throws(FSError) in
-            try catalog.recordFetched(inode, life, entry: entry, askedAt: askedAt, partial: partial)
+            try self.catalog.recordFetched(self.inode, life, entry: entry, askedAt: askedAt, partial: partial)
         })
     }
 
@@ -78,9 +78,9 @@ extension LocalCopy {
         let partial = isSparse
         try update({ $0.fetched(etag: version) }, recording: { (life) throws(FSError) in
             if learned {
-                try catalog.recordFetched(inode, life, entry: entry, partial: partial)
+                try self.catalog.recordFetched(self.inode, life, entry: entry, partial: partial)
             } else {
-                try catalog.recordCopy(inode, life, partial: partial)
+                try self.catalog.recordCopy(self.inode, life, partial: partial)
             }
         })
     }
@@ -88,14 +88,14 @@ extension LocalCopy {
     /// The store confirmed commit `commit` as version `etag`; returns the action that follows.
     func uploaded(_ commit: UInt64, etag: ETag?) throws(FSError) -> CopyLife.Action {
         try update({ $0.uploaded(commit, etag: etag) }, recording: { (life) throws(FSError) in
-            try catalog.recordUploaded(inode, life, etag: etag)
+            try self.catalog.recordUploaded(self.inode, life, etag: etag)
         })
     }
 
     /// Commit `commit` went to the store as `conflictCopy`; the item shows `storeVersion`.
     func conflictKept(_ commit: UInt64, as conflictCopy: String, storeVersion: RemoteEntry?) throws(FSError) -> CopyLife.Action {
         try update({ $0.conflictKept(commit) }, recording: { (life) throws(FSError) in
-            try catalog.recordConflictKept(inode, life, conflictCopy: conflictCopy, storeVersion: storeVersion)
+            try self.catalog.recordConflictKept(self.inode, life, conflictCopy: conflictCopy, storeVersion: storeVersion)
         })
     }
 
@@ -136,32 +136,11 @@ extension LocalCopy {
         try catalog.recordCopy(inode, life)
     }
 
-    /// Applies `event`, and records the life when what the catalog keeps of it changed (a
-    /// change of the handle count writes nothing).
+    /// Applies `event` and records it: with `record` when given (a catalog write that persists
+    /// the life together with other columns, always made), else as `changeLife` does.
     @discardableResult
-    private func update<Result>(_ event: (inout CopyLife) -> Result) throws(FSError) -> Result {
-        try changeLife { (state) -> (next: CopyLife?, result: Result) in
-            var life = state.life
-            let result = event(&life)
-            return (life, result)
-        }
-    }
-
-    /// `update`, keeping the new life even when it cannot be recorded. Only for events a restart
-    /// reads the same either way.
-    private func updateLettingTheJournalLag<Result>(_ event: (inout CopyLife) -> Result) -> (Result, unrecorded: FSError?) {
-        // The decision throws nothing; a failed record is returned, not thrown.
-        try! changeLife(keepingItUnrecorded: true) { (state) -> (next: CopyLife?, result: Result) in
-            var life = state.life
-            let result = event(&life)
-            return (life, result)
-        }
-    }
-
-    /// Applies `event` and records it with `record` (a catalog write that persists the life
-    /// together with other columns; always made).
     private func update<Result>(_ event: (inout CopyLife) -> Result,
-                                recording record: (CopyLife) throws(FSError) -> Void) throws(FSError) -> Result {
+                                recording record: ((CopyLife) throws(FSError) -> Void)? = nil) throws(FSError) -> Result {
         try changeLife({ (state) -> (next: CopyLife?, result: Result) in
             var life = state.life
             let result = event(&life)
@@ -169,39 +148,71 @@ extension LocalCopy {
         }, recording: record)
     }
 
+    /// `update`, keeping the new life even when it cannot be recorded. Only for events a restart
+    /// reads the same either way.
+    private func updateLettingTheJournalLag<Result>(_ event: (inout CopyLife) -> Result) -> (Result, unrecorded: FSError?) {
+        // The decision throws nothing; a failed record is returned, not thrown.
+        try! changeLife(keepingItUnrecorded: true, { (state) -> (next: CopyLife?, result: Result) in
+            var life = state.life
+            let result = event(&life)
+            return (life, result)
+        }, recording: nil, applied: { _ in })
+    }
+
     // MARK: The journal's order
 
     /// Every change of the copy's life goes through here. `decide` looks at the copy under
     /// `state` and returns the life it moves to (nil: none). That life is written to the
     /// catalog after `state` is let go, so readers, fetched chunks and `docfs status` never wait
-    /// for SQLite, and it becomes the copy's only once the catalog holds it (or, with
-    /// `keepingItUnrecorded`, once the write was tried): the journal never lags the copy.
-    /// `journal`, taken before `state`, keeps the writes in the order of the changes, and no
-    /// other change of the life can come between a decision and its record.
+    /// for SQLite, and it becomes the copy's only once the catalog holds it: the journal never
+    /// lags the copy. A failed record is thrown and the life stays as it was. `journal`, taken
+    /// before `state`, keeps the writes in the order of the changes, and no other change of the
+    /// life can come between a decision and its record.
     ///
-    /// Unless `always`, a life whose `recorded` part is unchanged is taken at once, unwritten.
-    /// `record` gets the size and time of the copy as they were decided when the life makes a
-    /// new commit. `applied` runs under `state` when the life is taken.
-    private func changeLife<Result>(keepingItUnrecorded: Bool, always: Bool,
+    /// `record`: the life written with other columns, always. Without it, a life whose
+    /// `recorded` part is unchanged is taken at once, unwritten; a new commit is recorded with
+    /// the copy's size and time as they were decided, anything else with `recordCopy`.
+    /// `applied` runs under `state` when the life is taken.
+    func changeLife<Result>(_ decide: (inout State) throws(FSError) -> (next: CopyLife?, result: Result),
+                            recording record: ((CopyLife) throws(FSError) -> Void)? = nil,
+                            applied: (inout State) -> Void = { _ in }) throws(FSError) -> Result {
+        try changeLife(keepingItUnrecorded: false, decide, recording: record, applied: applied).0
+    }
+
+    /// `keepingItUnrecorded`: the copy takes the life even when the record fails, and the
+    /// failure is returned, not thrown.
+    private func changeLife<Result>(keepingItUnrecorded: Bool,
                                     _ decide: (inout State) throws(FSError) -> (next: CopyLife?, result: Result),
-                                    recording record: (CopyLife, _ commit: (size: Int64, modified: Timestamp)?) throws(FSError) -> Void,
+                                    recording record: ((CopyLife) throws(FSError) -> Void)?,
                                     applied: (inout State) -> Void) throws(FSError) -> (Result, unrecorded: FSError?) {
         try journal.withLock { _ throws(FSError) -> (Result, unrecorded: FSError?) in
             var commit: (size: Int64, modified: Timestamp)?
             let (next, result) = try state.withLock { (state) throws(FSError) -> (next: CopyLife?, result: Result) in
                 let (next, result) = try decide(&state)
                 guard let next else { return (nil, result) }
-                if !always, next.recorded == state.life.recorded {
-                    state.life = next
-                    applied(&state)
-                    return (nil, result)
+                if record == nil {
+                    if next.recorded == state.life.recorded {
+                        state.life = next
+                        applied(&state)
+                        return (nil, result)
+                    }
+                    if next.committed != state.life.committed { commit = (state.length, modificationTime(state)) }
                 }
-                if next.committed != state.life.committed { commit = (state.length, modificationTime(state)) }
                 return (next, result)
             }
             guard let next else { return (result, nil) }
             var failure: FSError?
-            do throws(FSError) { try record(next, commit) } catch { failure = error }
+            do throws(FSError) {
+                if let record {
+                    try record(next)
+                } else if let commit {
+                    try catalog.recordCommit(inode, next, size: commit.size, modified: commit.modified)
+                } else {
+                    try catalog.recordCopy(inode, next)
+                }
+            } catch {
+                failure = error
+            }
             if failure == nil || keepingItUnrecorded {
                 state.withLock { state in
                     state.life = next
@@ -211,34 +222,5 @@ extension LocalCopy {
             if let failure, !keepingItUnrecorded { throw failure }
             return (result, failure)
         }
-    }
-
-    /// `changeLife` recording the life alone (with the size and time of a new commit).
-    /// `keepingItUnrecorded`: the copy takes the life even when the record fails, which is
-    /// returned; otherwise it is thrown and the life stays as it was.
-    func changeLife<Result>(keepingItUnrecorded: Bool = false,
-                            _ decide: (inout State) throws(FSError) -> (next: CopyLife?, result: Result),
-                            applied: (inout State) -> Void = { _ in }) throws(FSError) -> (Result, unrecorded: FSError?) {
-        try changeLife(keepingItUnrecorded: keepingItUnrecorded, always: false, decide, recording: { (life, commit) throws(FSError) in
-            if let commit {
-                try catalog.recordCommit(inode, life, size: commit.size, modified: commit.modified)
-            } else {
-                try catalog.recordCopy(inode, life)
-            }
-        }, applied: applied)
-    }
-
-    /// `changeLife` for a change that must be recorded to happen.
-    func changeLife<Result>(_ decide: (inout State) throws(FSError) -> (next: CopyLife?, result: Result)) throws(FSError) -> Result {
-        try changeLife(keepingItUnrecorded: false, decide).0
-    }
-
-    /// `changeLife` with a record of its own (the life with other columns), always written.
-    func changeLife<Result>(_ decide: (inout State) throws(FSError) -> (next: CopyLife?, result: Result),
-                            recording record: (CopyLife) throws(FSError) -> Void,
-                            applied: (inout State) -> Void = { _ in }) throws(FSError) -> Result {
-        try changeLife(keepingItUnrecorded: false, always: true, decide, recording: { (life, _) throws(FSError) in
-            try record(life)
-        }, applied: applied).0
     }
 }
