@@ -8,8 +8,7 @@ import Logging
 /// the store cannot tell which version its change made (WebDAV), a stat right after can still
 /// take another client's for it.
 enum AttributeSync {
-    static func push(_ attributes: StoreAttributes, of item: Item, to store: any Store, catalog: Catalog, provider: Provider,
-                     logger: Logger) async {
+    static func push(_ attributes: StoreAttributes, of item: Item, to store: any Store, provider: Provider, logger: Logger) async {
         guard !attributes.isEmpty, item.onStore, !item.isDirectory || store.capabilities.keepsFolderAttributes else { return }
         do {
             // A folder has no content for a version to guard: its attributes are simply set.
@@ -17,7 +16,11 @@ enum AttributeSync {
                 _ = try await store.setAttributes(item.path, attributes)
                 return
             }
-            guard let outcome = try await set(attributes, of: item.path, onVersion: version, in: store) else {
+            let outcome: AttributesSet
+            do throws(StoreError) {
+                outcome = try await store.setAttributes(item.path, attributes, onVersion: version)
+            } catch {
+                guard case .versionMismatch = error else { throw error }
                 logger.info("attributes set on a version changed on the store since it was listed; the local copy keeps its base",
                             metadata: ["path": "\(item.path)"])
                 _ = try await store.setAttributes(item.path, attributes)
@@ -34,17 +37,6 @@ enum AttributeSync {
             logger.warning("cannot record the store's new version after an attribute change", metadata: ["path": "\(item.path)", "error": "\(error)"])
         } catch {
             logger.info("store did not take attributes", metadata: ["path": "\(item.path)", "error": "\(error)"])
-        }
-    }
-
-    /// Nil: another version stands there.
-    private static func set(_ attributes: StoreAttributes, of path: StorePath, onVersion version: ETag,
-                            in store: any Store) async throws(StoreError) -> AttributesSet? {
-        do {
-            return try await store.setAttributes(path, attributes, onVersion: version)
-        } catch {
-            if case .versionMismatch = error { return nil }
-            throw error
         }
     }
 }

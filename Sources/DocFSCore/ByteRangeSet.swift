@@ -17,24 +17,11 @@ public struct ByteRangeSet: Sendable, Equatable, CustomStringConvertible {
     /// Merges with every range it overlaps or touches.
     public mutating func insert(_ range: ByteRange) {
         guard !range.isEmpty else { return }
-        var lower = range.lowerBound
-        var upper = range.upperBound
-        var merged: [ByteRange] = []
-        merged.reserveCapacity(ranges.count + 1)
-        var placed = false
-        for existing in ranges {
-            if existing.upperBound < lower {
-                merged.append(existing)
-            } else if existing.lowerBound > upper {
-                if !placed { merged.append(lower..<upper); placed = true }
-                merged.append(existing)
-            } else {
-                lower = min(lower, existing.lowerBound)
-                upper = max(upper, existing.upperBound)
-            }
-        }
-        if !placed { merged.append(lower..<upper) }
-        ranges = merged
+        // Sorted and apart: the ranges it meets follow one another.
+        let first = ranges.firstIndex { $0.upperBound >= range.lowerBound } ?? ranges.endIndex
+        let end = ranges[first...].firstIndex { $0.lowerBound > range.upperBound } ?? ranges.endIndex
+        let merged = ranges[first..<end].reduce(range) { min($0.lowerBound, $1.lowerBound)..<max($0.upperBound, $1.upperBound) }
+        ranges.replaceSubrange(first..<end, with: [merged])
     }
 
     public func contains(_ range: ByteRange) -> Bool {

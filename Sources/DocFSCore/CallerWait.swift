@@ -42,18 +42,16 @@ public enum CallerWait {
         private struct State {
             var continuation: CheckedContinuation<Result<T, FSError>, Never>?
             var result: Result<T, FSError>?
-            var resumed = false
             var cleanup: (@Sendable () -> Void)?
         }
 
         private let state = Mutex(State())
 
+        /// Called once. Of it and the first `resolve`, the later resumes the continuation.
         func arm(_ continuation: CheckedContinuation<Result<T, FSError>, Never>) {
             let ready = state.withLock { state -> Result<T, FSError>? in
                 state.continuation = continuation
-                guard let result = state.result, !state.resumed else { return nil }
-                state.resumed = true
-                return result
+                return state.result
             }
             if let ready { continuation.resume(returning: ready) }
         }
@@ -63,8 +61,7 @@ public enum CallerWait {
             let (won, continuation, cleanup) = state.withLock { state -> (Bool, CheckedContinuation<Result<T, FSError>, Never>?, (@Sendable () -> Void)?) in
                 guard state.result == nil else { return (false, nil, nil) }
                 state.result = result
-                guard let continuation = state.continuation, !state.resumed else { return (true, nil, nil) }
-                state.resumed = true
+                guard let continuation = state.continuation else { return (true, nil, nil) }
                 let cleanup = state.cleanup
                 state.cleanup = nil
                 return (true, continuation, cleanup)

@@ -12,12 +12,7 @@ extension Catalog {
             let marks = Array(repeating: "?", count: padded.count).joined(separator: ",")
             let rows = try Row.fetchCursor(db.cachedStatement(sql: "SELECT \(Catalog.itemColumns) FROM item WHERE inode IN (\(marks))"),
                                            arguments: StatementArguments(padded))
-            var found: [Inode: Item] = [:]
-            while let row = try rows.next() {
-                let item = Catalog.item(from: row)
-                found[item.inode] = item
-            }
-            return found
+            return try Dictionary(uniqueKeysWithValues: rows.map(Catalog.item(from:)).map { ($0.inode, $0) })
         }
     }
 }

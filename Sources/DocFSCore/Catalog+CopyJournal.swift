@@ -4,8 +4,14 @@ import GRDB
 
 /// The copy journal, written after each `CopyLife` event and read back by a new mount.
 extension Catalog {
-    public func recordCopy(_ inode: Inode, _ life: CopyLife) throws(FSError) {
-        try write(invalidating: .item(inode)) { db in try Catalog.persist(db, inode, life) }
+    /// The row's metadata stays as the last listing left it. `partial`: nil leaves it.
+    public func recordCopy(_ inode: Inode, _ life: CopyLife, partial: Bool? = nil) throws(FSError) {
+        try write(invalidating: .item(inode)) { db in
+            try Catalog.persist(db, inode, life)
+            if let partial {
+                try db.cachedExecute(sql: "UPDATE item SET partial = ? WHERE inode = ?", arguments: [partial, Int64(bitPattern: inode)])
+            }
+        }
     }
 
     /// A copy on disk that no `LocalCopy` holds (kept pinned from an earlier mount, or changes
@@ -15,14 +21,6 @@ extension Catalog {
         try write(invalidating: .item(inode)) { db in
             try db.cachedExecute(sql: "UPDATE item SET baseEtag = ? WHERE inode = ? AND baseEtag = ?",
                                  arguments: [new.value, Int64(bitPattern: inode), old.value])
-        }
-    }
-
-    /// The row's metadata stays as the last listing left it.
-    public func recordCopy(_ inode: Inode, _ life: CopyLife, partial: Bool) throws(FSError) {
-        try write(invalidating: .item(inode)) { db in
-            try Catalog.persist(db, inode, life)
-            try db.cachedExecute(sql: "UPDATE item SET partial = ? WHERE inode = ?", arguments: [partial, Int64(bitPattern: inode)])
         }
     }
 

@@ -25,28 +25,17 @@ extension Catalog {
     /// In name order.
     public func kindsToConfirm(in directory: Inode, maximumSize: Int64) throws(FSError) -> [KindToConfirm] {
         try read { db in
-            let rows = try Row.fetchCursor(db.cachedStatement(sql: """
-                SELECT inode, path FROM item WHERE parent = ? AND \(Catalog.toConfirm) ORDER BY name
+            try Row.fetchAll(db.cachedStatement(sql: """
+                SELECT \(Catalog.itemColumns) FROM item WHERE parent = ? AND \(Catalog.toConfirm) ORDER BY name
                 """), arguments: [Int64(bitPattern: directory), maximumSize])
-            var found: [KindToConfirm] = []
-            while let row = try rows.next() {
-                let path: String = row[1]
-                let components = path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
-                found.append(KindToConfirm(inode: Inode(bitPattern: row[0]), parent: directory,
-                                           path: StorePath(validated: components)))
-            }
-            return found
-        }
+        }.map(Catalog.item(from:)).map { KindToConfirm(inode: $0.inode, parent: directory, path: $0.path) }
     }
 
     /// readdir gives the kernel no attributes for them, so a `stat` confirms first.
     public func inodesToConfirm(in directory: Inode, maximumSize: Int64) throws(FSError) -> Set<Inode> {
         try quickRead { db in
-            let inodes = try Int64.fetchCursor(db.cachedStatement(sql: "SELECT inode FROM item WHERE parent = ? AND \(Catalog.toConfirm)"),
-                                               arguments: [Int64(bitPattern: directory), maximumSize])
-            var found = Set<Inode>()
-            while let inode = try inodes.next() { found.insert(Inode(bitPattern: inode)) }
-            return found
+            try Set(Int64.fetchCursor(db.cachedStatement(sql: "SELECT inode FROM item WHERE parent = ? AND \(Catalog.toConfirm)"),
+                                      arguments: [Int64(bitPattern: directory), maximumSize]).map { Inode(bitPattern: $0) })
         }
     }
 }

@@ -109,7 +109,6 @@ extension Catalog {
     /// `lookupsFollow`: a caller waits, so the folder's rows are read into the cache at once.
     public func finishListing(_ progress: ListingProgress, of directory: Inode, listedAt: Double,
                               lookupsFollow: Bool = false) throws(FSError) {
-        let moving = self.moving
         try write { db in try Catalog.finish(listing: progress, of: directory, listedAt: listedAt, moving: moving, in: db) }
         if lookupsFollow { try rememberChildren(of: directory) }
     }
@@ -278,23 +277,21 @@ extension Catalog {
         let gone: [Int64] = progress.seen.withLock { seen in
             children.compactMap { seen.shownAsFolder($0.name) == nil ? $0.inode : nil }
         }
-        let vanished = try gone.compactMap { inode in
-            try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM item WHERE inode = ?"), arguments: [inode])
-        }
-        for row in vanished {
+        for inode in gone {
+            guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM item WHERE inode = ?"), arguments: [inode]) else { continue }
             // A removal or rename cut short by a kill: its absence here says nothing yet.
             if try Bool.fetchOne(db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM changeUnderWay WHERE inode = ?)"),
-                                 arguments: [row["inode"] as Int64]) == true {
+                                 arguments: [inode]) == true {
                 continue
             }
             // Never drop what holds a local copy: its upload recreates it; a clean copy's row goes at eviction.
             if try holdsLocalCopies(db, row) {
                 if (row["kind"] as Int) != Item.Kind.directory.rawValue {
-                    try db.cachedExecute(sql: "UPDATE item SET onStore = 0 WHERE inode = ?", arguments: [row["inode"] as Int64])
+                    try db.cachedExecute(sql: "UPDATE item SET onStore = 0 WHERE inode = ?", arguments: [inode])
                 }
                 continue
             }
-            try db.cachedExecute(sql: "DELETE FROM item WHERE inode = ?", arguments: [row["inode"] as Int64])
+            try db.cachedExecute(sql: "DELETE FROM item WHERE inode = ?", arguments: [inode])
         }
         try db.cachedExecute(sql: "UPDATE item SET listedAt = ? WHERE inode = ?", arguments: [listedAt, Int64(bitPattern: directory)])
     }

@@ -12,16 +12,14 @@ extension Catalog {
         try write { db in
             try db.execute(sql: "UPDATE item SET pinned = ? WHERE inode = ?", arguments: [pinned, Int64(bitPattern: item.inode)])
             guard item.isDirectory else { return }
-            let prefix = path == "/" ? "/" : path + "/"
-            let end = path == "/" ? "0" : path + "0"
+            let (prefix, end) = path == "/" ? ("/", "0") : (path + "/", path + "0")
             try db.execute(sql: "UPDATE item SET pinned = ? WHERE path > ? AND path < ?", arguments: [pinned, prefix, end])
         }
     }
 
     public func filesWithCopies(under item: Item) throws(FSError) -> [Inode] {
         let path = item.path.description
-        let prefix = path == "/" ? "/" : path + "/"
-        let end = path == "/" ? "0" : path + "0"
+        let (prefix, end) = path == "/" ? ("/", "0") : (path + "/", path + "0")
         return try read { db in
             try Int64.fetchAll(db, sql: """
                 SELECT inode FROM item WHERE (inode = ? OR (path > ? AND path < ?)) AND kind = ?
@@ -58,11 +56,7 @@ extension Catalog {
         }
     }
 
-    /// Pinned complete copies count as `pinned`, failing uploads as `error`; no subfolders.
-    public func childStateCounts(of directory: Inode) throws(FSError) -> [(state: String, count: Int)] {
-        try stateCounts(parent: directory)
-    }
-
+    /// Pinned complete copies count as `pinned`, failing uploads as `error`; no folders. Nil: all items.
     public func stateCounts(parent: Inode? = nil) throws(FSError) -> [(state: String, count: Int)] {
         let rows = try read { db in
             try Row.fetchAll(db.cachedStatement(sql: """

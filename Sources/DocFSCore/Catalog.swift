@@ -47,13 +47,7 @@ public final class Catalog: Sendable {
 
     /// One hop: each separate read is a queue hop and a pooled connection.
     public func directoryAndChild(_ parent: Inode, named name: String) throws(FSError) -> (directory: Item?, child: Item?) {
-        if let directory = cache.item(parent) {
-            if let child = cache.child(of: parent, named: name) { return (directory, child) }
-            let ticket = cache.ticket()
-            let child = try quickRead { db in try Catalog.child(of: parent, named: name, in: db) }
-            cache.fill(child, ticket: ticket)
-            return (directory, child)
-        }
+        if let directory = cache.item(parent) { return (directory, try child(of: parent, named: name)) }
         let ticket = cache.ticket()
         let found = try quickRead { db -> (directory: Item?, child: Item?) in
             guard let directory = try Catalog.item(parent, in: db) else { return (nil, nil) }
@@ -75,12 +69,8 @@ public final class Catalog: Sendable {
 
     /// Ordered by name (a stable order for readdir offsets).
     public func children(of parent: Inode) throws(FSError) -> [Item] {
-        let ticket = cache.ticket()
-        let children = try read { db in
-            try Row.fetchAll(db.cachedStatement(sql: "SELECT \(Catalog.itemColumns) FROM item WHERE parent = ? ORDER BY name"),
-                             arguments: [Int64(bitPattern: parent)])
-        }.map(Catalog.item(from:))
-        cache.fill(children, ticket: ticket)
+        var children: [Item] = []
+        try forEachChild(of: parent) { children.append($0) }
         return children
     }
 
@@ -182,7 +172,6 @@ public final class Catalog: Sendable {
 
     /// Removes the subtree too.
     public func removeItem(_ inode: Inode, folderChanged: Timestamp? = nil) throws(FSError) {
-        let removedNames = self.removedNames
         try write { db in
             if let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT parent, name FROM item WHERE inode = ?"), arguments: [Int64(bitPattern: inode)]),
                let parent = row["parent"] as Int64? {
@@ -195,7 +184,6 @@ public final class Catalog: Sendable {
 
     /// Replaces what was there; inode and identifier stay.
     public func moveItem(_ inode: Inode, to parent: Inode, name: String, changed: Timestamp) throws(FSError) {
-        let removedNames = self.removedNames
         try write { db in
             guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT path, parent, name FROM item WHERE inode = ?"), arguments: [Int64(bitPattern: inode)]),
                   let parentRow = try Row.fetchOne(db.cachedStatement(sql: "SELECT path FROM item WHERE inode = ?"), arguments: [Int64(bitPattern: parent)])
@@ -273,10 +261,6 @@ public final class Catalog: Sendable {
         do { return try db.read(body) } catch { throw Catalog.failure(error) }
     }
 
-    func write<T>(_ body: (Database) throws -> T) throws(FSError) -> T {
-        try write(invalidating: .all, body)
-    }
-
     enum Invalidation {
         case all
         /// Columns of this one row, not its name nor its folder (nor whether it exists).
@@ -285,7 +269,7 @@ public final class Catalog: Sendable {
     }
 
     /// After commit or rollback the cache forgets what it may have changed (see `CatalogCache`).
-    func write<T>(invalidating scope: Invalidation, _ body: (Database) throws -> T) throws(FSError) -> T {
+    func write<T>(invalidating scope: Invalidation = .all, _ body: (Database) throws -> T) throws(FSError) -> T {
         defer {
             writeTransactions.add(1, ordering: .relaxed)
             switch scope {

@@ -1,28 +1,20 @@
+import DocFSStore
 import Synchronization
+
+/// A name in a folder, byte for byte, as SQLite compares `name`.
+struct ChildName: Hashable {
+    var parent: Inode
+    var name: FileName
+}
 
 /// Recent items by inode and name, so lookups of a listed folder skip the database. A read takes
 /// a `ticket` and fills only if no write finished since, so a row read before a commit is never
 /// stored after its invalidation. At most `capacity` items; no negative answers.
 final class CatalogCache: Sendable {
-    /// Byte for byte, as SQLite compares `name`.
-    struct NameKey: Hashable {
-        var parent: Inode
-        var name: String
-
-        static func == (a: NameKey, b: NameKey) -> Bool {
-            a.parent == b.parent && a.name.utf8.elementsEqual(b.name.utf8)
-        }
-
-        func hash(into hasher: inout Hasher) {
-            hasher.combine(parent)
-            for byte in name.utf8 { hasher.combine(byte) }
-        }
-    }
-
     private struct State {
         var generation: UInt64 = 0
         var items: [Inode: Item] = [:]
-        var names: [NameKey: Inode] = [:]
+        var names: [ChildName: Inode] = [:]
     }
 
     struct Ticket { fileprivate let generation: UInt64 }
@@ -44,7 +36,7 @@ final class CatalogCache: Sendable {
 
     func child(of parent: Inode, named name: String) -> Item? {
         state.withLock { state in
-            guard let inode = state.names[NameKey(parent: parent, name: name)], let item = state.items[inode],
+            guard let inode = state.names[ChildName(parent: parent, name: name.fileName)], let item = state.items[inode],
                   item.parent == parent, item.name.utf8.elementsEqual(name.utf8) else { return nil }
             return item
         }
@@ -59,7 +51,7 @@ final class CatalogCache: Sendable {
                 guard state.items.count < capacity || state.items[item.inode] != nil else { return }
                 state.items[item.inode] = item
                 if let parent = item.parent {
-                    state.names[NameKey(parent: parent, name: item.name)] = item.inode
+                    state.names[ChildName(parent: parent, name: item.name.fileName)] = item.inode
                 }
             }
         }

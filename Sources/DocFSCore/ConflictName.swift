@@ -4,8 +4,7 @@ import Foundation
 /// Dot files and names without an extension get the suffix at the end.
 public enum ConflictName {
     public enum Kind: String, Sendable {
-        case conflict
-        case unsaved
+        case conflict, unsaved
     }
 
     public static func make(for name: String, at date: Date, attempt: Int = 1, kind: Kind = .conflict) -> String {

@@ -104,12 +104,6 @@ public struct CopyLife: Sendable, Equatable {
 
     public mutating func opened() { openCount += 1 }
 
-    /// An open that gave up: as a release, but a copy still being fetched is the caller's to drop.
-    public mutating func openAbandoned() -> Action {
-        openCount = max(openCount - 1, 0)
-        return settle()
-    }
-
     public mutating func fetched(etag: ETag?) {
         content = .present
         base = etag
@@ -148,12 +142,11 @@ public struct CopyLife: Sendable, Equatable {
         return true
     }
 
+    /// As `conflictKept`, but the version stored becomes the base.
     public mutating func uploaded(_ sent: UInt64, etag: ETag?) -> Action {
-        uploading = nil
-        uploaded = max(uploaded, sent)
         base = etag
         startedFromNothing = false
-        return settle()
+        return conflictKept(sent)
     }
 
     /// The base stays the old version, so later uploads become conflict copies too.

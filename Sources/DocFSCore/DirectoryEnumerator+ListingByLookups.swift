@@ -45,14 +45,15 @@ extension DirectoryEnumerator {
         bought.lookups += 1
         if bought.pageDue {
             let previews = previewsHandler.withLock { $0 }
-            bought.fetching = Task { [store, catalog, retry, logger, token = bought.next, progress = bought.progress] in
+            bought.fetching = Task { [token = bought.next, progress = bought.progress] in
                 let outcome: ListingBoughtByLookups.PageOutcome
                 do {
-                    if let next = try await Self.listPage(token, of: directory, progress: progress, store: store, catalog: catalog,
-                                                          retry: retry, logger: logger, previews: previews) {
+                    let page = try await self.readPage(token, of: directory)
+                    try await self.apply(page, of: directory, progress: progress, previews: previews, awaitingSince: nil)
+                    if let next = page.next {
                         outcome = .more(next)
                     } else {
-                        try await Self.finishListing(directory, progress: progress, catalog: catalog, logger: logger, lookupsFollow: true)
+                        try await self.finishListing(directory, progress: progress, lookupsFollow: true)
                         outcome = .listed
                     }
                 } catch {

@@ -9,11 +9,10 @@ public actor DirectoryEnumerator {
     public struct ListAhead: Sendable, Equatable {
         /// 0: never list ahead.
         public var folders: Int
-        public var concurrency: Int
+        public var concurrency = 4
 
-        public init(folders: Int, concurrency: Int = 4) {
+        public init(folders: Int) {
             self.folders = max(0, folders)
-            self.concurrency = max(1, concurrency)
         }
 
         public static let `default` = ListAhead(folders: 32)
@@ -38,7 +37,8 @@ public actor DirectoryEnumerator {
     var listingsBoughtByLookups: [Inode: ListingBoughtByLookups] = [:]
     /// Refreshes asked for from outside the actor and not ended: one request each.
     private nonisolated let refreshRequested = Mutex<Set<Inode>>([])
-    private nonisolated let confirmations: KindConfirmations
+    /// A lookup's: one HEAD shared with other lookups; the rest of the folder follows in the background.
+    nonisolated let confirmations: KindConfirmations
     /// Nil: listings show every kind.
     private nonisolated let maximumLinkSize: Int64?
     nonisolated let listedHandler = Mutex<(@Sendable (Item) -> Void)?>(nil)
@@ -81,11 +81,6 @@ public actor DirectoryEnumerator {
         return try? catalog.kindToConfirm(item, maximumSize: maximumLinkSize)
     }
 
-    /// One HEAD shared with other lookups; the rest of the folder follows in the background.
-    public nonisolated func confirmKind(_ item: Catalog.KindToConfirm) async {
-        await confirmations.confirm(item)
-    }
-
     public nonisolated func inodesToConfirm(in directory: Inode) -> Set<Inode> {
         guard let maximumLinkSize else { return [] }
         return (try? catalog.inodesToConfirm(in: directory, maximumSize: maximumLinkSize)) ?? []
@@ -97,11 +92,8 @@ public actor DirectoryEnumerator {
     /// whole listing. Whether a name is absent is known only at the end.
     public func ensureListed(_ directory: Item, holding name: String? = nil) async throws(FSError) {
         guard directory.isDirectory else { throw .notADirectory }
-        if let listedAt = directory.listedAt {
-            let now = Date().timeIntervalSince1970
-            if listedAt < startedAt || now - listedAt >= ttl {
-                _ = listing(directory)
-            }
+        if directory.listedAt != nil {
+            if isStale(directory) { _ = listing(directory) }
             return
         }
         noteDescent(into: directory)
@@ -129,17 +121,20 @@ public actor DirectoryEnumerator {
 
     /// Never waits; hops onto the actor only if a refresh is due.
     public nonisolated func canAnswerNow(for directory: Item) -> Bool {
-        guard let listedAt = directory.listedAt else { return false }
-        let now = Date().timeIntervalSince1970
-        if listedAt < startedAt || now - listedAt >= ttl {
-            let first = refreshRequested.withLock { $0.insert(directory.inode).inserted }
-            if first {
-                Task {
-                    _ = await self.listingInBackground(directory)
-                }
+        guard directory.listedAt != nil else { return false }
+        if isStale(directory), refreshRequested.withLock({ $0.insert(directory.inode).inserted }) {
+            Task {
+                _ = await self.listing(directory).result
+                self.refreshRequested.withLock { _ = $0.remove(directory.inode) }
             }
         }
         return true
+    }
+
+    /// Listed before this mount, or longer ago than the time to live.
+    private nonisolated func isStale(_ directory: Item) -> Bool {
+        guard let listedAt = directory.listedAt else { return false }
+        return listedAt < startedAt || Date().timeIntervalSince1970 - listedAt >= ttl
     }
 
     /// A folder never listed is listed, nothing waiting for it (a reader walking it by name).
@@ -148,12 +143,6 @@ public actor DirectoryEnumerator {
         guard listAhead.folders > 0, directory.isDirectory, inFlight[directory.inode] == nil,
               (try? catalog.item(directory.inode))??.listedAt == nil else { return }
         _ = await listing(directory).result
-    }
-
-    private func listingInBackground(_ directory: Item) async {
-        let task = listing(directory)
-        _ = await task.result
-        refreshRequested.withLock { _ = $0.remove(directory.inode) }
     }
 
     /// Including listings that start meanwhile and those listed ahead.
@@ -244,7 +233,7 @@ public actor DirectoryEnumerator {
         // If the lookups' page under way was the last, the folder is listed already.
         let pageUnderWay = listingsBoughtByLookups.removeValue(forKey: directory.inode)?.fetching
         let progress = ListingProgress(startedAt: Date().timeIntervalSince1970)
-        let task = Task { [store, catalog, retry, logger] in
+        let task = Task {
             defer {
                 progress.ended()
                 self.finished(directory.inode)
@@ -253,12 +242,11 @@ public actor DirectoryEnumerator {
                 handler?(directory)  // the page's own end no longer finds its entry to say so
                 return
             }
-            try await Self.list(directory, progress: progress, store: store, catalog: catalog, retry: retry, logger: logger,
-                                previews: previews, awaited: awaited)
+            try await self.list(directory, progress: progress, previews: previews, awaited: awaited)
             handler?(directory)
-            if let dropGone, let gone = try? catalog.cleanCopiesGoneFromStore(in: directory.inode), !gone.isEmpty, await dropGone(gone) {
+            if let dropGone, let gone = try? self.catalog.cleanCopiesGoneFromStore(in: directory.inode), !gone.isEmpty, await dropGone(gone) {
                 let again = ListingProgress(startedAt: Date().timeIntervalSince1970)
-                try await Self.list(directory, progress: again, store: store, catalog: catalog, retry: retry, logger: logger)
+                try await self.list(directory, progress: again)
                 handler?(directory)
             }
         }
@@ -269,22 +257,21 @@ public actor DirectoryEnumerator {
 
     /// Off the actor, so lookups never wait for a big folder. The next page is read while this
     /// one is applied: parsing a page and writing it to the catalog each take about as long as
-    /// the other, and one waited for the other.
-    private nonisolated static func list(_ directory: Item, progress: ListingProgress, store: any Store, catalog: Catalog,
-                                         retry: RetryPolicy, logger: Logger, previews: PreviewsHandler? = nil,
-                                         awaited: Bool = false) async throws {
+    /// the other, so neither waits for the other.
+    private nonisolated func list(_ directory: Item, progress: ListingProgress, previews: PreviewsHandler? = nil,
+                                  awaited: Bool = false) async throws {
         let waiting = awaited ? ContinuousClock.now : nil
-        var page = try await readPage(nil, of: directory, store: store, catalog: catalog, retry: retry, logger: logger)
+        var page = try await readPage(nil, of: directory)
         while true {
             // Page by page: a huge folder is never held whole in memory, two pages at most.
             let token = page.next
-            async let following = readPage(after: token, of: directory, store: store, catalog: catalog, retry: retry, logger: logger)
-            try await apply(page, of: directory, progress: progress, catalog: catalog, previews: previews, awaitingSince: waiting)
+            async let following = readPage(after: token, of: directory)
+            try await apply(page, of: directory, progress: progress, previews: previews, awaitingSince: waiting)
             progress.pageApplied()
             guard let next = try await following else { break }
             page = next
         }
-        try await finishListing(directory, progress: progress, catalog: catalog, logger: logger, lookupsFollow: awaited)
+        try await finishListing(directory, progress: progress, lookupsFollow: awaited)
     }
 
     /// A page read from the store, its kinds resolved, not applied yet.
@@ -295,43 +282,31 @@ public actor DirectoryEnumerator {
         var next: PageToken?
     }
 
-    /// Returns the next token (nil after the last). `awaitingSince`: a caller waits, so the page
-    /// waits (boundedly) for its thumbnails.
-    nonisolated static func listPage(_ token: PageToken?, of directory: Item, progress: ListingProgress, store: any Store,
-                                     catalog: Catalog, retry: RetryPolicy, logger: Logger, previews: PreviewsHandler? = nil,
-                                     awaitingSince: ContinuousClock.Instant? = nil) async throws(FSError) -> PageToken? {
-        let page = try await readPage(token, of: directory, store: store, catalog: catalog, retry: retry, logger: logger)
-        try await apply(page, of: directory, progress: progress, catalog: catalog, previews: previews, awaitingSince: awaitingSince)
-        return page.next
-    }
-
     /// Nil after the last page.
-    private nonisolated static func readPage(after token: PageToken?, of directory: Item, store: any Store, catalog: Catalog,
-                                             retry: RetryPolicy, logger: Logger) async throws(FSError) -> ReadPage? {
+    private nonisolated func readPage(after token: PageToken?, of directory: Item) async throws(FSError) -> ReadPage? {
         guard let token else { return nil }
-        return try await readPage(token, of: directory, store: store, catalog: catalog, retry: retry, logger: logger)
+        return try await readPage(token, of: directory)
     }
 
-    private nonisolated static func readPage(_ token: PageToken?, of directory: Item, store: any Store, catalog: Catalog,
-                                             retry: RetryPolicy, logger: Logger) async throws(FSError) -> ReadPage {
+    nonisolated func readPage(_ token: PageToken?, of directory: Item) async throws(FSError) -> ReadPage {
+        let askedAt = Date().timeIntervalSince1970
+        let result: ListPage
         do {
-            let askedAt = Date().timeIntervalSince1970
-            let result = try await retry.run { () async throws(StoreError) -> ListPage in
+            result = try await retry.run { () async throws(StoreError) -> ListPage in
                 try await store.list(directory.path, page: token)
             }
-            let resolved = try SymlinkProbe(store: store, catalog: catalog, logger: logger).resolve(result.entries, in: directory)
-            return ReadPage(entries: resolved.entries, kindUnknown: resolved.unknown, askedAt: askedAt, next: result.next)
-        } catch let error as StoreError {
+        } catch {
             logger.warning("listing failed", metadata: ["path": "\(directory.path)", "error": "\(error)"])
             throw FSError(error)
-        } catch {
-            throw (error as? FSError) ?? .io("\(error)")
         }
+        let resolved = try SymlinkProbe.resolve(result.entries, in: directory, store: store, catalog: catalog)
+        return ReadPage(entries: resolved.entries, kindUnknown: resolved.unknown, askedAt: askedAt, next: result.next)
     }
 
-    private nonisolated static func apply(_ page: ReadPage, of directory: Item, progress: ListingProgress, catalog: Catalog,
-                                          previews: PreviewsHandler?, awaitingSince: ContinuousClock.Instant?) async throws(FSError) {
-        try await Blocking.run { () throws(FSError) in
+    /// `awaitingSince`: a caller waits, so the page waits (boundedly) for its thumbnails.
+    nonisolated func apply(_ page: ReadPage, of directory: Item, progress: ListingProgress, previews: PreviewsHandler?,
+                           awaitingSince: ContinuousClock.Instant?) async throws(FSError) {
+        try await Blocking.run { [catalog] () throws(FSError) in
             try catalog.applyListingPage(page.entries, kindUnknown: page.kindUnknown, of: directory.inode,
                                          askedAt: page.askedAt, progress: progress)
         }
@@ -342,9 +317,8 @@ public actor DirectoryEnumerator {
     }
 
     /// What the listing did not see is gone.
-    nonisolated static func finishListing(_ directory: Item, progress: ListingProgress, catalog: Catalog, logger: Logger,
-                                          lookupsFollow: Bool) async throws(FSError) {
-        try await Blocking.run { () throws(FSError) in
+    nonisolated func finishListing(_ directory: Item, progress: ListingProgress, lookupsFollow: Bool) async throws(FSError) {
+        try await Blocking.run { [catalog] () throws(FSError) in
             try catalog.finishListing(progress, of: directory.inode, listedAt: Date().timeIntervalSince1970, lookupsFollow: lookupsFollow)
         }
         logger.debug("listed", metadata: ["path": "\(directory.path)", "entries": "\(progress.count)"])

@@ -50,7 +50,7 @@ extension DocFileSystem {
         if !current.hasUnsyncedChanges {
             let carried = StoreAttributes(mode: changes.mode.map { $0 & 0o7777 }, modified: changes.modified, accessed: changes.accessed,
                                           owner: changes.owner, group: changes.group)
-            await AttributeSync.push(carried, of: current, to: store, catalog: catalog, provider: provider, logger: logger)
+            await AttributeSync.push(carried, of: current, to: store, provider: provider, logger: logger)
         }
         return try self.item(inode)
     }

@@ -17,19 +17,14 @@ extension DocFileSystem {
         guard let file = openFiles[handle] else { throw .invalidArgument }
         if prefetching { file.reads.reached(offset + Int64(count)) }  // only the prefetcher asks
         guard file.mayFetch else {
-            try requireHeld(file, offset: offset, count: count)
+            // A handle that may not fetch gets only bytes already held, else `fetchRefused`.
+            let end = min(offset + Int64(count), file.copy.length)
+            if end > offset, !file.copy.held.contains(offset..<end) {
+                throw .fetchRefused("bytes \(offset)..<\(end) of \(file.opened.path)")
+            }
             return try file.copy.lend(at: offset, count: count)
         }
         return try file.copy.lendForRead(at: offset, count: count, stream: handle)
-    }
-
-    /// A handle that may not fetch gets only bytes already held, else `fetchRefused`.
-    private func requireHeld(_ file: OpenFile, offset: Int64, count: Int) throws(FSError) {
-        guard !file.mayFetch else { return }
-        let end = min(offset + Int64(count), file.copy.length)
-        if end > offset, !file.copy.held.contains(offset..<end) {
-            throw .fetchRefused("bytes \(offset)..<\(end) of \(file.opened.path)")
-        }
     }
 
     /// Nil when the copy has local changes.
@@ -54,10 +49,6 @@ extension DocFileSystem {
             copy.noteStall()
             throw .timedOut(message)
         }
-    }
-
-    public func write(handle: UInt64, offset: Int64, bytes: UnsafeRawBufferPointer) throws(FSError) -> Int {
-        try writeLanding(handle: handle, offset: offset, bytes: bytes).count
     }
 
     /// For O_APPEND the bytes land at the copy's end, and the kernel's size and pages are wrong.
@@ -140,8 +131,8 @@ extension DocFileSystem {
                 logger.warning("cannot record a streamed upload's commit", metadata: ["inode": "\(file.inode)", "error": "\(error)"])
             }
         }
-        let outcome = await provider.release(file.inode)
-        logger.trace("released", metadata: ["inode": "\(file.inode)", "outcome": "\(outcome)"])
+        let needsUpload = await provider.release(file.inode)
+        logger.trace("released", metadata: ["inode": "\(file.inode)", "needsUpload": "\(needsUpload)"])
     }
 
     /// Before a truncate, a sparse copy fetches every byte it lacks.

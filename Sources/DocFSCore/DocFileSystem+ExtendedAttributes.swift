@@ -64,7 +64,7 @@ extension DocFileSystem {
             if item.state == .local, provider.downloadProgress(of: item.inode) != nil { return ItemState.downloading.rawValue }
             return item.state == .local && pinned ? "pinned" : item.state.rawValue
         }
-        let counts = try catalog.childStateCounts(of: item.inode).map { "\($0.state)=\($0.count)" }
+        let counts = try catalog.stateCounts(parent: item.inode).map { "\($0.state)=\($0.count)" }
         let summary = counts.isEmpty ? (item.listedAt == nil ? "unlisted" : "empty") : counts.joined(separator: " ")
         return pinned ? "pinned " + summary : summary
     }

@@ -11,15 +11,8 @@ extension DocFileSystem {
         guard source.kind == .file else { throw .notPermitted }
         let path = try await pathForNewEntry(named: name, in: parent)
         if source.hasUnsyncedChanges { try await uploader.sync(inode) }
-        let store = self.store
-        let entry = try await uploader.exclusively(touching: [path, source.path]) { () async throws(FSError) -> RemoteEntry in
-            do throws(StoreError) {
-                return try await store.makeHardLink(path, to: source.path)
-            } catch .notSupported {
-                throw FSError.notPermitted
-            } catch {
-                throw FSError(error)
-            }
+        let entry = try await makeOnStore(touching: [path, source.path]) { () async throws(StoreError) in
+            try await store.makeHardLink(path, to: source.path)
         }
         let created = try await Blocking.run { [catalog] () throws(FSError) in
             try catalog.recordLinks(of: inode, entry.links)

@@ -18,7 +18,7 @@ extension DocFileSystem {
         if item.hasUnsyncedChanges || copy.wasWritten, let time = copy.modificationTime {
             item.modified = time
             // A write changes the status time too (POSIX), here as the close's commit will record
-            // it: git stats a file it checked out before closing it, and a later ctime made
+            // it: git stats a file it checks out before closing it, and a later ctime makes
             // `git status` read the file again.
             if let changed = item.changed, changed < time { item.changed = time }
         }
@@ -35,7 +35,7 @@ extension DocFileSystem {
         guard var child = try catalog.child(of: parent, named: name) else { throw .notFound }
         if let unconfirmed = enumerator.kindToConfirm(child) {
             // A small object the listing could not tell from a link (see SymlinkProbe).
-            await enumerator.confirmKind(unconfirmed)
+            await enumerator.confirmations.confirm(unconfirmed)
             guard let confirmed = try catalog.child(of: parent, named: name) else { throw .notFound }
             child = confirmed
         }
@@ -55,8 +55,6 @@ extension DocFileSystem {
         let entry: RemoteEntry
         do {
             entry = try await retry.run { () async throws(StoreError) -> RemoteEntry in try await store.stat(path) }
-        } catch .notFound {
-            throw .notFound
         } catch {
             throw FSError(error)
         }

@@ -10,14 +10,8 @@ extension DocFileSystem {
     public func makeSymlink(in parent: Inode, name: String, target: String, owner: UInt32, group: UInt32) async throws(FSError) -> Item {
         let path = try await pathForNewEntry(named: name, in: parent)
         let (group, _) = try inheriting(group: group, mode: 0o777, from: parent, directory: false)
-        let entry = try await uploader.exclusively(touching: [path]) { () async throws(FSError) -> RemoteEntry in
-            do throws(StoreError) {
-                return try await store.makeSymlink(path, target: target)
-            } catch .notSupported {
-                throw FSError.notPermitted
-            } catch {
-                throw FSError(error)
-            }
+        let entry = try await makeOnStore(touching: [path]) { () async throws(StoreError) in
+            try await store.makeSymlink(path, target: target)
         }
         let created = try await Blocking.run { [catalog] () throws(FSError) in
             try catalog.createItem(in: parent, name: name, kind: .symlink, size: Int64(target.utf8.count),
@@ -33,14 +27,8 @@ extension DocFileSystem {
         if readOnly { throw .readOnly }
         let path = try await pathForNewEntry(named: name, in: parent)
         let (group, mode) = try inheriting(group: group, mode: mode, from: parent, directory: false)
-        let entry = try await uploader.exclusively(touching: [path]) { () async throws(FSError) -> RemoteEntry in
-            do throws(StoreError) {
-                return try await store.makeSpecial(path, special, mode: mode & 0o7777)
-            } catch .notSupported {
-                throw FSError.notPermitted
-            } catch {
-                throw FSError(error)
-            }
+        let entry = try await makeOnStore(touching: [path]) { () async throws(StoreError) in
+            try await store.makeSpecial(path, special, mode: mode & 0o7777)
         }
         let created = try await Blocking.run { [catalog] () throws(FSError) in
             try catalog.createItem(in: parent, name: name, kind: Item.Kind(special.type), modified: Timestamp(seconds: entry.modified),
@@ -65,6 +53,20 @@ extension DocFileSystem {
         return await withOwnerOnStore(created)
     }
 
+    /// Under the uploader's exclusion of `paths`; `EPERM` where the store cannot represent the entry.
+    func makeOnStore(touching paths: [StorePath],
+                     _ make: @Sendable () async throws(StoreError) -> RemoteEntry) async throws(FSError) -> RemoteEntry {
+        try await uploader.exclusively(touching: paths) { () async throws(FSError) -> RemoteEntry in
+            do throws(StoreError) {
+                return try await make()
+            } catch .notSupported {
+                throw FSError.notPermitted
+            } catch {
+                throw FSError(error)
+            }
+        }
+    }
+
     /// Setgid folders pass on their group (and setgid to folders): the kernel leaves it to FUSE.
     func inheriting(group: UInt32, mode: UInt32, from parent: Inode, directory: Bool) throws(FSError) -> (group: UInt32, mode: UInt32) {
         let folder = try item(parent)
@@ -77,7 +79,7 @@ extension DocFileSystem {
         let owner = created.owner.flatMap { $0 == geteuid() ? nil : $0 }
         let group = created.group.flatMap { $0 == getegid() ? nil : $0 }
         guard owner != nil || group != nil else { return created }
-        await AttributeSync.push(StoreAttributes(owner: created.owner, group: created.group), of: created, to: store, catalog: catalog,
+        await AttributeSync.push(StoreAttributes(owner: created.owner, group: created.group), of: created, to: store,
                                  provider: provider, logger: logger)
         return (try? catalog.item(created.inode)) ?? created
     }

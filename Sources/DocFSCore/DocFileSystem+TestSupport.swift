@@ -3,10 +3,6 @@
 import DocFSStore
 
 extension DocFileSystem {
-    func uploadNow(_ inode: Inode) async throws(FSError) {
-        try await uploader.sync(inode)
-    }
-
     /// Background refreshes included.
     func waitForListings() async {
         await enumerator.waitUntilIdle()
@@ -17,15 +13,7 @@ extension DocFileSystem {
         await settlingChangesCutShort.withLock { $0 }?.value
     }
 
-    func waitForPinnedRefresh() async {
-        await pinnedRefresher.waitUntilIdle()
-    }
-
     func refresh(directory inode: Inode) async throws(FSError) {
         try await enumerator.refresh(try item(inode))
-    }
-
-    func unsyncedItems() throws(FSError) -> [Item] {
-        try catalog.items(in: [.modified, .uploading])
     }
 }

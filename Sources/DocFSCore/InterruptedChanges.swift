@@ -84,7 +84,7 @@ struct InterruptedChanges {
             await uploader.cancel(item.inode)
             // The row goes before the copy is told: an open meanwhile either joined a copy that
             // `itemRemoved` then marks removed, or finds no row to begin one on. The other order
-            // let an open begin a copy in between whose row then went: it stayed in the cache.
+            // would let an open begin a copy in between whose row then goes: it would stay in the cache.
             try await Blocking.run { [catalog] () throws(FSError) in try catalog.removeItem(item.inode, folderChanged: .now) }
             await provider.itemRemoved(item.inode, item: item)
             logger.info("a removal cut short by the last mount is completed", metadata: ["path": "\(item.path)"])

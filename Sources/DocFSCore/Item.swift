@@ -95,9 +95,7 @@ extension Item {
     public func showsSameContent(as other: Item) -> Bool {
         size == other.size && modified == other.modified && etag == other.etag
     }
-}
 
-extension Item {
     public var storeAttributes: StoreAttributes {
         StoreAttributes(mode: mode, modified: modified, owner: owner, group: group)
     }

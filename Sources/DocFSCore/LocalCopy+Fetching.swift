@@ -32,12 +32,10 @@ extension LocalCopy {
     /// Before a commit or a truncate. Returns once no fetched byte can land any more.
     public func fetchRemaining() async throws(FSError) {
         if let fetcher = state.withLock({ $0.fetcher }) {
-            try await fetcher.fetchAll()
+            try await fetcher.wait(for: 0..<fetcher.size)
             let complete = state.withLock { state -> Bool in
                 guard state.fetcher === fetcher, state.held.contains(0..<state.length) else { return false }
-                state.fetcher = nil
-                // Retired for good: a reader that still holds it can start no request.
-                state.draining = retirement(of: fetcher)
+                retire(&state)
                 return true
             }
             if complete { try await Blocking.run { [catalog, inode] () throws(FSError) in try catalog.recordComplete(inode) } }
@@ -51,11 +49,7 @@ extension LocalCopy {
 
     /// Before a truncate: no fetched byte lands after this.
     public func stopFetching() async {
-        state.withLock { state in
-            guard let fetcher = state.fetcher else { return }
-            state.fetcher = nil
-            state.draining = retirement(of: fetcher)
-        }
+        state.withLock { retire(&$0) }
         await state.withLock { $0.draining }?.value
     }
 
@@ -72,11 +66,14 @@ extension LocalCopy {
         return missing
     }
 
-    /// Its requests end before the user's bytes stop being guarded from them.
-    private func retirement(of fetcher: RangeFetcher) -> Task<Void, Never> {
-        Task { [self] in
+    /// Retired for good: a reader that still holds the fetcher can start no request. Its
+    /// requests end before the user's bytes stop being guarded from them.
+    private func retire(_ state: inout State) {
+        guard let fetcher = state.fetcher else { return }
+        state.fetcher = nil
+        state.draining = Task { [self] in
             await fetcher.stop(.stale)
-            let log = state.withLock { state -> HeldLog? in
+            let log = self.state.withLock { state -> HeldLog? in
                 state.draining = nil
                 state.local = ByteRangeSet()
                 defer { state.heldLog = nil }

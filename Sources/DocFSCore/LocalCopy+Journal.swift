@@ -14,9 +14,6 @@ extension LocalCopy {
     /// A handle opened it (the count is not recorded: a restart has no handles).
     func opened() throws(FSError) { try update { $0.opened() } }
 
-    /// An open that gave up before it got the copy.
-    func openAbandoned() throws(FSError) -> CopyLife.Action { try update { $0.openAbandoned() } }
-
     func released() throws(FSError) -> CopyLife.Action { try update { $0.released() } }
 
     func pinChanged(_ pinned: Bool) throws(FSError) -> CopyLife.Action { try update { $0.pinChanged(pinned) } }
@@ -64,21 +61,14 @@ extension LocalCopy {
         }
     }
 
-    /// A download of `entry` finished (the whole file, or its head for a streamed one).
-    func fetched(_ entry: RemoteEntry, askedAt: Double) throws(FSError) {
+    /// A download of `entry` finished (the whole file, or its head for a streamed one), or the
+    /// copy is `entry`'s version, its bytes fetched as they are read. `learned`: the store
+    /// answered `entry` just now and the item takes it; otherwise the row's metadata stays.
+    func fetched(_ entry: RemoteEntry, askedAt: Double? = nil, learned: Bool = true) throws(FSError) {
         let partial = isSparse
         try update({ $0.fetched(etag: entry.etag) }, recording: { (life) throws(FSError) in
-            try self.catalog.recordFetched(self.inode, life, entry: entry, askedAt: askedAt, partial: partial)
-        })
-    }
-
-    /// The copy is version `version`, its bytes fetched as they are read. `learned`: the store
-    /// answered `entry` just now and the item takes it; otherwise the row's metadata stays.
-    func fetchedOnDemand(_ version: ETag, entry: RemoteEntry, learned: Bool) throws(FSError) {
-        let partial = isSparse
-        try update({ $0.fetched(etag: version) }, recording: { (life) throws(FSError) in
             if learned {
-                try self.catalog.recordFetched(self.inode, life, entry: entry, partial: partial)
+                try self.catalog.recordFetched(self.inode, life, entry: entry, askedAt: askedAt, partial: partial)
             } else {
                 try self.catalog.recordCopy(self.inode, life, partial: partial)
             }
@@ -141,22 +131,20 @@ extension LocalCopy {
     @discardableResult
     private func update<Result>(_ event: (inout CopyLife) -> Result,
                                 recording record: ((CopyLife) throws(FSError) -> Void)? = nil) throws(FSError) -> Result {
-        try changeLife({ (state) -> (next: CopyLife?, result: Result) in
-            var life = state.life
-            let result = event(&life)
-            return (life, result)
-        }, recording: record)
+        try changeLife({ Self.decision(event, from: $0.life) }, recording: record)
     }
 
     /// `update`, keeping the new life even when it cannot be recorded. Only for events a restart
     /// reads the same either way.
     private func updateLettingTheJournalLag<Result>(_ event: (inout CopyLife) -> Result) -> (Result, unrecorded: FSError?) {
         // The decision throws nothing; a failed record is returned, not thrown.
-        try! changeLife(keepingItUnrecorded: true, { (state) -> (next: CopyLife?, result: Result) in
-            var life = state.life
-            let result = event(&life)
-            return (life, result)
-        }, recording: nil, applied: { _ in })
+        try! changeLife(keepingItUnrecorded: true, { Self.decision(event, from: $0.life) }, recording: nil, applied: { _ in })
+    }
+
+    private static func decision<Result>(_ event: (inout CopyLife) -> Result, from life: CopyLife) -> (next: CopyLife?, result: Result) {
+        var next = life
+        let result = event(&next)
+        return (next, result)
     }
 
     // MARK: The journal's order
@@ -211,15 +199,13 @@ extension LocalCopy {
                     try catalog.recordCopy(inode, next)
                 }
             } catch {
+                guard keepingItUnrecorded else { throw error }
                 failure = error
             }
-            if failure == nil || keepingItUnrecorded {
-                state.withLock { state in
-                    state.life = next
-                    applied(&state)
-                }
+            state.withLock { state in
+                state.life = next
+                applied(&state)
             }
-            if let failure, !keepingItUnrecorded { throw failure }
             return (result, failure)
         }
     }

@@ -13,21 +13,17 @@ extension LocalCopy {
             var life = state.life
             if life.uncommitted && committingPending { life.committedChanges() }
             guard life.uploadStarted(), let commit = life.uploading else { return (nil, nil) }
-            try snapshot(to: snapshotPath, &state)
+            // A complete copy gets a hard link (no byte copied); a copy still being filled is copied.
+            unlink(snapshotPath)
+            var info = stat()
+            if state.fetcher == nil, state.held.contains(0..<state.length), fstat(state.descriptor, &info) == 0,
+               Int64(info.st_size) == state.length, link(path, snapshotPath) == 0 {
+                state.sharedWithSnapshot = true
+            } else {
+                try Snapshot.copy(from: state.descriptor, length: state.length, to: snapshotPath)
+            }
             return (life, commit)
         }
-    }
-
-    /// A complete copy gets a hard link (no byte copied); a copy still being filled is copied.
-    private func snapshot(to snapshotPath: String, _ state: inout State) throws(FSError) {
-        unlink(snapshotPath)
-        var info = stat()
-        if state.fetcher == nil, state.held.contains(0..<state.length), fstat(state.descriptor, &info) == 0,
-           Int64(info.st_size) == state.length, link(path, snapshotPath) == 0 {
-            state.sharedWithSnapshot = true
-            return
-        }
-        try Snapshot.copy(from: state.descriptor, length: state.length, to: snapshotPath)
     }
 
     public func snapshotReleased() {
@@ -55,14 +51,9 @@ extension LocalCopy {
             return (state.descriptor, state.length)
         }
         guard let borrowed else { return }
-        let copied: (String, Int32)
-        do { copied = try copyOfTheFile(from: borrowed.descriptor, length: borrowed.length) } catch {
-            releaseDescriptor(borrowed.descriptor)
-            throw error
-        }
-        let (moving, fd) = copied
-        let outcome = state.withLock { state -> Result<[Int32], FSError> in
-            Result { () throws(FSError) -> [Int32] in
+        do throws(FSError) {
+            let (moving, fd) = try copyOfTheFile(from: borrowed.descriptor, length: borrowed.length)
+            let unused = try state.withLock { (state) throws(FSError) -> [Int32] in
                 if !state.discarded, state.sharedWithSnapshot || state.sharedWithStream, state.descriptor == borrowed.descriptor,
                    state.length == borrowed.length {
                     try takeCopy(moving, fd, &state)
@@ -72,10 +63,8 @@ extension LocalCopy {
                 }
                 return state.releaseDescriptor(borrowed.descriptor)
             }
-        }
-        switch outcome {
-        case .success(let unused): for descriptor in unused { Glibc.close(descriptor) }
-        case .failure(let error):
+            for descriptor in unused { Glibc.close(descriptor) }
+        } catch {
             releaseDescriptor(borrowed.descriptor)
             throw error
         }

@@ -127,27 +127,35 @@ public final class LocalCopy: ContentSink, Sendable {
     }
 
     private func landUsers(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(FSError) -> Int {
-        let descriptor = try beginChange(writing: offset..<(offset + Int64(bytes.count)))
+        let range = offset..<(offset + Int64(bytes.count))
+        let descriptor = try beginChange(writing: range)
+        if let code = Self.writeAll(descriptor, bytes, at: offset) {
+            endChange(descriptor) { $0.contentChanged() }  // some bytes may have landed
+            throw .local(errno: code, "writing \(path): \(String(cString: strerror(code)))")
+        }
+        endChange(descriptor) { state in
+            if offset > state.length { state.held.insert(state.length..<offset) }  // the hole reads as zeros
+            state.held.insert(range)
+            state.length = max(state.length, range.upperBound)
+            state.written = true
+            state.contentChanged()
+            state.streamed?.wrote(range)
+        }
+        return bytes.count
+    }
+
+    /// `pwrite` until every byte is written. Returns the errno that stopped it, or nil.
+    static func writeAll(_ descriptor: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int64) -> Int32? {
         var written = 0
         while written < bytes.count {
             let n = pwrite(descriptor, bytes.baseAddress! + written, bytes.count - written, off_t(offset) + off_t(written))
             if n < 0 {
                 if errno == EINTR { continue }
-                let code = errno
-                endChange(descriptor) { $0.contentChanged() }  // some bytes may have landed
-                throw .local(errno: code, "writing \(path): \(String(cString: strerror(code)))")
+                return errno
             }
             written += n
         }
-        endChange(descriptor) { state in
-            if offset > state.length { state.held.insert(state.length..<offset) }  // the hole reads as zeros
-            state.held.insert(offset..<(offset + Int64(written)))
-            state.length = max(state.length, offset + Int64(written))
-            state.written = true
-            state.contentChanged()
-            state.streamed?.wrote(offset..<(offset + Int64(written)))
-        }
-        return written
+        return nil
     }
 
     private func endChange(_ descriptor: Int32, _ done: (inout State) -> Void = { _ in }) {
@@ -266,45 +274,33 @@ public final class LocalCopy: ContentSink, Sendable {
 
     /// Never on bytes the user wrote meanwhile (`local`).
     public func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(StoreError) {
-        let outcome = landing.withLock { _ in Result { () throws(StoreError) in try land(bytes, at: offset) } }
-        try outcome.get()
+        try landing.withLock { _ throws(StoreError) in try land(bytes, at: offset) }
     }
 
     private func land(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(StoreError) {
         let range = offset..<(offset + Int64(bytes.count))
-        do { try unshareAhead() } catch {
-            if case .local(let code, let message) = error { throw .localIO(errno: code, message: message) }
-            throw .localIO(errno: EIO, message: "\(error)")
-        }
-        let acquired: Result<(descriptor: Int32, pieces: [ByteRange])?, FSError> = state.withLock { state in
-            Result { () throws(FSError) -> (descriptor: Int32, pieces: [ByteRange])? in
+        let lent: (descriptor: Int32, pieces: [ByteRange])?
+        do throws(FSError) {
+            try unshareAhead()
+            lent = try state.withLock { (state) throws(FSError) -> (descriptor: Int32, pieces: [ByteRange])? in
                 guard !state.discarded else { return nil }
                 try unshare(&state)
                 state.users += 1
                 return (state.descriptor, state.local.isEmpty ? [range] : state.local.missing(in: range))
             }
-        }
-        let lent: (descriptor: Int32, pieces: [ByteRange])?
-        switch acquired {
-        case .success(let value): lent = value
-        case .failure(.local(let code, let message)): throw .localIO(errno: code, message: message)
-        case .failure(let error): throw .localIO(errno: EIO, message: "\(error)")
+        } catch .local(let code, let message) {
+            throw .localIO(errno: code, message: message)
+        } catch {
+            throw .localIO(errno: EIO, message: "\(error)")
         }
         guard let (descriptor, pieces) = lent else { throw .localIO(errno: EBADF, message: "the local copy \(path) is gone") }
         for piece in pieces {
             let start = Int(piece.lowerBound - offset)
-            let count = Int(piece.upperBound - piece.lowerBound)
-            var written = 0
-            while written < count {
-                let n = pwrite(descriptor, bytes.baseAddress! + start + written, count - written, off_t(piece.lowerBound) + off_t(written))
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    let code = errno
-                    state.withLock { $0.contentChanged() }  // some bytes may have landed
-                    releaseDescriptor(descriptor)
-                    throw .localIO(errno: code, message: "writing the local copy: \(String(cString: strerror(code)))")
-                }
-                written += n
+            let chunk = UnsafeRawBufferPointer(rebasing: bytes[start..<(start + Int(piece.upperBound - piece.lowerBound))])
+            if let code = Self.writeAll(descriptor, chunk, at: piece.lowerBound) {
+                state.withLock { $0.contentChanged() }  // some bytes may have landed
+                releaseDescriptor(descriptor)
+                throw .localIO(errno: code, message: "writing the local copy: \(String(cString: strerror(code)))")
             }
         }
         let (unused, log) = state.withLock { state -> ([Int32], HeldLog?) in
@@ -374,10 +370,7 @@ public final class LocalCopy: ContentSink, Sendable {
             state.held = ByteRangeSet()
             state.length = 0
         }
-        guard let descriptor = try? acquireDescriptor(forChange: true) else { return }
-        _ = ftruncate(descriptor, 0)
-        state.withLock { $0.contentChanged() }
-        releaseDescriptor(descriptor)
+        try? setLength(0)
     }
 
     public func setLength(_ size: Int64) throws(FSError) {
@@ -439,20 +432,16 @@ public final class LocalCopy: ContentSink, Sendable {
         return blocks
     }
 
-    /// Unsynced changes stay on disk for a later upload.
-    public func close() {
-        _ = letGo()
-    }
-
     public func discard() {
-        if letGo() {
+        if close() {
             unlink(path)
             HeldLog.remove(copyPath: path)
         }
     }
 
-    /// Returns whether this call did it.
-    private func letGo() -> Bool {
+    /// Unsynced changes stay on disk for a later upload. Returns whether this call did it.
+    @discardableResult
+    public func close() -> Bool {
         let (first, unused, fetcher) = state.withLock { state -> (Bool, [Int32], RangeFetcher?) in
             guard !state.discarded else { return (false, [], nil) }
             state.discarded = true

@@ -58,12 +58,7 @@ public struct MountLayout: Sendable, Equatable {
         for directory in parents { _ = chmod((directory as NSString).deletingLastPathComponent, 0o700) }
     }
 
-    /// Keeps copies with unsynced changes (the journal needs them). Returns how many went.
-    @discardableResult
-    public func clearCache(keeping: Set<String> = []) -> Int {
-        MountLayout.clear(directory: cacheDirectory, keeping: keeping)
-    }
-
+    /// Keeps the copies in `keeping` (unsynced changes: the journal needs them). Returns how many went.
     @discardableResult
     public static func clear(directory: String, keeping: Set<String>) -> Int {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return 0 }

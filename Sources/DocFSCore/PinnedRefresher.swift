@@ -86,7 +86,8 @@ final class PinnedRefresher: Sendable {
                 guard let folder = try? catalog.item(inode), folder.isDirectory, folder.listedAt == nil else { continue }
                 try? await enumerator.refresh(folder)  // its listing queues its files in turn
             case .file(let inode):
-                guard let file = try? catalog.item(inode), Self.needsDownload(file),
+                guard let file = try? catalog.item(inode), file.kind == .file, file.kindConfirmed, !file.hasUnsyncedChanges,
+                      file.onStore, file.state == .placeholder,
                       provider.presentCopies.withLock({ $0[inode] }) == nil,  // open here: its handles decide
                       (try? catalog.isPinned(inode)) == true else { continue }
                 do {
@@ -100,9 +101,5 @@ final class PinnedRefresher: Sendable {
                 }
             }
         }
-    }
-
-    static func needsDownload(_ item: Item) -> Bool {
-        item.kind == .file && item.kindConfirmed && !item.hasUnsyncedChanges && item.onStore && item.state == .placeholder
     }
 }

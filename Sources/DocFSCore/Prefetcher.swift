@@ -60,7 +60,11 @@ public actor Prefetcher {
     func readerOpening(_ item: Item) {
         guard policy.files > 0, !stopped, item.kind == .file, let parent = item.parent else { return }
         // Files ahead in other folders are not coming back.
-        letGo(where: { [catalog] inode in (try? catalog.item(inode))??.parent != parent }, except: item.inode)
+        for (inode, hold) in held where inode != item.inode && (try? catalog.item(inode))??.parent != parent {
+            held[inode] = nil
+            hold.fetch.cancel()
+            release(inode, hold)
+        }
         guard isWalk(to: item, in: parent) else {
             walk = nil
             return
@@ -133,16 +137,14 @@ public actor Prefetcher {
 
     private func fetchAhead(after item: Item, in parent: Inode) {
         guard let next = try? next(after: item.name, in: parent, like: item.name, limit: policy.files) else { return }
-        var count = held.count
         var bytes = held.values.reduce(Int64(0)) { $0 + $1.size }
         for file in next {
-            guard count < policy.files, bytes + file.size <= policy.bytes else { break }
+            guard held.count < policy.files, bytes + file.size <= policy.bytes else { break }
             guard held[file.inode] == nil, file.state == .placeholder, file.onStore, file.size <= provider.wholeFileLimit,
                   !file.hasUnsyncedChanges else { continue }
             serial += 1
             let hold = Hold(fetch: fetch(file), size: file.size, serial: serial)
             held[file.inode] = hold
-            count += 1
             bytes += file.size
             fetchedAhead += 1
             let (inode, mine, wait) = (file.inode, serial, policy.hold)
@@ -172,14 +174,6 @@ public actor Prefetcher {
         guard let hold = held[inode], hold.serial == serial else { return }
         held[inode] = nil
         release(inode, hold)
-    }
-
-    private func letGo(where shouldGo: (Inode) -> Bool, except kept: Inode) {
-        for (inode, hold) in held where inode != kept && shouldGo(inode) {
-            held[inode] = nil
-            hold.fetch.cancel()
-            release(inode, hold)
-        }
     }
 
     private func release(_ inode: Inode, _ hold: Hold) {

@@ -10,7 +10,7 @@ extension Provider {
                 let pinned = try catalog.isPinned(inode)
                 guard pinned != entry.copy.life.pinned else { continue }
                 let action = try entry.copy.pinChanged(pinned)
-                if perform(action, on: entry.copy) == .needsUpload { needUpload.append(inode) }
+                if perform(action, on: entry.copy) { needUpload.append(inode) }
             } catch {
                 logger.warning("cannot record a pin", metadata: ["inode": "\(inode)", "error": "\(error)"])
             }
@@ -24,7 +24,6 @@ extension Provider {
             if let refusal = entry.copy.life.evictionRefusal { throw .busy("\(item.path): \(refusal)") }
             // Evicted whatever the unpin's own action: the user asked for it now.
             _ = try entry.copy.pinChanged(false)
-            idle[item.inode] = nil
             evict(entry.copy)
             return
         }
@@ -48,7 +47,6 @@ extension Provider {
     private func expire(_ copy: LocalCopy, releasedAt released: ContinuousClock.Instant) {
         guard idle[copy.inode] == released, providing[copy.inode]?.copy === copy else { return }
         guard copy.life.mayExpire else { return }
-        idle[copy.inode] = nil
         evict(copy)
     }
 
@@ -59,10 +57,8 @@ extension Provider {
         }
         for (inode, _) in idle.sorted(by: { $0.value < $1.value }) {
             guard used + incoming > limit else { return }
-            guard let copy = providing[inode]?.copy else { idle[inode] = nil; continue }
-            guard copy.life.mayExpire else { idle[inode] = nil; continue }
+            guard let copy = providing[inode]?.copy, copy.life.mayExpire else { idle[inode] = nil; continue }
             used -= copy.allocatedBlocks * 512
-            idle[inode] = nil
             evict(copy)
         }
     }
@@ -72,6 +68,7 @@ extension Provider {
         if providing[inode]?.copy === copy {
             providing[inode]?.fetch?.cancel()
             providing[inode] = nil
+            idle[inode] = nil
         }
         presentCopies.withLock { copies in
             if copies[inode] === copy { copies[inode] = nil }

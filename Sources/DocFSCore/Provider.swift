@@ -113,9 +113,8 @@ public actor Provider {
     }
 
     /// A file docfs creates: `create` makes its row, then its empty copy begins with its first
-    /// change, in one visit to the provider's queue (a `create()` was three hops off the pool).
-    /// A row whose copy could not begin goes again: with changes and no copy, it would never be
-    /// uploaded nor dropped by a listing.
+    /// change, in one visit to the provider's queue. A row whose copy could not begin goes again:
+    /// with changes and no copy, it would never be uploaded nor dropped by a listing.
     public func openNew(_ create: @Sendable () throws(FSError) -> Item) async throws(FSError) -> (item: Item, copy: LocalCopy) {
         guard !isShutDown else { throw .io("the mount is going away") }
         let item = try create()
@@ -157,19 +156,20 @@ public actor Provider {
     }
 
     /// The last user evicts the copy, keeps it, or hands committed changes to the uploader.
+    /// Returns whether it handed them over.
     @discardableResult
-    public func release(_ inode: Inode) async -> ReleaseOutcome {
-        guard let entry = providing[inode] else { return .notPresent }
+    public func release(_ inode: Inode) async -> Bool {
+        guard let entry = providing[inode] else { return false }
         let action: CopyLife.Action
         do {
             action = try entry.copy.released()
         } catch {
             logger.error("cannot record a release", metadata: ["inode": "\(inode)", "error": "\(error)"])
-            return .stillOpen
+            return false
         }
-        let outcome = perform(action, on: entry.copy)
-        if outcome == .needsUpload { await writeback.uploader?.enqueue(inode) }
-        return outcome
+        let needsUpload = perform(action, on: entry.copy)
+        if needsUpload { await writeback.uploader?.enqueue(inode) }
+        return needsUpload
     }
 
     /// After a restart, the copy the journal left, adopted with its recorded life.
@@ -181,9 +181,7 @@ public actor Provider {
         do {
             guard let life = try catalog.recordedLife(of: item.inode) else { return nil }
             let copy = try LocalCopy(adopting: copyPath(for: item), inode: item.inode, catalog: catalog, life: life)
-            providing[item.inode] = Providing(copy: copy, fetch: nil)
-            presentCopies.withLock { $0[item.inode] = copy }
-            return copy
+            return register(Providing(copy: copy, fetch: nil)).copy
         } catch {
             logger.error("cannot reopen a pending local copy", metadata: ["path": "\(item.path)", "error": "\(error)"])
             return nil
@@ -205,11 +203,11 @@ public actor Provider {
     }
 
     /// The one way back from the uploader: the copy takes the end of the attempt as one event,
-    /// and the action it returns is carried out here. `.needsUpload`: a newer commit waits to be
+    /// and the action it returns is carried out here. Returns true when a newer commit waits to be
     /// sent, and the caller queues it. Throws when the journal cannot take a confirmed upload
     /// (then the copy stays as it was, and the next attempt finds its own version on the store).
     @discardableResult
-    public func uploadEnded(_ copy: LocalCopy, _ end: UploadEnd) throws(FSError) -> ReleaseOutcome {
+    public func uploadEnded(_ copy: LocalCopy, _ end: UploadEnd) throws(FSError) -> Bool {
         switch end {
         case .stored(let commit, let version):
             return perform(try copy.uploaded(commit, etag: version.etag), on: copy)
@@ -225,9 +223,9 @@ public actor Provider {
             if let error = copy.uploadFailed(commit) {
                 logger.error("cannot record a failed upload", metadata: ["inode": "\(copy.inode)", "error": "\(error)"])
             }
-            return perform(.none, on: copy)
+            return false
         case .notNeeded:
-            guard providing[copy.inode]?.copy === copy else { return .notPresent }
+            guard providing[copy.inode]?.copy === copy else { return false }
             return perform(try copy.nothingToUpload(), on: copy)
         }
     }
@@ -273,7 +271,6 @@ public actor Provider {
             guard let item = try? catalog.item(inode), !item.onStore, item.state == .local else { continue }
             if let entry = providing[inode] {
                 guard entry.copy.life.isIdle else { continue }
-                idle[inode] = nil
                 evict(entry.copy)
             } else {
                 // A pinned copy kept from an earlier mount, not adopted yet.
@@ -324,22 +321,20 @@ public actor Provider {
         presentCopies.withLock { $0 }.compactMap { $0.value.downloadProgress != nil ? $0.key : nil }.sorted()
     }
 
-    func perform(_ action: CopyLife.Action, on copy: LocalCopy) -> ReleaseOutcome {
+    /// Returns whether a commit waits to be uploaded: the caller queues it.
+    func perform(_ action: CopyLife.Action, on copy: LocalCopy) -> Bool {
         switch action {
         case .evict:
             if retention.keepsReleasedCopies, !copy.life.removed, providing[copy.inode]?.copy === copy {
                 keepIdle(copy)
-                return .kept
+            } else {
+                evict(copy)
             }
-            evict(copy)
-            return .evicted
+            return false
         case .upload:
-            return .needsUpload
+            return true
         case .none:
-            let life = copy.life
-            if life.openCount > 0 { return .stillOpen }
-            if life.pinned, !life.isDirty, life.uploading == nil { return .kept }
-            return life.uploading != nil ? .uploadInFlight : .stillOpen
+            return false
         }
     }
 
@@ -349,16 +344,16 @@ public actor Provider {
         guard life.isIdle else { return true }
         if let base = life.base, base == item.etag { return true }
         logger.debug("a kept copy is not the store's version any more", metadata: ["path": "\(item.path)"])
-        idle[item.inode] = nil
         evict(copy)
         return false
     }
 
-    /// A copy no one else holds goes, unless it holds changes the store lacks.
+    /// A copy no one else holds goes, unless it holds changes the store lacks. The open given up
+    /// counts as a release, but a copy still being fetched is dropped here.
     private func fetchFailed(_ inode: Inode, copy: LocalCopy) async {
         var action = CopyLife.Action.none
         do {
-            action = try copy.openAbandoned()
+            action = try copy.released()
         } catch {
             logger.warning("cannot record an open given up", metadata: ["inode": "\(inode)", "error": "\(error)"])
         }
@@ -398,9 +393,7 @@ public actor Provider {
         let streamed = intent.isStreamed && item.size > streaming.wholeFileLimit && item.etag != nil
         logger.debug("providing", metadata: ["path": "\(item.path)", "base": "\(life.base?.value ?? "-")", "fetch": "\(fetchNeeded)",
                                              "streamed": "\(streamed)"])
-        guard fetchNeeded else {
-            return register(Providing(copy: copy, fetch: nil))
-        }
+        guard fetchNeeded else { return register(Providing(copy: copy, fetch: nil)) }
         if case .cached(let entry) = intent, let version = entry.etag, version == item.etag, store.capabilities.hasRangeReads {
             return register(Providing(copy: copy, fetch: fetchedOnDemand(item, version: version, entry: entry, into: copy)))
         }
@@ -420,13 +413,11 @@ public actor Provider {
                     logger.info("content changed on the store since listing", metadata: ["path": "\(item.path)"])
                 }
                 logger.debug("provided", metadata: ["path": "\(item.path)", "bytes": "\(entry.size)", "sparse": "\(copy.isSparse)"])
-            } catch let error as StoreError {
-                logger.error("download failed", metadata: ["path": "\(item.path)", "error": "\(error)"])
-                throw FSError(error)
             } catch is CancellationError {
                 throw FSError.io("download of \(item.path) cancelled")
             } catch {
                 logger.error("download failed", metadata: ["path": "\(item.path)", "error": "\(error)"])
+                if let error = error as? StoreError { throw FSError(error) }
                 throw error
             }
         }
@@ -462,7 +453,7 @@ public actor Provider {
                 copy.attach(RangeFetcher(store: store, path: item.path, version: version, size: entry.size, fetched: 0,
                                          copy: copy, policy: streaming, retry: retry, logger: logger))
             }
-            try copy.fetchedOnDemand(version, entry: entry, learned: learned)
+            try copy.fetched(entry, learned: learned)
         } catch {
             logger.error("cannot prepare a local copy", metadata: ["path": "\(item.path)", "error": "\(error)"])
             return Task { throw error }
@@ -515,13 +506,4 @@ public final class Writeback: Sendable {
 
     public func attach(_ uploader: Uploader) { target.withLock { $0.uploader = uploader } }
     var uploader: Uploader? { target.withLock { $0.uploader } }
-}
-
-public enum ReleaseOutcome: Sendable, Equatable {
-    case evicted
-    case stillOpen
-    case needsUpload
-    case uploadInFlight
-    case kept
-    case notPresent
 }

@@ -4,9 +4,9 @@ import Synchronization
 
 /// Small files are fetched whole at open; larger ones by ranges as reads ask, read-ahead never
 /// past half of what a reader has read (a sniffer that stops wastes little) until it has read
-/// `streamingAfter` in order, then twice that, the window growing four times as fast (at a
-/// distance it grows by round trips: ×1.5 each took 19 of them from the head to 256 MiB, ×3
-/// takes 11) and topped up a request at a time, up to 8 requests of 16 MiB on the wire.
+/// `streamingAfter` in order, then twice that, the window growing four times as fast (it grows
+/// once a round trip: growing slower, it would take a distant store many more to reach full
+/// size) and topped up a request at a time, up to 8 requests of 16 MiB on the wire.
 public struct StreamingPolicy: Sendable, Equatable {
     public var wholeFileLimit: Int64
     public var head: Int64
@@ -54,8 +54,7 @@ public final class RangeFetcher: Sendable {
     }
 
     private struct State {
-        var inFlight: [UInt64: ByteRange] = [:]
-        var tasks: [UInt64: Task<Void, Never>] = [:]
+        var inFlight: [UInt64: (range: ByteRange, task: Task<Void, Never>)] = [:]
         var queued: [ByteRange] = []
         var nextRequest: UInt64 = 0
         var waiters: [UInt64: Waiter] = [:]
@@ -123,7 +122,7 @@ public final class RangeFetcher: Sendable {
             // Its pages were cached, so no fetch at open: the first read fetches it all.
             let ownEnd = size <= policy.wholeFileLimit ? size : min(size, alignedUp(range.upperBound))
             // Topped up once a request's worth of the window was read (half a small one): a
-            // window refilled by halves ran dry every round trip at a distance.
+            // window refilled by halves runs dry every round trip at a distance.
             let refill = min(stream.window / 2, policy.maximumRequest)
             if sequential && (range.upperBound > stream.frontier || (stream.window > 0 && stream.consumed + stream.window - refill >= stream.frontier)) {
                 // At most half what the stream has read (a reader stopping after N bytes wastes about
@@ -203,10 +202,6 @@ public final class RangeFetcher: Sendable {
         if let failure { throw failure }
     }
 
-    public func fetchAll() async throws(FSError) {
-        try await wait(for: 0..<size)
-    }
-
     /// Returns once no request can write into the copy.
     public func stop(_ reason: FSError) async {
         let tasks = cancel(reason)
@@ -220,7 +215,7 @@ public final class RangeFetcher: Sendable {
             state.queued.removeAll()
             let waiters = Array(state.waiters.values)
             state.waiters.removeAll()
-            return (Array(state.tasks.values), waiters)
+            return (state.inFlight.values.map { $0.task }, waiters)
         }
         for task in tasks { task.cancel() }
         for waiter in waiters { waiter.continuation.resume(returning: reason) }
@@ -256,19 +251,13 @@ public final class RangeFetcher: Sendable {
         let range = clamped(range)
         guard !range.isEmpty else { return }
         var covered = copy.held
-        for busy in state.inFlight.values { covered.insert(busy) }
+        for busy in state.inFlight.values { covered.insert(busy.range) }
         if !urgent { for queued in state.queued { covered.insert(queued) } }
         let gaps = covered.missing(in: range)
         guard !gaps.isEmpty else { return }
-        var pieces: [ByteRange] = []
         let pieceLimit = size <= policy.wholeFileLimit ? max(size, 1) : policy.maximumRequest
-        for gap in gaps {
-            var start = gap.lowerBound
-            while start < gap.upperBound {
-                let end = min(gap.upperBound, start + pieceLimit)
-                pieces.append(start..<end)
-                start = end
-            }
+        let pieces = gaps.flatMap { gap in
+            stride(from: gap.lowerBound, to: gap.upperBound, by: Int(pieceLimit)).map { $0..<min($0 + pieceLimit, gap.upperBound) }
         }
         if urgent {
             let taken = ByteRangeSet(gaps)
@@ -285,12 +274,11 @@ public final class RangeFetcher: Sendable {
             if copy.held.contains(range) { continue }
             let id = state.nextRequest
             state.nextRequest += 1
-            state.inFlight[id] = range
             // Created under the lock, so `finished` finds it registered.
-            state.tasks[id] = Task.detached { [self] in
+            state.inFlight[id] = (range, Task.detached { [self] in
                 let failure = await fetch(range)
                 finished(id, range: range, failure: failure)
-            }
+            })
         }
     }
 
@@ -331,12 +319,9 @@ public final class RangeFetcher: Sendable {
             state.arrivedBytes += Int64(count)
             guard !state.waiters.isEmpty else { return [] }
             let held = copy.held
-            var ready: [Waiter] = []
-            for (id, waiter) in state.waiters where held.contains(waiter.range) {
-                ready.append(waiter)
-                state.waiters[id] = nil
-            }
-            return ready
+            let ready = state.waiters.filter { held.contains($0.value.range) }
+            for id in ready.keys { state.waiters[id] = nil }
+            return Array(ready.values)
         }
         for waiter in ready { waiter.continuation.resume(returning: nil) }
     }
@@ -344,7 +329,6 @@ public final class RangeFetcher: Sendable {
     private func finished(_ id: UInt64, range: ByteRange, failure: FSError?) {
         let answers = state.withLock { state -> [(Waiter, FSError?)] in
             state.inFlight[id] = nil
-            state.tasks[id] = nil
             if failure == .stale, state.failure == nil {
                 state.failure = .stale
                 state.queued.removeAll()
@@ -352,7 +336,7 @@ public final class RangeFetcher: Sendable {
             launch(&state)
             let held = copy.held
             var coming = held
-            for busy in state.inFlight.values { coming.insert(busy) }
+            for busy in state.inFlight.values { coming.insert(busy.range) }
             for queued in state.queued { coming.insert(queued) }
             var answers: [(Waiter, FSError?)] = []
             if let failure, failure != .stale, !state.waiters.values.contains(where: { $0.range.overlaps(range) }) {

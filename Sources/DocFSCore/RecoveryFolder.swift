@@ -11,7 +11,7 @@ public enum RecoveryFolder {
     public static func keep(_ pending: [Item], cacheDirectory: String, stateDirectory: String, now: Date = Date()) throws(FSError) -> String? {
         let files = pending.filter { FileManager.default.fileExists(atPath: cacheDirectory + "/" + $0.id) }
         guard !files.isEmpty else { return nil }
-        if let latest = latestFolder(stateDirectory: stateDirectory),
+        if let latest = folders(stateDirectory: stateDirectory).last,
            files.allSatisfy({ sameFile(cacheDirectory + "/" + $0.id, latest + $0.path.description) }) {
             return latest
         }
@@ -54,10 +54,6 @@ public enum RecoveryFolder {
         let root = root(stateDirectory: stateDirectory)
         let names = (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []
         return names.sorted().map { root + "/" + $0 }
-    }
-
-    private static func latestFolder(stateDirectory: String) -> String? {
-        folders(stateDirectory: stateDirectory).last
     }
 
     private static func sameFile(_ a: String, _ b: String) -> Bool {

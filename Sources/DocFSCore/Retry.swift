@@ -30,8 +30,9 @@ public struct RetryPolicy: Sendable {
                       using generator: inout some RandomNumberGenerator) -> Duration {
         let exponent = min(max(0, failures - 1), 30)
         let ceiling = min(initialDelay * (1 << exponent), maximumDelay)
-        let ceilingNanoseconds = max(0, Self.nanoseconds(ceiling))
-        let jittered = Duration.nanoseconds(ceilingNanoseconds == 0 ? 0 : Int64.random(in: 0...ceilingNanoseconds, using: &generator))
+        let (seconds, attoseconds) = ceiling.components
+        let ceilingNanoseconds = max(0, seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
+        let jittered = Duration.nanoseconds(Int64.random(in: 0...ceilingNanoseconds, using: &generator))
         guard let retryAfter else { return jittered }
         return max(retryAfter, jittered)
     }
@@ -68,9 +69,4 @@ public struct RetryPolicy: Sendable {
     }
 
     static let lastTryMargin: Duration = .milliseconds(100)
-
-    private static func nanoseconds(_ duration: Duration) -> Int64 {
-        let (seconds, attoseconds) = duration.components
-        return seconds * 1_000_000_000 + attoseconds / 1_000_000_000
-    }
 }

@@ -12,12 +12,6 @@ struct SessionMarker {
     nonisolated(unsafe) private static let syncFS: SyncFS? =
         dlsym(UnsafeMutableRawPointer(bitPattern: 0), "syncfs").map { unsafeBitCast($0, to: SyncFS.self) }
 
-    enum Previous: Equatable {
-        case none
-        case clean
-        case running(bootID: String)
-    }
-
     let directory: String
     let cacheDirectory: String
     var path: String { directory + "/" + Self.fileName }
@@ -28,21 +22,14 @@ struct SessionMarker {
         return id.isEmpty ? nil : id
     }
 
-    func previous() -> Previous {
-        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { return .none }
-        let words = text.split(whereSeparator: \.isWhitespace)
-        switch words.first {
-        case "clean": return .clean
-        case "running": return .running(bootID: words.count > 1 ? String(words[1]) : "")
-        default: return .running(bootID: "")  // unreadable: as if the machine had restarted
-        }
-    }
-
-    /// Another boot ID, or none to compare.
+    /// A `running` marker of another boot ID, or none to compare. No marker: no earlier mount.
     func machineRestartedUnderAMount(bootID: String?) -> Bool {
-        guard case .running(let then) = previous() else { return false }
-        guard let bootID, !then.isEmpty else { return true }
-        return then != bootID
+        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { return false }
+        let words = text.split(whereSeparator: \.isWhitespace)
+        if words.first == "clean" { return false }
+        // No boot ID to compare, or unreadable: as if the machine had restarted.
+        guard words.first == "running", words.count > 1, let bootID else { return true }
+        return words[1] != bootID
     }
 
     func markRunning(bootID: String?) throws(FSError) {

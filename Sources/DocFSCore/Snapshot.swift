@@ -17,9 +17,7 @@ enum Snapshot {
         let target = CacheDirectory.creating(path) { open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600) }
         guard target >= 0 else { throw .local(errno: errno, "cannot create upload snapshot \(path): \(String(cString: strerror(errno)))") }
         defer { close(target) }
-        if ioctl(target, ficlone, source) == 0 {
-            if ftruncate(target, off_t(length)) == 0 { return }
-        }
+        if ioctl(target, ficlone, source) == 0, ftruncate(target, off_t(length)) == 0 { return }
         var sourceOffset: off_t = 0
         var targetOffset: off_t = 0
         var kernelCopy = copyFileRange != nil

@@ -5,18 +5,15 @@ import Logging
 /// True kinds where listings cannot show links (an S3 link object looks like a small file),
 /// without a HEAD per object in the listing: small objects with no kind known for their version
 /// are confirmed at their first lookup (readdir gives DT_UNKNOWN, so `ls -l` stats them).
-struct SymlinkProbe {
-    let store: any Store
-    let catalog: Catalog
-    let logger: Logger
-
+enum SymlinkProbe {
     static func maximumSize(of store: any Store) -> Int64? {
         guard case .byStat(let maximumTargetBytes) = store.capabilities.symlinkDiscovery else { return nil }
         return maximumTargetBytes
     }
 
-    func resolve(_ entries: [RemoteEntry], in directory: Item) throws(FSError) -> (entries: [RemoteEntry], unknown: Set<FileName>) {
-        guard let maximumTargetBytes = Self.maximumSize(of: store) else { return (entries, []) }
+    static func resolve(_ entries: [RemoteEntry], in directory: Item, store: any Store,
+                        catalog: Catalog) throws(FSError) -> (entries: [RemoteEntry], unknown: Set<FileName>) {
+        guard let maximumTargetBytes = maximumSize(of: store) else { return (entries, []) }
         func candidate(_ entry: RemoteEntry) -> Bool {
             entry.kind == .file && entry.size >= 0 && entry.size <= maximumTargetBytes
         }
@@ -145,8 +142,8 @@ actor KindConfirmations {
     }
 
     private func start(_ item: Catalog.KindToConfirm) -> Task<Void, Never> {
-        let task = Task { [store, catalog, retry, logger] in
-            let storeDown = await Self.probe([item], in: item.parent, concurrency: 1, store: store, catalog: catalog, retry: retry, logger: logger)
+        let task = Task {
+            let storeDown = await self.probe([item], in: item.parent, concurrency: 1)
             self.finished([item.inode], storeDown: storeDown)
         }
         pending[item.inode] = task
@@ -166,9 +163,8 @@ actor KindConfirmations {
             let batch = candidates[start..<end].filter { pending[$0.inode] == nil && stillToConfirm($0) }
             start = end
             guard !batch.isEmpty else { continue }
-            let task = Task { [store, catalog, retry, logger, concurrency] in
-                let storeDown = await Self.probe(batch, in: directory, concurrency: max(1, concurrency / 2), store: store,
-                                                 catalog: catalog, retry: retry, logger: logger)
+            let task = Task {
+                let storeDown = await self.probe(batch, in: directory, concurrency: max(1, self.concurrency / 2))
                 self.finished(batch.map(\.inode), storeDown: storeDown)
             }
             for item in batch { pending[item.inode] = task }
@@ -194,8 +190,7 @@ actor KindConfirmations {
     }
 
     /// Returns whether the store was found down (no more HEADs then).
-    private static func probe(_ items: [Catalog.KindToConfirm], in directory: Inode, concurrency: Int, store: any Store,
-                              catalog: Catalog, retry: RetryPolicy, logger: Logger) async -> Bool {
+    private nonisolated func probe(_ items: [Catalog.KindToConfirm], in directory: Inode, concurrency: Int) async -> Bool {
         let askedAt = Date().timeIntervalSince1970
         let (stated, storeDown) = await withTaskGroup(of: Answer.self) { group in
             var results: [RemoteEntry] = []
@@ -203,7 +198,7 @@ actor KindConfirmations {
             var next = items.makeIterator()
             func startNext() {
                 guard !storeDown, let item = next.next() else { return }
-                group.addTask { await stat(item, store: store, retry: retry, logger: logger) }
+                group.addTask { await self.stat(item) }
             }
             for _ in 0..<concurrency { startNext() }
             while let answer = await group.next() {
@@ -218,7 +213,7 @@ actor KindConfirmations {
         }
         guard !stated.isEmpty else { return storeDown }
         do {
-            try await Blocking.run { () throws(FSError) in
+            try await Blocking.run { [catalog] () throws(FSError) in
                 try catalog.applyListingPage(stated, of: directory, askedAt: askedAt, progress: ListingProgress(startedAt: askedAt))
             }
         } catch {
@@ -227,7 +222,7 @@ actor KindConfirmations {
         return storeDown
     }
 
-    private static func stat(_ item: Catalog.KindToConfirm, store: any Store, retry: RetryPolicy, logger: Logger) async -> Answer {
+    private nonisolated func stat(_ item: Catalog.KindToConfirm) async -> Answer {
         do {
             let stated = try await retry.run { () async throws(StoreError) -> RemoteEntry in try await store.stat(item.path) }
             return stated.path == item.path ? .entry(stated) : .nothing

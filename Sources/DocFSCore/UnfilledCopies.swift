@@ -56,14 +56,10 @@ struct UnfilledCopies {
         func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(StoreError) {
             let start = max(offset, hole.lowerBound)
             let end = min(offset + Int64(bytes.count), hole.upperBound)
-            var done = start
-            while done < end {
-                let n = pwrite(descriptor, bytes.baseAddress! + Int(done - offset), Int(end - done), off_t(done))
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    throw .localIO(errno: errno, message: "filling an unsaved copy: \(String(cString: strerror(errno)))")
-                }
-                done += Int64(n)
+            guard start < end else { return }
+            let inHole = UnsafeRawBufferPointer(rebasing: bytes[Int(start - offset)..<Int(end - offset)])
+            if let code = LocalCopy.writeAll(descriptor, inHole, at: start) {
+                throw .localIO(errno: code, message: "filling an unsaved copy: \(String(cString: strerror(code)))")
             }
         }
     }

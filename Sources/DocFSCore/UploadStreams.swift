@@ -32,8 +32,8 @@ public final class UploadStreams: Sendable {
 
     /// For a new file just long enough, written in order, whose path is not held.
     func consider(_ copy: LocalCopy) {
-        guard copy.mayStream(policy), hasRoom(for: copy.inode) else { return }
-        let generation = state.withLock { $0.generation }
+        // While `maximumStreams` send, other writes ask the catalog nothing.
+        guard copy.mayStream(policy), let generation = state.withLock({ $0.admits(copy.inode, policy) ? $0.generation : nil }) else { return }
         guard let item = try? catalog.item(copy.inode) else { return }
         let path = item.path
         // Times are the store's; a later mode or owner change is pushed at settling.
@@ -68,11 +68,6 @@ public final class UploadStreams: Sendable {
 
     func progress(of inode: Inode) -> (sent: Int64, total: Int64, complete: Bool)? {
         state.withLock { $0.unsettled[inode] }?.progress
-    }
-
-    /// While `maximumStreams` send, other writes ask the catalog nothing.
-    private func hasRoom(for inode: Inode) -> Bool {
-        state.withLock { $0.admits(inode, policy) }
     }
 
     func settled(_ stream: StreamedUpload) {

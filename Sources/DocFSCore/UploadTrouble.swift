@@ -11,8 +11,7 @@ public enum UploadTrouble: String, Sendable, Equatable {
 
     init(retried error: any Error) {
         switch error {
-        case StoreError.unreachable, StoreError.timedOut: self = .unreachable
-        case FSError.storeUnreachable, FSError.timedOut: self = .unreachable
+        case StoreError.unreachable, StoreError.timedOut, FSError.storeUnreachable, FSError.timedOut: self = .unreachable
         default: self = .failed
         }
     }

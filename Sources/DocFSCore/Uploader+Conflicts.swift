@@ -32,8 +32,8 @@ extension Uploader {
     }
 
     /// The snapshot's hash is kept, so finding that version later is not taken for another's change.
-    func rememberSent(_ snapshot: String, of inode: Inode, ifItMayHaveArrived error: StoreError) async {
-        guard SentVersions.mayHaveReachedTheStore(error) else { return }
+    func rememberSent(_ snapshot: String, of inode: Inode, ifItMayHaveArrived error: any Error) async {
+        guard let error = error as? StoreError, SentVersions.mayHaveReachedTheStore(error) else { return }
         do {
             let digest = try await Blocking.run { () throws(FSError) in try SentVersions.digest(ofFile: snapshot) }
             sent.remember(digest, for: inode)
@@ -72,11 +72,10 @@ extension Uploader {
             sent.forget(inode)
             try await ended(copy, .stored(commit: commit, version: entry))
             return .done
-        } catch let error as StoreError {
-            if case .versionMismatch = error { return nil }   // changed again meanwhile: someone else's
-            await rememberSent(snapshot, of: inode, ifItMayHaveArrived: error)
-            return await failed(item, copy, error, commit: commit)
+        } catch StoreError.versionMismatch {
+            return nil  // changed again meanwhile: someone else's
         } catch {
+            await rememberSent(snapshot, of: inode, ifItMayHaveArrived: error)
             return await failed(item, copy, error, commit: commit)
         }
     }
@@ -109,11 +108,11 @@ extension Uploader {
             try await ended(copy, .keptAsConflict(commit: commit, conflictCopy: "\(keptAs)", storeVersion: nil))
             logger.warning("kept where its folder went", metadata: ["path": "\(item.path)", "kept as": "\(keptAs)", "bytes": "\(kept.size)"])
             return .done
-        } catch let error as StoreError {
+        } catch {
             switch error {
-            case .versionMismatch, .alreadyExists:
+            case StoreError.versionMismatch, StoreError.alreadyExists:
                 return await keepBoth(item, copy, commit: commit, snapshot: snapshot)
-            case .notFound, .notADirectory:
+            case StoreError.notFound, StoreError.notADirectory:
                 let remakes = (folderRemakes[item.inode] ?? 0) + 1
                 folderRemakes[item.inode] = remakes
                 guard remakes >= Self.maximumFolderRemakes else { return await failed(item, copy, error, commit: commit) }
@@ -124,9 +123,6 @@ extension Uploader {
                 folderRemakes[item.inode] = nil  // "in a row": another failure breaks the run
                 return await failed(item, copy, error, commit: commit)
             }
-        } catch {
-            folderRemakes[item.inode] = nil
-            return await failed(item, copy, error, commit: commit)
         }
     }
 

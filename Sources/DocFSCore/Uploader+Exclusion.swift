@@ -5,13 +5,10 @@ import DocFSStore
 extension Uploader {
     /// No upload of `paths` (or below) is in flight or starts meanwhile.
     public func exclusively<T: Sendable>(touching paths: [StorePath], _ body: @Sendable () async throws(FSError) -> T) async throws(FSError) -> T {
-        let holder = nextHolder
-        nextHolder += 1
-        exclusiveHolders[holder] = paths
+        let holder = hold(paths)
         defer {
             streams?.release(holder)
-            exclusiveHolders[holder] = nil
-            startWork()
+            release(holder)
         }
         // A stream to the paths ends here (a completed commit is recorded first, so the rename or
         // unlink then acts on the store's file).

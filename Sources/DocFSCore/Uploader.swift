@@ -158,10 +158,6 @@ public actor Uploader {
         for waiters in itemWaiters.values { for waiter in waiters { waiter.resume() } }
         itemWaiters.removeAll()
         wakeIdleWaitersIfIdle()
-        guard !inFlight.isEmpty else {
-            handedOver = true
-            return
-        }
         let deadline = ContinuousClock.now + patience
         let timer = Task { [weak self] in
             try? await Task.sleep(for: patience)
@@ -206,9 +202,8 @@ public actor Uploader {
                 index += 1
                 continue
             }
-            let blocked = exclusiveHolders.values.contains { Uploader.overlaps(path, $0) }
-            guard !blocked else { index += 1; continue }
-            if large, inFlight.values.count(where: \.large) >= Self.maximumConcurrentLargeUploads { index += 1; continue }
+            guard !exclusiveHolders.values.contains(where: { Uploader.overlaps(path, $0) }),
+                  !large || inFlight.values.count(where: \.large) < Self.maximumConcurrentLargeUploads else { index += 1; continue }
             queue.remove(at: index)
             queued.remove(inode)
             inFlight[inode] = (path, large, Task { await self.upload(inode) })
@@ -227,9 +222,6 @@ public actor Uploader {
             // A change saved during the attempt queued the item again: the retry sends it.
             if forced[inode] == nil, queued.remove(inode) != nil { queue.removeAll { $0 == inode } }
             scheduleRetry(inode, retryAfter: retryAfter)
-        case .refused:
-            failures[inode] = nil
-            folderRemakes[inode] = nil
         }
         for waiter in exclusiveWaiters { waiter.resume() }
         exclusiveWaiters.removeAll()
@@ -272,7 +264,7 @@ public actor Uploader {
         return nil
     }
 
-    enum Outcome { case done, retryLater(retryAfter: Duration?), refused }
+    enum Outcome { case done, retryLater(retryAfter: Duration?) }
 
     private func attempt(_ inode: Inode) async -> Outcome {
         var item: Item
@@ -345,18 +337,12 @@ public actor Uploader {
                 await pushAttributesChanged(since: given)
             }
             return .done
-        } catch let error as StoreError {
-            switch error {
-            case .versionMismatch, .alreadyExists, .isADirectory:
-                // Changed elsewhere meanwhile: ours goes next to it.
-                return await keepBoth(item, copy, commit: commit, snapshot: snapshot)
-            default:
-                folderRemakes[item.inode] = nil  // "in a row": another failure breaks the run
-                await rememberSent(snapshot, of: inode, ifItMayHaveArrived: error)
-                return await failed(item, copy, error, commit: commit)
-            }
+        } catch StoreError.versionMismatch, StoreError.alreadyExists, StoreError.isADirectory {
+            // Changed elsewhere meanwhile: ours goes next to it.
+            return await keepBoth(item, copy, commit: commit, snapshot: snapshot)
         } catch {
-            folderRemakes[item.inode] = nil
+            folderRemakes[item.inode] = nil  // "in a row": another failure breaks the run
+            await rememberSent(snapshot, of: inode, ifItMayHaveArrived: error)
             return await failed(item, copy, error, commit: commit)
         }
     }
@@ -406,15 +392,13 @@ public actor Uploader {
                 return (entry.versionAfterAttributes(try await store.stat(entry.path)), item)
             }
             // Only on the version just streamed, and only the version that change made is ours.
-            switch try await store.setAttributes(entry.path, item.storeAttributes, onVersion: version) {
-            case .notKept: return (entry, nil)
-            case .kept(nil): return (entry.versionAfterAttributes(try await store.stat(entry.path)), item)
-            case .kept(let made?):
-                let now = try await store.stat(entry.path)
-                var ours = now.etag == made ? entry.versionAfterAttributes(now) : entry
-                ours.etag = made
-                return (ours, item)
-            }
+            guard case .kept(let made) = try await store.setAttributes(entry.path, item.storeAttributes, onVersion: version)
+            else { return (entry, nil) }
+            let now = try await store.stat(entry.path)
+            guard let made else { return (entry.versionAfterAttributes(now), item) }
+            var ours = now.etag == made ? entry.versionAfterAttributes(now) : entry
+            ours.etag = made
+            return (ours, item)
         } catch {
             logger.info("cannot give a streamed upload its attributes", metadata: ["path": "\(entry.path)", "error": "\(error)"])
             return (entry, nil)
@@ -446,7 +430,7 @@ public actor Uploader {
     /// A chmod between the look above and the record: one of the two sends its attributes.
     private func pushAttributesChanged(since given: Item) async {
         guard let now = try? catalog.item(given.inode), !now.hasUnsyncedChanges, !now.sameAttributes(as: given) else { return }
-        await AttributeSync.push(now.storeAttributes, of: now, to: store, catalog: catalog, provider: provider, logger: logger)
+        await AttributeSync.push(now.storeAttributes, of: now, to: store, provider: provider, logger: logger)
     }
 
     /// The same version, or identical bytes (an mtime-based ETag renames an attribute change).
@@ -462,7 +446,7 @@ public actor Uploader {
     @discardableResult
     func ended(_ copy: LocalCopy, _ end: Provider.UploadEnd) async throws(FSError) -> Bool {
         guard !handedOver else { return false }
-        guard try await provider.uploadEnded(copy, end) == .needsUpload else { return false }
+        guard try await provider.uploadEnded(copy, end) else { return false }
         enqueue(copy.inode)
         return true
     }
@@ -481,15 +465,15 @@ public actor Uploader {
 
     func failed(_ item: Item, _ copy: LocalCopy, _ error: any Error, commit: UInt64? = nil) async -> Outcome {
         guard !handedOver else { return .done }
-        if let error = error as? StoreError, Self.isPermanent(error) {
+        if let error = error as? StoreError, error.isPermanent {
             let reason = Self.refusedPrefix + error.description
             logger.error("the store refused the upload; the change is kept, not sent again",
                          metadata: ["path": "\(item.path)", "error": "\(error)"])
             recordUploadError(of: item, reason, .refused)
             // A newer commit is other content than the one refused: it gets a try of its own.
-            if await ended(copy, failing: commit, refused: true) { return .refused }
+            if await ended(copy, failing: commit, refused: true) { return .done }
             refused[item.inode] = reason
-            return .refused
+            return .done
         }
         let retryAfter = (error as? StoreError)?.retryAfter
         let trouble = UploadTrouble(retried: error)
@@ -506,11 +490,6 @@ public actor Uploader {
         } catch {
             logger.error("cannot record an upload's failure", metadata: ["path": "\(item.path)", "error": "\(error)"])
         }
-    }
-
-    /// The store said no, rather than failing to answer or the local disk failing.
-    static func isPermanent(_ error: StoreError) -> Bool {
-        error.isPermanent
     }
 
     private func scheduleRetry(_ inode: Inode, retryAfter: Duration?) {

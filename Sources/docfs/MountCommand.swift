@@ -370,7 +370,7 @@ struct MountCommand: AsyncParsableCommand {
         let unsynced = (try? catalog.items(in: [.modified, .uploading])) ?? []
         // Pinned copies stay for the next mount ("keep downloaded"); every other copy goes.
         let pinned = (try? catalog.pinnedLocalItems().map(\.id)) ?? []
-        layout.clearCache(keeping: Set(unsynced.map(\.id)).union(pinned))
+        MountLayout.clear(directory: layout.cacheDirectory, keeping: Set(unsynced.map(\.id)).union(pinned))
         if !unsynced.isEmpty {
             let folder = try? RecoveryFolder.keep(unsynced, cacheDirectory: layout.cacheDirectory, stateDirectory: layout.stateDirectory)
             logger.warning("unsynced changes kept for the next mount",

@@ -192,7 +192,7 @@ struct ChangeTests {
         await fixture.settle()
         try await fixture.fs.rename(from: Item.rootInode, name: "draft", to: Item.rootInode, newName: "final", noReplace: false)
         fixture.store.failWrites(with: nil)
-        try await fixture.fs.uploadNow(try await fixture.lookup("final").inode)
+        try await fixture.fs.uploader.sync(try await fixture.lookup("final").inode)
         #expect(fixture.store.fileNames(in: "/") == ["final"])
     }
 

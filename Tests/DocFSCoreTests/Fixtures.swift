@@ -135,7 +135,7 @@ extension CoreFixture {
 
     /// Writes `bytes` at `offset` through a handle, as the kernel would.
     func write(handle: UInt64, _ bytes: [UInt8], at offset: Int64 = 0) throws {
-        _ = try bytes.withUnsafeBytes { try fs.write(handle: handle, offset: offset, bytes: $0) }
+        _ = try bytes.withUnsafeBytes { try fs.writeLanding(handle: handle, offset: offset, bytes: $0).count }
     }
 
     /// Creates `name` in the root with `content`, and closes it.

@@ -58,7 +58,7 @@ extension CoreFixture {
     /// Files the catalog still holds unsynced changes for (a catalog that cannot tell fails
     /// the test: it is not "nothing pending").
     func pendingUploads() throws -> [Item] {
-        try fs.unsyncedItems()
+        try fs.catalog.items(in: [.modified, .uploading])
     }
 }
 

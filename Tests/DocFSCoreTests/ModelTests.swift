@@ -664,7 +664,7 @@ final class ModelRun {
             let letter = UInt8(ascii: "a") + UInt8(number % 26)
             let bytes = [UInt8](repeating: letter, count: count)
             guard let result = await call({ () async throws -> Int in
-                try bytes.withUnsafeBytes { try fs.write(handle: open.handle, offset: Int64(offset), bytes: $0) }
+                try bytes.withUnsafeBytes { try fs.writeLanding(handle: open.handle, offset: Int64(offset), bytes: $0).count }
             }) else { return "hung" }
             guard case .success(let written) = result else {
                 problems.append("op \(number): write failed: \(Self.failure(result))")
@@ -1202,7 +1202,7 @@ final class ModelRun {
             let fixture = self.fixture
             // A listing an upload caused (a conflict copy's folder) can queue a pinned file's
             // download, whose copy exists before its row says it is pinned and local.
-            guard await call({ await fixture.settle(); await fixture.fs.waitForListings(); await fixture.fs.waitForPinnedRefresh() }) != nil
+            guard await call({ await fixture.settle(); await fixture.fs.waitForListings(); await fixture.fs.pinnedRefresher.waitUntilIdle() }) != nil
             else { return }
             if (try? fixture.pendingUploads().isEmpty) == true && (try? fixture.unpinnedCachedFiles().isEmpty) == true { break }
             try? await Task.sleep(for: .milliseconds(50))
