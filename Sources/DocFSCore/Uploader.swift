@@ -15,10 +15,9 @@ public actor Uploader {
     let provider: Provider
     let logger: Logger
     let streams: UploadStreams?
-    /// 32 small uploads at once (they cost round trips, not bandwidth: at 16, `cp -r` of small
-    /// files to a store 20 ms away waited on the queue), of which at most four large ones
-    /// (they share the bandwidth however many there are).
-    static let maximumConcurrentUploads = 32
+    /// Sixteen small uploads at once (they cost round trips, not bandwidth), of which at most
+    /// four large ones (they share the bandwidth however many there are).
+    static let maximumConcurrentUploads = 16
     static let maximumConcurrentLargeUploads = 4
     static let largeUpload: Int64 = 1 << 20
     /// Only `delay` is used: a background upload has no caller whose patience ends.
