@@ -129,7 +129,6 @@ extension Catalog {
                               askedAt: Double, progress: ListingProgress, removedNames: RemovedNames, in db: Database) throws {
         guard let dirPath = try String.fetchOne(db.cachedStatement(sql: "SELECT path FROM item WHERE inode = ?"),
                                                 arguments: [Int64(bitPattern: directory)]) else { return }
-        var identifiers = ItemIdentifier.Batch(count: entries.count)
         for entry in foldersFirst(entries) {
             let key = entry.name.fileName
             let kind = kind(of: entry)
@@ -143,58 +142,50 @@ extension Catalog {
                 }
             }
             guard first else { continue }
-            // Most names of a first listing are new: the insert is their existence check.
-            let takenAway = removedNames.removed(key, from: directory, since: askedAt)
-            if !takenAway, try insert(entry, kind: kind, confirmed: !kindUnknown.contains(key), in: directory, at: dirPath,
-                                      identifiers: &identifiers, db) {
-                continue
-            }
-            guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM item WHERE parent = ? AND name = ?"),
-                                             arguments: [Int64(bitPattern: directory), entry.name]) else {
+            // Most names of a first listing are new: an existence check is cheaper than a row.
+            let arguments: StatementArguments = [Int64(bitPattern: directory), entry.name]
+            let exists = try Int64.fetchOne(db.cachedStatement(sql: "SELECT inode FROM item WHERE parent = ? AND name = ?"),
+                                            arguments: arguments) != nil
+            let row = exists ? try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM item WHERE parent = ? AND name = ?"),
+                                                arguments: arguments) : nil
+            if row == nil, removedNames.removed(key, from: directory, since: askedAt) {
                 // A local unlink or rename took the name away after the page was asked for.
                 continue
             }
-            if learnedSince(row, askedAt) {
+            if let row, learnedSince(row, askedAt) {
                 // docfs learned this item's version after the page was asked for.
                 continue
             }
-            if kindUnknown.contains(key) {
+            if let row, kindUnknown.contains(key) {
                 // An unconfirmed kind keeps what the catalog knows until the next lookup.
                 try updateKeepingKind(row, to: entry, in: db)
                 continue
             }
-            if keepsSpecialKind(row, entry) { continue }
-            if (row["kind"] as Int) == kind.rawValue {
+            if let row, keepsSpecialKind(row, entry) { continue }
+            if let row, (row["kind"] as Int) == kind.rawValue {
                 try update(row, to: entry, in: db)
                 continue
             }
-            // What holds a local copy stays (its upload becomes a conflict copy); the rest is replaced.
-            if try holdsLocalCopies(db, row) {
-                try db.cachedExecute(sql: "UPDATE item SET onStore = 0 WHERE inode = ? AND kind != ?",
-                                     arguments: [row["inode"] as Int64, Item.Kind.directory.rawValue])
-                continue
+            if let row {
+                // What holds a local copy stays (its upload becomes a conflict copy); the rest is replaced.
+                if try holdsLocalCopies(db, row) {
+                    try db.cachedExecute(sql: "UPDATE item SET onStore = 0 WHERE inode = ? AND kind != ?",
+                                   arguments: [row["inode"] as Int64, Item.Kind.directory.rawValue])
+                    continue
+                }
+                try db.cachedExecute(sql: "DELETE FROM item WHERE inode = ?", arguments: [row["inode"] as Int64])
             }
-            try db.cachedExecute(sql: "DELETE FROM item WHERE inode = ?", arguments: [row["inode"] as Int64])
-            _ = try insert(entry, kind: kind, confirmed: !kindUnknown.contains(key), in: directory, at: dirPath,
-                           identifiers: &identifiers, db)
+            try db.cachedExecute(sql: """
+                INSERT INTO item (id, parent, name, path, kind, size, modifiedNs, etag, symlinkTarget, mode, state, kindKnownFor, rdev,
+                                  owner, "group", links)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """, arguments: [ItemIdentifier.make(), Int64(bitPattern: directory), entry.name,
+                                 join(dirPath, entry.name), kind.rawValue, entry.size, Timestamp(seconds: entry.modified).nanoseconds,
+                                 entry.etag?.value, target(of: entry), entry.mode.map { Int64($0) },
+                                 kind == .directory ? ItemState.directory.rawValue : ItemState.placeholder.rawValue,
+                                 kindUnknown.contains(key) ? nil : entry.etag?.value, rdev(of: entry),
+                                 storeOwner(of: entry), storeGroup(of: entry), entry.links])
         }
-    }
-
-    /// A row for `entry` unless its name has one already (then false).
-    private static func insert(_ entry: RemoteEntry, kind: Item.Kind, confirmed: Bool, in directory: Inode, at dirPath: String,
-                               identifiers: inout ItemIdentifier.Batch, _ db: Database) throws -> Bool {
-        try db.cachedExecute(sql: """
-            INSERT INTO item (id, parent, name, path, kind, size, modifiedNs, etag, symlinkTarget, mode, state, kindKnownFor, rdev,
-                              owner, "group", links)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            ON CONFLICT (parent, name) DO NOTHING
-            """, arguments: [identifiers.next(), Int64(bitPattern: directory), entry.name,
-                             join(dirPath, entry.name), kind.rawValue, entry.size, Timestamp(seconds: entry.modified).nanoseconds,
-                             entry.etag?.value, target(of: entry), entry.mode.map { Int64($0) },
-                             kind == .directory ? ItemState.directory.rawValue : ItemState.placeholder.rawValue,
-                             confirmed ? entry.etag?.value : nil, rdev(of: entry),
-                             storeOwner(of: entry), storeGroup(of: entry), entry.links])
-        return db.changesCount > 0
     }
 
     /// A special file made here on a store that cannot mark one lists as an empty file.
