@@ -40,14 +40,8 @@ enum Snapshot {
                 throw .local(errno: errno, "reading for the upload snapshot: \(String(cString: strerror(errno)))")
             }
             if n == 0 { break }
-            var written = 0
-            while written < n {
-                let w = buffer.withUnsafeBytes { pwrite(target, $0.baseAddress! + written, n - written, targetOffset + off_t(written)) }
-                if w < 0 {
-                    if errno == EINTR { continue }
-                    throw .local(errno: errno, "writing the upload snapshot: \(String(cString: strerror(errno)))")
-                }
-                written += w
+            if let code = buffer.withUnsafeBytes({ LocalCopy.writeAll(target, UnsafeRawBufferPointer(rebasing: $0[..<n]), at: Int64(targetOffset)) }) {
+                throw .local(errno: code, "writing the upload snapshot: \(String(cString: strerror(code)))")
             }
             sourceOffset += off_t(n)
             targetOffset += off_t(n)
