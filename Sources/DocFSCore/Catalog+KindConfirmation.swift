@@ -30,12 +30,4 @@ extension Catalog {
                 """), arguments: [Int64(bitPattern: directory), maximumSize])
         }.map(Catalog.item(from:)).map { KindToConfirm(inode: $0.inode, parent: directory, path: $0.path) }
     }
-
-    /// readdir gives the kernel no attributes for them, so a `stat` confirms first.
-    public func inodesToConfirm(in directory: Inode, maximumSize: Int64) throws(FSError) -> Set<Inode> {
-        try quickRead { db in
-            try Set(Int64.fetchCursor(db.cachedStatement(sql: "SELECT inode FROM item WHERE parent = ? AND \(Catalog.toConfirm)"),
-                                      arguments: [Int64(bitPattern: directory), maximumSize]).map { Inode(bitPattern: $0) })
-        }
-    }
 }

@@ -81,11 +81,6 @@ public actor DirectoryEnumerator {
         return try? catalog.kindToConfirm(item, maximumSize: maximumLinkSize)
     }
 
-    public nonisolated func inodesToConfirm(in directory: Inode) -> Set<Inode> {
-        guard let maximumLinkSize else { return [] }
-        return (try? catalog.inodesToConfirm(in: directory, maximumSize: maximumLinkSize)) ?? []
-    }
-
     /// A folder never listed is listed, the caller waiting; a stale one is refreshed behind it.
     /// `name`: a folder listed for the first time returns as soon as a page that holds it is
     /// in the catalog, so a `stat` of a name in a big folder waits for its page, not for the

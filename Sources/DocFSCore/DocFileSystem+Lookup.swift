@@ -85,9 +85,10 @@ extension DocFileSystem {
         try catalog.items(inodes).mapValues(shownWithLocalCopy)
     }
 
-    /// `stat` looks them up: readdir gives no attributes for them.
-    public func childrenToConfirm(of directory: Inode) -> Set<Inode> {
-        enumerator.inodesToConfirm(in: directory)
+    /// Whether `child`'s kind is still to be confirmed: readdir gives it no type and no
+    /// attributes, so `stat` looks it up.
+    public func kindUnconfirmed(_ child: Item) -> Bool {
+        enumerator.kindToConfirm(child) != nil
     }
 
     public func children(of inode: Inode) async throws(FSError) -> [Item] {

@@ -39,15 +39,6 @@ struct DirectorySnapshot: Sendable {
         formats.append(UInt16(truncatingIfNeeded: format & S_IFMT))
     }
 
-    /// Marks the children among `inodes` as still to be confirmed.
-    mutating func markUnconfirmed(_ unconfirmed: Set<Inode>) {
-        guard !unconfirmed.isEmpty else { return }
-        for index in inodes.indices where types[index] == .child && unconfirmed.contains(inodes[index]) {
-            types[index] = .unconfirmed
-            formats[index] = 0
-        }
-    }
-
     func inode(at index: Int) -> Inode { inodes[index] }
     func type(at index: Int) -> EntryType { types[index] }
     func format(at index: Int) -> mode_t { mode_t(formats[index]) }

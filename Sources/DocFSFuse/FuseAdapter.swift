@@ -425,10 +425,14 @@ final class FuseAdapter: Sendable {
                 snapshot.append(name: ".", inode: inode, type: .directoryLink, format: S_IFDIR)
                 snapshot.append(name: "..", inode: parent, type: .directoryLink, format: S_IFDIR)
                 try await fs.forEachChild(of: inode) { child in
-                    snapshot.append(name: child.name, inode: child.inode, type: .child, format: Self.format(of: child.kind))
+                    // Told from the row the kind comes from: asked apart, a sweep confirming a
+                    // link in between left it typed DT_REG, and `find -type l` passed it by.
+                    if fs.kindUnconfirmed(child) {
+                        snapshot.append(name: child.name, inode: child.inode, type: .unconfirmed, format: 0)
+                    } else {
+                        snapshot.append(name: child.name, inode: child.inode, type: .child, format: Self.format(of: child.kind))
+                    }
                 }
-                // Asked once the folder is listed (the listing is what leaves kinds open).
-                snapshot.markUnconfirmed(fs.childrenToConfirm(of: inode))
                 return snapshot
             }
             let handle = directories.withLock { table in
