@@ -65,9 +65,11 @@ struct EnumerationTests {
         let store = InMemoryStore()
         store.addFile("docs/a.txt", [1, 2, 3])
         let first = try CoreFixture(store: store)
-        _ = try await first.lookup("docs/a.txt")
-        // The lookup is answered by the page that holds the name; the listing ends after it.
+        let listed = try await first.lookup("docs")
+        // Awaited whole (a lookup of docs/a.txt returns at the page that holds the name).
+        _ = try await first.fs.children(of: listed.inode)
         await first.fs.waitForListings()
+        #expect(try first.catalog.item(listed.inode)?.listedAt != nil, "the first mount did not record docs as listed")
 
         store.failListings(with: .unreachable("connection refused"))
         let second = try CoreFixture(store: store, reuse: first.directory)
