@@ -17,6 +17,9 @@ struct CooperativePoolTests {
         case removeUnsent
     }
 
+    /// How long the catalogs stay held if the test never lets them go: a stuck pool waits that long.
+    static let stuckFor: Double = 30
+
     @Test(arguments: Operation.allCases)
     func anOperationWaitingOnABusyCatalogLeavesThePoolFree(_ operation: Operation) async throws {
         // One mount per thread of the pool, each with an operation that waits for its catalog.
@@ -34,18 +37,19 @@ struct CooperativePoolTests {
         let release = DispatchSemaphore(value: 0)
         let held = DispatchSemaphore(value: 0)
         // Each catalog's writer is held by a thread of its own, outside the pool, and let go by
-        // the test or, should the pool be stuck, by a deadline no test run reaches otherwise.
+        // the test or, should the pool be stuck, by a deadline no test run reaches otherwise
+        // (a loaded 2-core machine took up to 10 s to start the detached task below).
         for fixture in fixtures {
             Thread.detachNewThread { [catalog = fixture.catalog] in
                 _ = try? catalog.write { _ in
                     held.signal()
-                    _ = release.wait(timeout: .now() + 10)
+                    _ = release.wait(timeout: .now() + Self.stuckFor)
                 }
             }
         }
         for _ in fixtures { held.wait() }
         Thread.detachNewThread {
-            Thread.sleep(forTimeInterval: 10)
+            Thread.sleep(forTimeInterval: Self.stuckFor)
             for _ in 0..<width { release.signal() }
         }
         let started = fixtures.map { fixture in
@@ -61,7 +65,7 @@ struct CooperativePoolTests {
         for (fixture, task) in zip(fixtures, started) {
             if let handle = try await task.value { await fixture.fs.release(handle: handle) }
         }
-        #expect(waited < .seconds(5), "a task waited \(waited) for a thread of the pool while \(operation) waited for its catalog")
+        #expect(waited < .seconds(Self.stuckFor / 2), "a task waited \(waited) for a thread of the pool while \(operation) waited for its catalog")
     }
 
     /// The handle, for an operation that opens one.

@@ -358,7 +358,9 @@ struct NothingLostTests {
             await fixture.fs.shutdown(uploadGrace: .milliseconds(200))
             ended.withLock { $0 = true }
         }
-        let deadline = ContinuousClock.now + .seconds(10)
+        // Ends in about the grace and the uploader's patience (1.2 s); the rest is room for a
+        // loaded machine (a full run beside a build once took over 10 s). A held unmount never ends.
+        let deadline = ContinuousClock.now + .seconds(30)
         while !ended.withLock({ $0 }), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
         #expect(ended.withLock { $0 }, "the unmount waited for the hanging upload")
         if !ended.withLock({ $0 }) { await hanging.open() }  // so that a failing run ends
