@@ -77,7 +77,7 @@ extension DocFileSystem {
         guard enumerator.canAnswerNow(for: directory) || child.map({ enumerator.firstListingHolds($0, in: directory) }) == true
         else { return nil }
         guard let child else { throw .notFound }
-        if enumerator.kindToConfirm(child) != nil { return nil }  // `lookup` asks the store first
+        if kindUnconfirmed(child) { return nil }  // `lookup` asks the store first
         return shownWithLocalCopy(child)
     }
 

@@ -36,7 +36,8 @@ struct DirectorySnapshot: Sendable {
         names.append(0)
         inodes.append(inode)
         types.append(type)
-        formats.append(UInt16(truncatingIfNeeded: format & S_IFMT))
+        // An unconfirmed kind is no type to tell: DT_UNKNOWN, so that `stat` looks it up.
+        formats.append(type == .unconfirmed ? 0 : UInt16(truncatingIfNeeded: format & S_IFMT))
     }
 
     func inode(at index: Int) -> Inode { inodes[index] }

@@ -427,11 +427,8 @@ final class FuseAdapter: Sendable {
                 try await fs.forEachChild(of: inode) { child in
                     // Told from the row the kind comes from: asked apart, a sweep confirming a
                     // link in between left it typed DT_REG, and `find -type l` passed it by.
-                    if fs.kindUnconfirmed(child) {
-                        snapshot.append(name: child.name, inode: child.inode, type: .unconfirmed, format: 0)
-                    } else {
-                        snapshot.append(name: child.name, inode: child.inode, type: .child, format: Self.format(of: child.kind))
-                    }
+                    snapshot.append(name: child.name, inode: child.inode, type: fs.kindUnconfirmed(child) ? .unconfirmed : .child,
+                                    format: Self.format(of: child.kind))
                 }
                 return snapshot
             }
