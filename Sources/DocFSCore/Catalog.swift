@@ -19,6 +19,11 @@ public final class Catalog: Sendable {
         do {
             var configuration = Configuration()
             configuration.busyMode = .timeout(10)
+            // SQLite's default page cache is 2 MiB per connection, and the pool holds up to six
+            // (a writer, five readers): 12 MiB of copies of pages the kernel's page cache already
+            // holds, filled in whatever order a big listing happened to use the readers. 256 KiB
+            // each keeps the hot B-tree pages; a miss is a pread from the kernel's cache.
+            configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA cache_size = -256") }
             db = try DatabasePool(path: path, configuration: configuration)
             try Catalog.migrator.migrate(db)
         } catch {

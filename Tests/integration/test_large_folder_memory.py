@@ -20,7 +20,10 @@ of 0.5 MiB, about 26 bytes per entry); +34 and +36 MiB with a row cache of 16,38
 names as Swift sets and a lookup count per inode; +18 and +31 MiB on the tree before the first
 of this work (13.3 MiB, about 700 bytes per entry: a String and a stat per entry in the
 snapshot, a catalog read per entry), which extrapolates to +72 MiB for 100,000 entries. An
-absolute bound on the 60,000-entry mount guards the constant part."""
+absolute bound on the 60,000-entry mount guards the constant part: CI once failed it at +30.6
+MiB (+25.2 for 10,000), when each of the catalog's six SQLite connections kept a page cache of
+2 MiB, filled as the listing happened to use them (+24 to +30 MiB for 60,000 here); with 256 KiB
+each, +20 to +26 MiB."""
 from __future__ import annotations
 
 import subprocess
