@@ -20,6 +20,10 @@ struct ListingBoundsTests {
         return body + Array("</D:multistatus>".utf8)
     }
 
+    /// The big listings' tests are about pages, not deadlines: a unit run beside a build once
+    /// left one without a byte read for the default 30 s (`readTimeout`).
+    static let patient = HTTPTimeouts(idle: .seconds(180), base: .seconds(180))
+
     static func drain(_ store: any Store, _ directory: StorePath = .root, limit: Int = 10_000) async throws -> (names: [String], pages: Int) {
         var names: [String] = []
         var token: PageToken?
@@ -38,7 +42,7 @@ struct ListingBoundsTests {
         let body = Self.multistatus(hrefs)
         let server = try CannedHTTPServer { _ in CannedResponse("207 Multi-Status", body: body) }
         defer { server.stop() }
-        let store = try WebDAVStore(baseURL: "http://127.0.0.1:\(server.port)/base/", logger: testLogger)
+        let store = try WebDAVStore(baseURL: "http://127.0.0.1:\(server.port)/base/", timeouts: Self.patient, logger: testLogger)
         let listed = await Result(catching: { try await Self.drain(store) })
         await store.shutdown()
         let (names, pages) = try listed.get()
@@ -61,7 +65,7 @@ struct ListingBoundsTests {
         let body = Self.multistatus(hrefs)
         let server = try CannedHTTPServer { _ in CannedResponse("207 Multi-Status", body: body) }
         defer { server.stop() }
-        let store = try WebDAVStore(baseURL: "http://127.0.0.1:\(server.port)/base/", logger: testLogger,
+        let store = try WebDAVStore(baseURL: "http://127.0.0.1:\(server.port)/base/", timeouts: Self.patient, logger: testLogger,
                                     listingLimits: ListingLimits(maximumEntries: 1200))
         let listed = await Result(catching: { try await Self.drain(store) })
         await store.shutdown()
