@@ -56,6 +56,21 @@ public struct MountLayout: Sendable, Equatable {
         }
         let parents = (ownsStateParent ? [stateDirectory] : []) + (ownsCacheParent ? [cacheDirectory] : [])
         for directory in parents { _ = chmod((directory as NSString).deletingLastPathComponent, 0o700) }
+        try refuseOneDirectoryForBoth()
+    }
+
+    /// A mount empties its cache directory of all but the copies it keeps (`clear`): were it
+    /// also the state directory (`XDG_CACHE_HOME` equal to `XDG_STATE_HOME`, or one `--cache-dir`
+    /// and `--state-dir`), the catalog and the journal of unsynced changes would go with them.
+    /// Compared by device and inode, so a symlink or `..` does not hide it.
+    private func refuseOneDirectoryForBoth() throws(FSError) {
+        var state = stat()
+        var cache = stat()
+        guard stat(stateDirectory, &state) == 0, stat(cacheDirectory, &cache) == 0 else { return }
+        guard state.st_dev == cache.st_dev && state.st_ino == cache.st_ino else { return }
+        throw .local(errno: EINVAL, "the cache directory \(cacheDirectory) is the state directory \(stateDirectory): docfs "
+                     + "empties its cache directory at mount, and the catalog must not go with it; give them different "
+                     + "parents (--cache-dir and --state-dir, or XDG_CACHE_HOME and XDG_STATE_HOME)")
     }
 
     /// Keeps the copies in `keeping` (unsynced changes: the journal needs them). Returns how many went.

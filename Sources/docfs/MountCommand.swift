@@ -69,7 +69,7 @@ struct MountCommand: AsyncParsableCommand {
     @Flag(help: "Write no thumbnails from the store's previews, and leave file managers' thumbnail failure markers alone (see doc/desktop.md).")
     var noThumbnails = false
 
-    @Option(help: "Where local copies are kept (default: $XDG_CACHE_HOME/docfs).")
+    @Option(help: "Where local copies are kept (default: $XDG_CACHE_HOME/docfs); not the state directory, which a mount would empty.")
     var cacheDir: String?
 
     @Option(help: "Where the catalog and the journal of changes are kept (default: $XDG_STATE_HOME/docfs); a store is mounted once per state directory.")
@@ -210,7 +210,7 @@ struct MountCommand: AsyncParsableCommand {
             fail("\(error)")
         }
         let layout = MountLayout(store: store.identity, environment: environment, stateDirectoryOverride: stateDir.map(absolutePath),
-                                 cacheDirectoryOverride: cacheDir)
+                                 cacheDirectoryOverride: cacheDir.map(absolutePath))
         // The daemon would reach its own catalog or cache through its own mount, and hang.
         for directory in [layout.stateDirectory, layout.cacheDirectory] where absolutePath(directory).hasPrefix(path + "/") {
             await StoreLocator.shutdownIfNeeded(store)

@@ -230,3 +230,41 @@ def test_unmount_of_a_killed_daemon_whose_journal_cannot_be_read_keeps_every_loc
     assert not proc_mounts_lines(m.path), f"stale mount still listed: {proc_mounts_lines(m.path)}"
     assert all(Path(f).exists() for f in copies), f"the unsynced copy was removed: {result.stderr}"
     assert "cannot read the journal" in result.stderr, result.stderr
+
+
+def test_a_cache_directory_that_is_the_state_directory_is_refused_and_the_catalog_kept(mount, xdg, tmp_path):
+    """A mount empties its cache directory of all but the copies it keeps. When the cache and
+    state directories were one (`XDG_CACHE_HOME` equal to `XDG_STATE_HOME`, or one directory
+    for `--cache-dir` and `--state-dir`), that emptying unlinked the catalog under the running
+    daemon: every later open failed with "SQLite error 14: unable to open database file", and
+    the journal of unsynced changes was gone. Such a mount is refused, naming both, before it
+    touches anything; the catalog of the store's earlier mount is left as it was."""
+    store = tmp_path / "store"
+    store.mkdir()
+    m = mount(store)
+    (m / "kept.txt").write_text("kept\n")
+    assert m.unmount().returncode == 0
+    catalogs = list((xdg.state_home / "docfs").glob("*/catalog.sqlite"))
+    assert len(catalogs) == 1, catalogs
+    before = catalogs[0].stat()
+    mountpoint = tmp_path / "refused"
+    mountpoint.mkdir()
+    same_env = dict(xdg.env, XDG_CACHE_HOME=str(xdg.state_home))
+    for how, args, env in (("--cache-dir", ["--cache-dir", xdg.state_home / "docfs"], xdg.env),
+                           ("--cache-dir and --state-dir", ["--cache-dir", tmp_path / "one", "--state-dir", tmp_path / "one"], xdg.env),
+                           ("XDG_CACHE_HOME", [], same_env)):
+        try:
+            result = run([docfs_bin(), "mount", str(store), str(mountpoint), *map(str, args)], timeout=60, env=env)
+        finally:
+            if is_mounted(mountpoint):
+                run([docfs_bin(), "unmount", str(mountpoint)], timeout=60, env=env)
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert result.returncode == 1 and len(lines) == 1, f"{how}: exit {result.returncode}: {result.stderr}"
+        assert "is the state directory" in lines[0], f"{how}: {lines[0]}"
+        assert not is_mounted(mountpoint), how
+        wait_until(lambda: not pids_for(str(mountpoint)), 10, f"no daemon of the refused mount ({how})")
+        after = catalogs[0].stat()
+        assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns), \
+            f"{how}: the catalog changed"
+    again = mount(store)
+    assert (again / "kept.txt").read_text() == "kept\n"
