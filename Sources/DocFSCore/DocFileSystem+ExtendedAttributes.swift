@@ -2,6 +2,12 @@ import DocFSStore
 import Foundation
 import Logging
 
+/// docfs's attributes are answered by name and never listed (`listxattr` is empty), as kernel
+/// file systems do with virtual ones (CephFS's `ceph.*`, kAFS's `afs.*`): `cp -a`, `mv`,
+/// `rsync -X`, `tar --xattrs` and a file manager's copy restore what they list, so a listed
+/// `user.docfs.id` went with a file copied out of the mount, `cp --preserve=xattr` within it
+/// failed on each name it may not set, and `cp -a` of a pinned file pinned the copy. A file
+/// manager asking every attribute (GIO's `*`) also no longer makes five more calls per file.
 extension DocFileSystem {
     public static let stateAttribute = "user.docfs.state"
     public static let identifierAttribute = "user.docfs.id"
@@ -15,18 +21,6 @@ extension DocFileSystem {
     public static let evictAttribute = "user.docfs.evict"
     /// On the root: one line per download under way.
     public static let transfersAttribute = "user.docfs.transfers"
-
-    public func extendedAttributeNames(of inode: Inode) throws(FSError) -> [String] {
-        let item = try item(inode)
-        var names = [Self.stateAttribute, Self.identifierAttribute]
-        if transferProgress(of: item) != nil { names.append(Self.progressAttribute) }
-        if try catalog.isPinned(inode) { names.append(Self.pinnedAttribute) }
-        if item.etag != nil { names.append(Self.etagAttribute) }
-        if item.uploadError != nil { names.append(Self.errorAttribute) }
-        if item.conflictCopy != nil { names.append(Self.conflictAttribute) }
-        if inode == Item.rootInode, stateFeed.socketPath.withLock({ $0 }) != nil { names.append(Self.eventsAttribute) }
-        return names
-    }
 
     public func extendedAttribute(_ name: String, of inode: Inode) throws(FSError) -> [UInt8] {
         // Other names are "not supported": `ls -l` then stops asking for labels and ACLs on the device.
