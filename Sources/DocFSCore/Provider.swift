@@ -21,6 +21,7 @@ public actor Provider {
     let retention: RetentionPolicy
     /// Released clean copies the retention policy keeps, with their release time.
     var idle: [Inode: ContinuousClock.Instant] = [:]
+    private var madeHere = VersionsMadeHere()
 
     public nonisolated var wholeFileLimit: Int64 { streaming.wholeFileLimit }
 
@@ -51,7 +52,8 @@ public actor Provider {
         case cached(RemoteEntry)
         case empty
         /// A writer's open of `opened`: a large file gets a sparse copy pinned to it, so an edit never
-        /// lands on a version it was not made against.
+        /// lands on a version it was not made against. Versions this mount made from it since
+        /// are followed (`VersionsMadeHere`).
         case writer(opened: RemoteEntry)
     }
 
@@ -210,7 +212,10 @@ public actor Provider {
     public func uploadEnded(_ copy: LocalCopy, _ end: UploadEnd) throws(FSError) -> Bool {
         switch end {
         case .stored(let commit, let version):
-            return perform(try copy.uploaded(commit, etag: version.etag), on: copy)
+            let base = copy.life.base
+            let action = try copy.uploaded(commit, etag: version.etag)
+            if let base { madeHere.uploaded(copy.inode, over: base, as: version) }
+            return perform(action, on: copy)
         case .keptAsConflict(let commit, let conflictCopy, let storeVersion):
             return perform(try copy.conflictKept(commit, as: conflictCopy, storeVersion: storeVersion), on: copy)
         case .refused(let commit):
@@ -237,6 +242,7 @@ public actor Provider {
     public func storeVersionChanged(_ inode: Inode, from old: ETag?, to new: ETag?) throws(FSError) {
         try catalog.recordVersion(of: inode, etag: new)
         guard let old, let new else { return }
+        madeHere.moved(inode, from: old, to: new)
         guard let copy = providing[inode]?.copy else {
             try catalog.rebaseUnheldCopy(inode, from: old, to: new)
             return
@@ -386,7 +392,11 @@ public actor Provider {
         if fetchNeeded { makeRoom(for: item.size) }
         // An upload of the empty copy meets any newer version as a conflict.
         var base = item.onStore ? item.etag : nil
-        if case .writer(let opened) = intent, item.onStore { base = opened.etag }
+        var writersVersion: RemoteEntry?
+        if case .writer(let opened) = intent, item.onStore {
+            writersVersion = madeHere.newest(of: item.inode, after: opened)
+            base = writersVersion?.etag
+        }
         let life = CopyLife(content: fetchNeeded ? .fetching : .present, base: base, startedFromNothing: !item.onStore, pinned: pinned)
         let copy = try LocalCopy(path: path, inode: item.inode, catalog: catalog, life: life)
         try copy.begin()
@@ -397,7 +407,7 @@ public actor Provider {
         if case .cached(let entry) = intent, let version = entry.etag, version == item.etag, store.capabilities.hasRangeReads {
             return register(Providing(copy: copy, fetch: fetchedOnDemand(item, version: version, entry: entry, into: copy)))
         }
-        if case .writer(let opened) = intent, let version = opened.etag, opened.size > streaming.wholeFileLimit {
+        if let opened = writersVersion, let version = opened.etag, opened.size > streaming.wholeFileLimit {
             return register(Providing(copy: copy, fetch: fetchedOnDemand(item, version: version, entry: opened, into: copy, learned: false)))
         }
         // Detached: the download must not hold up the provider's executor.

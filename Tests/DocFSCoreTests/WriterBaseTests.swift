@@ -39,6 +39,8 @@ struct WriterBaseTests {
         fixture.store.addFile(name, content, modified: 1_700_000_100)
         let inode = try await fixture.lookup(name).inode
         _ = try await fixture.fs.children(of: Item.rootInode)
+        // A folder listed before is refreshed in the background: its answer is waited for here.
+        await fixture.fs.waitForListings()
         #expect(try fixture.catalog.item(inode)?.size == Int64(content.count), "the listing saw their version")
     }
 
@@ -229,6 +231,52 @@ struct WriterBaseTests {
         #expect(same, "the writer reads the version it opened, all of it")
         await Self.close(handle, in: fixture)
     }
+
+    /// This mount's own change of the file lands between a writer's open asking the store for
+    /// the version and the open taking it: another program's upload (two writers of one file on
+    /// one mount), or a chmod. Those versions are this mount's own, so the writer's change
+    /// belongs to the newest of them, as on a local disk: it lands on it, no conflict copy and
+    /// no error at its close. (fsx met the same with one program: a close and reopen at once,
+    /// where the reopen saw the copy uploading and began after its upload ended.)
+    @Test(arguments: [OwnChange.upload, .chmod])
+    func aWriterWhoseOpenMetThisMountsOwnChangeWritesOverIt(_ change: OwnChange) async throws {
+        let original = randomBytes(3 << 20)
+        let (fixture, item) = try await Self.storeWith("disk.img", original)
+        let gate = Gate()
+        fixture.store.holdNextStat(until: { await gate.wait() })
+        let asked = fixture.store.statCount
+        let slow = Task { try await fixture.fs.open(item.inode, mode: Self.writer) }
+        try await eventually("the slow writer's question to the store") { fixture.store.statCount != asked }
+
+        var expected = original
+        switch change {
+        case .upload:
+            let quick = try await fixture.fs.open(item.inode, mode: Self.writer)
+            try fixture.write(handle: quick, Array("QUICK".utf8), at: 0)
+            try await fixture.fs.flush(handle: quick)
+            await fixture.fs.release(handle: quick)
+            await fixture.settle()
+            expected.replaceSubrange(0..<5, with: Array("QUICK".utf8))
+            #expect(fixture.store.content("disk.img") == expected, "the quick writer's upload landed")
+        case .chmod:
+            _ = try await fixture.fs.setAttributes(of: item.inode, .init(mode: 0o600), handle: nil)
+            #expect(fixture.store.attributes(of: "disk.img")?.mode == 0o600, "the mode reached the store")
+        }
+        #expect(fixture.cachedFiles().isEmpty, "no copy left for the slow writer to join")
+        await gate.open()
+
+        let handle = try await slow.value
+        try fixture.write(handle: handle, Array("SLOW".utf8), at: 100)
+        try await fixture.fs.flush(handle: handle)
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+        expected.replaceSubrange(100..<104, with: Array("SLOW".utf8))
+        let stored = fixture.store.content("disk.img") == expected
+        #expect(stored, "the slow writer's change is on the mount's own newest version")
+        #expect(Self.conflictCopies(of: "disk", in: fixture).isEmpty)
+    }
+
+    enum OwnChange: Sendable, CaseIterable { case upload, chmod }
 
     /// A writer of a small file has the whole file at its open: nothing waits for a first use.
     @Test func aSmallFileIsWholeAtAWritersOpen() async throws {

@@ -1,0 +1,54 @@
+import DocFSStore
+
+/// The store versions this mount made of an item itself, each from the one before: an upload
+/// over its base, or a change of attributes that gave the same content a new version. A writer
+/// decides its version before its open reaches the provider; if this mount made newer versions
+/// meanwhile, its change belongs to the newest of them, as on a local disk, where programs on
+/// one machine share one file. A version another client made is never followed.
+/// In memory: after a restart such a writer's change becomes a conflict copy at worst.
+struct VersionsMadeHere {
+    private enum Made {
+        case content(RemoteEntry)
+        case sameContent(ETag)
+    }
+
+    private var steps: [Inode: [(from: ETag, to: Made)]] = [:]
+    /// Oldest first, for the bound on items.
+    private var items: [Inode] = []
+    private static let keptPerItem = 8
+    private static let keptItems = 1024
+
+    mutating func uploaded(_ inode: Inode, over base: ETag, as stored: RemoteEntry) {
+        guard let new = stored.etag, new != base else { return }
+        add(inode, from: base, to: .content(stored))
+    }
+
+    mutating func moved(_ inode: Inode, from old: ETag, to new: ETag) {
+        guard new != old else { return }
+        add(inode, from: old, to: .sameContent(new))
+    }
+
+    /// `opened`, or the newest version this mount made from it.
+    func newest(of inode: Inode, after opened: RemoteEntry) -> RemoteEntry {
+        guard let made = steps[inode] else { return opened }
+        var entry = opened
+        // Each step is taken once at most, so versions that repeat cannot loop.
+        for step in made {
+            guard step.from == entry.etag else { continue }
+            switch step.to {
+            case .content(let stored): entry = RemoteEntry(path: opened.path, kind: .file, size: stored.size, modified: stored.modified, etag: stored.etag)
+            case .sameContent(let new): entry.etag = new
+            }
+        }
+        return entry
+    }
+
+    private mutating func add(_ inode: Inode, from old: ETag, to made: Made) {
+        if steps[inode] == nil {
+            items.append(inode)
+            if items.count > Self.keptItems { steps[items.removeFirst()] = nil }
+        }
+        steps[inode, default: []].append((old, made))
+        if steps[inode]!.count > Self.keptPerItem { steps[inode]!.removeFirst() }
+    }
+}
