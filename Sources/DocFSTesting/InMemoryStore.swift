@@ -89,15 +89,20 @@ public final class InMemoryStore: Store, Sendable {
     /// `previews` makes it a store that makes previews (of the files given one with `addPreview`).
     /// `tellsVersionAfterAttributes`: `setAttributes(_:_:onVersion:)` checks the version and names
     /// the one its change made in one step, as S3's conditional copy does; else, as a WebDAV
-    /// server, it leaves the caller to stat.
+    /// server, it leaves the caller to stat. `attributesMakeVersions`: a change of attributes gives
+    /// the same content a new version, as S3's copy onto itself does to a multipart object, or a
+    /// `touch` to a file of a local directory.
     public init(symlinkDiscovery: SymlinkDiscovery = .inListings, looksUpByStat: Bool = false, listsStoredTimes: Bool = false,
-                streamsUploads: Bool = false, previews: Bool = false, tellsVersionAfterAttributes: Bool = false) {
+                streamsUploads: Bool = false, previews: Bool = false, tellsVersionAfterAttributes: Bool = false,
+                attributesMakeVersions: Bool = false) {
         capabilities = StoreCapabilities(canWrite: true, canRename: true, hasRangeReads: true, symlinkDiscovery: symlinkDiscovery,
                                          looksUpByStat: looksUpByStat, streamsUploads: streamsUploads, previews: previews)
         self.listsStoredTimes = listsStoredTimes
         self.tellsVersionAfterAttributes = tellsVersionAfterAttributes
+        self.attributesMakeVersions = attributesMakeVersions
     }
     private let tellsVersionAfterAttributes: Bool
+    private let attributesMakeVersions: Bool
 
     /// The time a listing shows for version `version` of a file when `listsStoredTimes`.
     public static func storedTime(ofVersion version: Int) -> Double { 1_800_000_000 + Double(version) }
@@ -540,7 +545,7 @@ public final class InMemoryStore: Store, Sendable {
 
     public func setAttributes(_ path: StorePath, _ attributes: StoreAttributes) async throws(StoreError) -> Bool {
         defer { if let body = state.withLock({ $0.afterAttributes }) { body(path) } }
-        try state.withLock { state throws(StoreError) in try Self.apply(attributes, at: path, in: &state) }
+        try state.withLock { state throws(StoreError) in try Self.apply(attributes, at: path, newVersion: attributesMakeVersions, in: &state) }
         return true
     }
 
@@ -549,15 +554,19 @@ public final class InMemoryStore: Store, Sendable {
         return try state.withLock { state throws(StoreError) -> AttributesSet in
             guard let file = state.files[path] else { throw .notFound(path) }
             guard Self.entry(path, file).etag == version else { throw .versionMismatch(path) }
-            try Self.apply(attributes, at: path, in: &state)
+            try Self.apply(attributes, at: path, newVersion: attributesMakeVersions, in: &state)
             guard tellsVersionAfterAttributes else { return .kept(newVersion: nil) }
             return .kept(newVersion: state.files[path].flatMap { Self.entry(path, $0).etag })
         }
     }
 
-    private static func apply(_ attributes: StoreAttributes, at path: StorePath, in state: inout State) throws(StoreError) {
+    private static func apply(_ attributes: StoreAttributes, at path: StorePath, newVersion: Bool, in state: inout State) throws(StoreError) {
         if let fault = state.attributesFault { throw fault }
         guard state.files[path] != nil || state.directories.contains(path) else { throw .notFound(path) }
+        if newVersion, state.files[path] != nil {
+            let version = state.nextVersion()
+            state.files[path]?.version = version
+        }
         var kept = state.attributes[path] ?? StoreAttributes()
         kept.mode = attributes.mode ?? kept.mode
         kept.modified = attributes.modified ?? kept.modified

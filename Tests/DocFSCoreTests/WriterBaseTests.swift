@@ -241,7 +241,11 @@ struct WriterBaseTests {
     @Test(arguments: [OwnChange.upload, .chmod])
     func aWriterWhoseOpenMetThisMountsOwnChangeWritesOverIt(_ change: OwnChange) async throws {
         let original = randomBytes(3 << 20)
-        let (fixture, item) = try await Self.storeWith("disk.img", original)
+        // A chmod that gives the content a new version, named in the answer (S3's copy onto itself).
+        let store = InMemoryStore(tellsVersionAfterAttributes: true, attributesMakeVersions: true)
+        let fixture = try CoreFixture(store: store, ttl: 0, readOnly: false)
+        store.addFile("disk.img", original)
+        let item = try await fixture.lookup("disk.img")
         let gate = Gate()
         fixture.store.holdNextStat(until: { await gate.wait() })
         let asked = fixture.store.statCount
@@ -259,8 +263,10 @@ struct WriterBaseTests {
             expected.replaceSubrange(0..<5, with: Array("QUICK".utf8))
             #expect(fixture.store.content("disk.img") == expected, "the quick writer's upload landed")
         case .chmod:
+            let before = try await store.stat(StorePath("/disk.img")).etag
             _ = try await fixture.fs.setAttributes(of: item.inode, .init(mode: 0o600), handle: nil)
             #expect(fixture.store.attributes(of: "disk.img")?.mode == 0o600, "the mode reached the store")
+            #expect(try await store.stat(StorePath("/disk.img")).etag != before, "the content has a new version")
         }
         #expect(fixture.cachedFiles().isEmpty, "no copy left for the slow writer to join")
         await gate.open()
