@@ -8,8 +8,14 @@ public struct TimedOut: Error, CustomStringConvertible {
     public var description: String { "timed out waiting for \(what)" }
 }
 
+/// How long a test waits for what should come at once: a deadline, never a sleep, so it costs
+/// nothing when the test passes. Generous, because `swift test` runs the tests side by side: a CI
+/// run saw a wait of well under a second here alone take over 10 s while the model and fuzz
+/// tests filled both threads of the cooperative pool.
+public let testPatience = Duration.seconds(60)
+
 /// Polls `condition` every 10 ms until it holds; throws `TimedOut` after `timeout`.
-public func eventually(_ what: String, timeout: Duration = .seconds(10), _ condition: () throws -> Bool) async throws {
+public func eventually(_ what: String, timeout: Duration = testPatience, _ condition: () throws -> Bool) async throws {
     let deadline = ContinuousClock.now + timeout
     while try !condition() {
         guard ContinuousClock.now < deadline else { throw TimedOut(what: what) }

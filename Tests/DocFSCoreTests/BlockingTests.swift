@@ -1,4 +1,5 @@
 @testable import DocFSStore
+import DocFSTesting
 import Foundation
 import Synchronization
 import Testing
@@ -23,7 +24,7 @@ struct BlockingTests {
         Blocking.submit { quick.signal() }
         let answered = quick.wait(timeout: .now() + 10)
         let waited = ContinuousClock.now - asked
-        let deadline = ContinuousClock.now + .seconds(10)
+        let deadline = ContinuousClock.now + testPatience
         while startedAt.withLock({ $0.count }) < waiting, ContinuousClock.now < deadline { Thread.sleep(forTimeInterval: 0.01) }
         let started = startedAt.withLock { $0 }
         for _ in 0..<waiting { release.signal() }

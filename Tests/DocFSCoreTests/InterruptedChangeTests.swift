@@ -39,7 +39,7 @@ struct InterruptedChangeTests {
                       during operation: @escaping @Sendable () async throws -> Void) async throws -> String {
         proxy.crash(rightAfter: { $0 == change })
         let cut = Task { try? await operation() }
-        let deadline = ContinuousClock.now + .seconds(10)
+        let deadline = ContinuousClock.now + testPatience
         while !proxy.isCrashed, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
         #expect(proxy.isCrashed, "the store never saw \(change)")
         let left = try await fixture.crash(proxy)
@@ -70,9 +70,9 @@ struct InterruptedChangeTests {
         return (store, fixture, left)
     }
 
-    /// Waits until the store holds `content` at `name` (at most 10 s).
+    /// Waits until the store holds `content` at `name` (at most `testPatience`).
     private func waitUntil(_ store: InMemoryStore, holds content: String, at name: String) async throws {
-        let deadline = ContinuousClock.now + .seconds(10)
+        let deadline = ContinuousClock.now + testPatience
         while store.content(name) != Array(content.utf8), ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(50))
         }

@@ -1,5 +1,6 @@
 @testable import DocFSCore
 import DocFSStore
+import DocFSTesting
 import Foundation
 import Glibc
 import Testing
@@ -120,7 +121,7 @@ struct JournalOutsideTheLockTests {
             let outcome = Result { () throws(FSError) -> UInt64? in try copy.startUpload(snapshotTo: snapshot, committingPending: false) }
             started.withLock { $0 = outcome }
         }
-        let deadline = ContinuousClock.now + .seconds(5)
+        let deadline = ContinuousClock.now + testPatience
         while !FileManager.default.fileExists(atPath: snapshot), ContinuousClock.now < deadline { Thread.sleep(forTimeInterval: 0.01) }
         #expect(FileManager.default.fileExists(atPath: snapshot), "the upload took its snapshot")
 

@@ -903,10 +903,10 @@ final class ModelRun {
 
         case .waitForHeldUpload:
             guard let hold = uploadHold else { return "skipped: uploads are not held" }
-            let deadline = ContinuousClock.now + .seconds(10)
+            let deadline = ContinuousClock.now + testPatience
             while hold.arrived.withLock({ $0 }) == 0 {
                 guard ContinuousClock.now < deadline else {
-                    problems.append("op \(number): no upload reached the store within 10 s")
+                    problems.append("op \(number): no upload reached the store within \(testPatience)")
                     return "none came"
                 }
                 try? await Task.sleep(for: .milliseconds(5))

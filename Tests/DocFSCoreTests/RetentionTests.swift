@@ -90,7 +90,7 @@ struct RetentionTests {
         fixture.store.addFile("free/c.txt", Array("c".utf8))
         try await fixture.fs.refresh(directory: folder.inode)
         try await fixture.fs.refresh(directory: free.inode)
-        let deadline = ContinuousClock.now + .seconds(10)
+        let deadline = ContinuousClock.now + testPatience
         while ContinuousClock.now < deadline, fixture.store.readCount("keep/new.bin") == 0 || fixture.store.readCount("keep/sub/deep.txt") == 0 {
             try await Task.sleep(for: .milliseconds(20))
         }
@@ -136,7 +136,7 @@ struct RetentionTests {
         fixture.store.remove("keep/now-folder")
         fixture.store.addFile("keep/now-folder/inside.txt", Array("in".utf8))
         try await fixture.fs.refresh(directory: folder.inode)
-        let deadline = ContinuousClock.now + .seconds(10)
+        let deadline = ContinuousClock.now + testPatience
         while ContinuousClock.now < deadline, fixture.cachedFiles().count > 1 { try await Task.sleep(for: .milliseconds(20)) }
 
         #expect(fixture.cachedFiles().count == 1)
@@ -164,7 +164,7 @@ struct RetentionTests {
         await fixture.fs.release(handle: handle)
 
         try await fixture.fs.refresh(directory: folder.inode)
-        let deadline = ContinuousClock.now + .seconds(10)
+        let deadline = ContinuousClock.now + testPatience
         while ContinuousClock.now < deadline, !fixture.cachedFiles().isEmpty { try await Task.sleep(for: .milliseconds(20)) }
         #expect(fixture.cachedFiles().isEmpty)
         #expect(try await fixture.fs.children(of: folder.inode).isEmpty)

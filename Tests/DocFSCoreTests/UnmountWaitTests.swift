@@ -24,13 +24,13 @@ struct UnmountWaitTests {
         let fsync = Task { () -> Result<Void, FSError> in
             do throws(FSError) { try await fs.fsync(handle: handle); return .success(()) } catch { return .failure(error) }
         }
-        let deadline = ContinuousClock.now + .seconds(10)
+        let deadline = ContinuousClock.now + testPatience
         while await !fixture.fs.uploader.isQueued(item.inode) {
             guard ContinuousClock.now < deadline else { throw TimedOut(what: "the fsync's upload to wait in the queue") }
             try await Task.sleep(for: .milliseconds(10))
         }
         await fixture.fs.shutdown(uploadGrace: .milliseconds(100))
-        let answer = try await withDeadline(.seconds(10), "the fsync to be answered after the unmount") { await fsync.value }
+        let answer = try await withDeadline(testPatience, "the fsync to be answered after the unmount") { await fsync.value }
         #expect(throws: Uploader.stoppedBeforeUpload) { try answer.get() }
     }
 
