@@ -10,6 +10,12 @@ import Logging
 enum AttributeSync {
     static func push(_ attributes: StoreAttributes, of item: Item, to store: any Store, provider: Provider, logger: Logger) async {
         guard !attributes.isEmpty, item.onStore, !item.isDirectory || store.capabilities.keepsFolderAttributes else { return }
+        await provider.versionMayMove(item.inode)
+        await pushToStore(attributes, of: item, to: store, provider: provider, logger: logger)
+        await provider.versionMoveEnded(item.inode)
+    }
+
+    private static func pushToStore(_ attributes: StoreAttributes, of item: Item, to store: any Store, provider: Provider, logger: Logger) async {
         do {
             // A folder has no content for a version to guard: its attributes are simply set.
             guard !item.isDirectory, let version = item.etag else {

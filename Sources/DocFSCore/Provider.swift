@@ -22,6 +22,7 @@ public actor Provider {
     /// Released clean copies the retention policy keeps, with their release time.
     var idle: [Inode: ContinuousClock.Instant] = [:]
     private var madeHere = VersionsMadeHere()
+    private var beingMade = VersionsBeingMade()
 
     public nonisolated var wholeFileLimit: Int64 { streaming.wholeFileLimit }
 
@@ -252,6 +253,32 @@ public actor Provider {
         try copy.rebase(from: old, to: new)
     }
 
+    /// Around an attribute change that may give the content a new version (`VersionsBeingMade`).
+    func versionMayMove(_ inode: Inode) { beingMade.began(inode) }
+
+    func versionMoveEnded(_ inode: Inode) {
+        for waiter in beingMade.ended(inode) { waiter.continuation.resume() }
+    }
+
+    /// Returns once no attribute change of `inode` is on its way to the store, or the caller's
+    /// task is cancelled (a fetcher being stopped).
+    func versionMovesSettled(_ inode: Inode) async {
+        guard beingMade.isUnderWay(inode) else { return }
+        let id = beingMade.newWaiter()
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                if Task.isCancelled { return continuation.resume() }
+                beingMade.wait(inode, (id, continuation))
+            }
+        } onCancel: {
+            Task { await self.withdrawWaiter(id, of: inode) }
+        }
+    }
+
+    private func withdrawWaiter(_ id: UInt64, of inode: Inode) {
+        beingMade.withdraw(id, of: inode)?.continuation.resume()
+    }
+
     /// An open file stays readable whatever happens to its name (POSIX).
     public func completeStreams(where isAffected: (Inode) -> Bool) async {
         let sparse = providing.values.map(\.copy).filter { $0.isSparse && isAffected($0.inode) }
@@ -416,7 +443,8 @@ public actor Provider {
             do {
                 let askedAt = Date().timeIntervalSince1970
                 let entry = streamed
-                    ? try await Self.fetchHead(of: item, into: copy, store: store, retry: retry, streaming: streaming, trouble: trouble, logger: logger)
+                    ? try await Self.fetchHead(of: item, into: copy, store: store, retry: retry, streaming: streaming, trouble: trouble, logger: logger,
+                                               ownVersionMoves: { [weak self] in await self?.versionMovesSettled(item.inode) })
                     : try await Self.fetch(item, into: copy, store: store, retry: retry, trouble: trouble, logger: logger)
                 try await Blocking.run { () throws(FSError) in try copy.fetched(entry, askedAt: askedAt) }
                 if entry.etag != item.etag, item.etag != nil {
@@ -461,7 +489,8 @@ public actor Provider {
             try copy.setLength(entry.size)
             if entry.size > 0 {
                 copy.attach(RangeFetcher(store: store, path: item.path, version: version, size: entry.size, fetched: 0,
-                                         copy: copy, policy: streaming, retry: retry, logger: logger))
+                                         copy: copy, policy: streaming, retry: retry, logger: logger,
+                                         ownVersionMoves: { [weak self] in await self?.versionMovesSettled(item.inode) }))
             }
             try copy.fetched(entry, learned: learned)
         } catch {
@@ -474,7 +503,8 @@ public actor Provider {
 
     /// The head pins the version; a `RangeFetcher` fetches the rest on demand.
     private static func fetchHead(of item: Item, into copy: LocalCopy, store: any Store, retry: RetryPolicy,
-                                  streaming: StreamingPolicy, trouble: FetchTrouble, logger: Logger) async throws -> RemoteEntry {
+                                  streaming: StreamingPolicy, trouble: FetchTrouble, logger: Logger,
+                                  ownVersionMoves: @escaping @Sendable () async -> Void) async throws -> RemoteEntry {
         let entry = try await fetch(item, upTo: streaming.head, into: copy, store: store, retry: retry, trouble: trouble, logger: logger)
         let headEnd = min(streaming.head, entry.size)
         guard headEnd < entry.size else { return entry }
@@ -490,7 +520,7 @@ public actor Provider {
             return entry
         }
         copy.attach(RangeFetcher(store: store, path: item.path, version: version, size: entry.size, fetched: headEnd,
-                                 copy: copy, policy: streaming, retry: retry, logger: logger))
+                                 copy: copy, policy: streaming, retry: retry, logger: logger, ownVersionMoves: ownVersionMoves))
         return entry
     }
 

@@ -47,6 +47,9 @@ public final class RangeFetcher: Sendable {
     private let retry: RetryPolicy
     private let logger: Logger
     private let state: Mutex<State>
+    /// Returns once this mount's attribute changes of the item have reached the store and moved
+    /// `version` along (`VersionsBeingMade`).
+    private let ownVersionMoves: @Sendable () async -> Void
 
     private struct Waiter {
         var range: ByteRange
@@ -90,8 +93,9 @@ public final class RangeFetcher: Sendable {
     private static let maximumStreams = 16
 
     init(store: any Store, path: StorePath, version: ETag, size: Int64, fetched: Int64, copy: LocalCopy,
-         policy: StreamingPolicy, retry: RetryPolicy, logger: Logger) {
+         policy: StreamingPolicy, retry: RetryPolicy, logger: Logger, ownVersionMoves: @escaping @Sendable () async -> Void = {}) {
         self.store = store
+        self.ownVersionMoves = ownVersionMoves
         self.location = Mutex(path)
         self.size = size
         self.copy = copy
@@ -284,7 +288,7 @@ public final class RangeFetcher: Sendable {
 
     private func fetch(_ range: ByteRange) async -> FSError? {
         let sink = Sink(copy: copy, fetcher: self)
-        do {
+        do throws(StoreError) {
             var rebased = 0
             while true {
                 let version = state.withLock { $0.version }
@@ -298,8 +302,11 @@ public final class RangeFetcher: Sendable {
                         logger.info("retrying a ranged read", metadata: ["path": "\(path)", "range": "\(range)", "error": "\(error)"])
                     })
                     break
-                } catch .versionMismatch where rebased < 3 && state.withLock({ $0.version }) != version {
-                    rebased += 1  // docfs itself moved the version meanwhile (see rebase)
+                } catch .versionMismatch where rebased < 3 {
+                    // docfs itself may have moved the version meanwhile (see rebase).
+                    rebased += 1
+                    if state.withLock({ $0.version }) == version { await ownVersionMoves() }
+                    if state.withLock({ $0.version }) == version { throw .versionMismatch(path) }
                 }
             }
         } catch .versionMismatch {

@@ -52,3 +52,44 @@ struct VersionsMadeHere {
         if steps[inode]!.count > Self.keptPerItem { steps[inode]!.removeFirst() }
     }
 }
+
+/// Attribute changes of this mount on their way to the store, which may give an item's content a
+/// new version. A ranged read that meets a version it did not ask for waits for them: once the
+/// change is recorded, its copy has followed the new version (`LocalCopy.rebase`) and the range
+/// is asked again, instead of the file being called changed by another client.
+struct VersionsBeingMade {
+    typealias Waiter = (id: UInt64, continuation: CheckedContinuation<Void, Never>)
+    private var underWay: [Inode: Int] = [:]
+    private var waiters: [Inode: [Waiter]] = [:]
+    private var lastWaiter: UInt64 = 0
+
+    mutating func began(_ inode: Inode) { underWay[inode, default: 0] += 1 }
+
+    /// The waiters to resume.
+    mutating func ended(_ inode: Inode) -> [Waiter] {
+        guard let count = underWay[inode] else { return [] }
+        guard count == 1 else {
+            underWay[inode] = count - 1
+            return []
+        }
+        underWay[inode] = nil
+        return waiters.removeValue(forKey: inode) ?? []
+    }
+
+    func isUnderWay(_ inode: Inode) -> Bool { underWay[inode] != nil }
+
+    mutating func newWaiter() -> UInt64 {
+        lastWaiter += 1
+        return lastWaiter
+    }
+
+    mutating func wait(_ inode: Inode, _ waiter: Waiter) {
+        waiters[inode, default: []].append(waiter)
+    }
+
+    /// A waiter whose task was cancelled, to resume now.
+    mutating func withdraw(_ id: UInt64, of inode: Inode) -> Waiter? {
+        guard let index = waiters[inode]?.firstIndex(where: { $0.id == id }) else { return nil }
+        return waiters[inode]?.remove(at: index)
+    }
+}

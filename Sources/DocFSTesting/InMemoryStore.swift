@@ -66,6 +66,8 @@ public final class InMemoryStore: Store, Sendable {
         var writeFault: StoreError?
         var attributesFault: StoreError?
         var afterAttributes: (@Sendable (StorePath) -> Void)?
+        var attributeAnswerGate: (@Sendable () async -> Void)?
+        var readsOfAnotherVersion = 0
         var writeGate: (@Sendable () async -> Void)?
         var uploadReading: UploadReading?
         /// The content of every write that succeeded, in order (what the store ever held).
@@ -417,7 +419,10 @@ public final class InMemoryStore: Store, Sendable {
             return (file, fault)
         }
         var entry = ownTimed(Self.entry(path, file))
-        if let etag = ifMatch, etag != entry.etag { throw .versionMismatch(path) }
+        if let etag = ifMatch, etag != entry.etag {
+            state.withLock { $0.readsOfAnotherVersion += 1 }
+            throw .versionMismatch(path)
+        }
         let lower = Int(range?.lowerBound ?? 0)
         var upper = min(Int(range?.upperBound ?? Int64(file.content.count)), file.content.count)
         switch fault {
@@ -551,14 +556,27 @@ public final class InMemoryStore: Store, Sendable {
 
     public func setAttributes(_ path: StorePath, _ attributes: StoreAttributes, onVersion version: ETag) async throws(StoreError) -> AttributesSet {
         defer { if let body = state.withLock({ $0.afterAttributes }) { body(path) } }
-        return try state.withLock { state throws(StoreError) -> AttributesSet in
+        let (answer, gate) = try state.withLock { state throws(StoreError) -> (AttributesSet, (@Sendable () async -> Void)?) in
             guard let file = state.files[path] else { throw .notFound(path) }
             guard Self.entry(path, file).etag == version else { throw .versionMismatch(path) }
             try Self.apply(attributes, at: path, newVersion: attributesMakeVersions, in: &state)
-            guard tellsVersionAfterAttributes else { return .kept(newVersion: nil) }
-            return .kept(newVersion: state.files[path].flatMap { Self.entry(path, $0).etag })
+            let gate = state.attributeAnswerGate
+            state.attributeAnswerGate = nil
+            guard tellsVersionAfterAttributes else { return (.kept(newVersion: nil), gate) }
+            return (.kept(newVersion: state.files[path].flatMap { Self.entry(path, $0).etag }), gate)
         }
+        if let gate { await gate() }
+        return answer
     }
+
+    /// The next conditional change of attributes is made at once, but answered only once `gate`
+    /// opens: the new version is on the store before the client knows it.
+    public func holdNextAttributeAnswer(until gate: @escaping @Sendable () async -> Void) {
+        state.withLock { $0.attributeAnswerGate = gate }
+    }
+
+    /// Ranged or whole reads refused because the version asked for is not the store's.
+    public var readsOfAnotherVersion: Int { state.withLock { $0.readsOfAnotherVersion } }
 
     private static func apply(_ attributes: StoreAttributes, at path: StorePath, newVersion: Bool, in state: inout State) throws(StoreError) {
         if let fault = state.attributesFault { throw fault }

@@ -19,6 +19,34 @@ struct StreamingTests {
         return (fixture, item, handle, content)
     }
 
+    /// A chmod here gives the content a new version (S3's copy onto itself of a multipart
+    /// object, a touch on a local directory), and a ranged read asks for the old one after the
+    /// store has made it, before the answer is back: the read waits for that answer and asks
+    /// again for the new version, instead of failing as if another client had changed the file.
+    @Test func aRangedReadThatMeetsThisMountsOwnChmodFollowsItsVersion() async throws {
+        let store = InMemoryStore(tellsVersionAfterAttributes: true, attributesMakeVersions: true)
+        let fixture = try CoreFixture.writable(store: store)
+        let content = randomBytes(8 * Self.mebibyte)
+        store.addFile("movie.bin", content)
+        let item = try await fixture.lookup("movie.bin")
+        let handle = try await fixture.fs.open(item.inode, mode: .read)
+        let gate = Gate()
+        store.holdNextAttributeAnswer(until: { await gate.wait() })
+        let chmod = Task { try await fixture.fs.setAttributes(of: item.inode, .init(mode: 0o600), handle: nil) }
+        try await eventually("the chmod made on the store") { store.attributes(of: "movie.bin")?.mode == 0o600 }
+
+        let offset = 6 * Self.mebibyte
+        let read = Task { try await fixture.fs.read(handle: handle, offset: Int64(offset), count: 4096) }
+        try await eventually("a read of the version before the chmod") { store.readsOfAnotherVersion > 0 }
+        // Had the read taken the new version for another client's, it would have failed by now.
+        _ = try? await withDeadline(.seconds(1), "the read") { _ = await read.result }
+        await gate.open()
+        _ = try await chmod.value
+        #expect(try await read.value == Array(content[offset..<offset + 4096]))
+        #expect(try await fixture.fs.read(handle: handle, offset: 0, count: content.count) == content)
+        await fixture.fs.release(handle: handle)
+    }
+
     @Test func openFetchesOnlyTheHead() async throws {
         let (fixture, item, handle, _) = try await openLarge()
         #expect(fixture.store.readRanges("movie.bin") == [0..<(128 << 10)])
