@@ -257,7 +257,7 @@ public actor Provider {
     func versionMayMove(_ inode: Inode) { beingMade.began(inode) }
 
     func versionMoveEnded(_ inode: Inode) {
-        for waiter in beingMade.ended(inode) { waiter.continuation.resume() }
+        for waiter in beingMade.ended(inode) { waiter.resume() }
     }
 
     /// Returns once no attribute change of `inode` is on its way to the store, or the caller's
@@ -268,16 +268,14 @@ public actor Provider {
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 if Task.isCancelled { return continuation.resume() }
-                beingMade.wait(inode, (id, continuation))
+                beingMade.wait(id, for: inode, continuation)
             }
         } onCancel: {
-            Task { await self.withdrawWaiter(id, of: inode) }
+            Task { await self.withdrawWaiter(id) }
         }
     }
 
-    private func withdrawWaiter(_ id: UInt64, of inode: Inode) {
-        beingMade.withdraw(id, of: inode)?.continuation.resume()
-    }
+    private func withdrawWaiter(_ id: UInt64) { beingMade.withdraw(id)?.resume() }
 
     /// An open file stays readable whatever happens to its name (POSIX).
     public func completeStreams(where isAffected: (Inode) -> Bool) async {

@@ -13,9 +13,8 @@ struct VersionsMadeHere {
     }
 
     private var steps: [Inode: [(from: ETag, to: Made)]] = [:]
-    /// Oldest first, for the bound on items.
-    private var items: [Inode] = []
     private static let keptPerItem = 8
+    /// Past it all is forgotten: at worst a conflict copy.
     private static let keptItems = 1024
 
     mutating func uploaded(_ inode: Inode, over base: ETag, as stored: RemoteEntry) {
@@ -44,12 +43,8 @@ struct VersionsMadeHere {
     }
 
     private mutating func add(_ inode: Inode, from old: ETag, to made: Made) {
-        if steps[inode] == nil {
-            items.append(inode)
-            if items.count > Self.keptItems { steps[items.removeFirst()] = nil }
-        }
-        steps[inode, default: []].append((old, made))
-        if steps[inode]!.count > Self.keptPerItem { steps[inode]!.removeFirst() }
+        if steps[inode] == nil, steps.count >= Self.keptItems { steps.removeAll() }
+        steps[inode] = (steps[inode] ?? []).suffix(Self.keptPerItem - 1) + [(old, made)]
     }
 }
 
@@ -58,38 +53,34 @@ struct VersionsMadeHere {
 /// change is recorded, its copy has followed the new version (`LocalCopy.rebase`) and the range
 /// is asked again, instead of the file being called changed by another client.
 struct VersionsBeingMade {
-    typealias Waiter = (id: UInt64, continuation: CheckedContinuation<Void, Never>)
     private var underWay: [Inode: Int] = [:]
-    private var waiters: [Inode: [Waiter]] = [:]
+    private var waiters: [UInt64: (inode: Inode, continuation: CheckedContinuation<Void, Never>)] = [:]
     private var lastWaiter: UInt64 = 0
+
+    func isUnderWay(_ inode: Inode) -> Bool { underWay[inode] != nil }
 
     mutating func began(_ inode: Inode) { underWay[inode, default: 0] += 1 }
 
     /// The waiters to resume.
-    mutating func ended(_ inode: Inode) -> [Waiter] {
-        guard let count = underWay[inode] else { return [] }
-        guard count == 1 else {
-            underWay[inode] = count - 1
-            return []
-        }
-        underWay[inode] = nil
-        return waiters.removeValue(forKey: inode) ?? []
+    mutating func ended(_ inode: Inode) -> [CheckedContinuation<Void, Never>] {
+        underWay[inode] = underWay[inode].flatMap { $0 > 1 ? $0 - 1 : nil }
+        guard underWay[inode] == nil else { return [] }
+        let done = waiters.filter { $0.value.inode == inode }
+        for id in done.keys { waiters[id] = nil }
+        return done.values.map(\.continuation)
     }
-
-    func isUnderWay(_ inode: Inode) -> Bool { underWay[inode] != nil }
 
     mutating func newWaiter() -> UInt64 {
         lastWaiter += 1
         return lastWaiter
     }
 
-    mutating func wait(_ inode: Inode, _ waiter: Waiter) {
-        waiters[inode, default: []].append(waiter)
+    mutating func wait(_ id: UInt64, for inode: Inode, _ continuation: CheckedContinuation<Void, Never>) {
+        waiters[id] = (inode, continuation)
     }
 
     /// A waiter whose task was cancelled, to resume now.
-    mutating func withdraw(_ id: UInt64, of inode: Inode) -> Waiter? {
-        guard let index = waiters[inode]?.firstIndex(where: { $0.id == id }) else { return nil }
-        return waiters[inode]?.remove(at: index)
+    mutating func withdraw(_ id: UInt64) -> CheckedContinuation<Void, Never>? {
+        waiters.removeValue(forKey: id)?.continuation
     }
 }
