@@ -14,9 +14,9 @@ extension Catalog {
         AND etag IS NOT NULL AND size <= ? AND (kindKnownFor IS NULL OR kindKnownFor != etag)
         """
 
-    /// Nil for most items, decided without a query.
+    /// Nil for most items, decided without a query: lookups and getattr of small objects run this
+    /// from the cache.
     public func kindToConfirm(_ item: Item, maximumSize: Int64) throws(FSError) -> KindToConfirm? {
-        // Without a query: lookups and getattr of small objects run this from the cache.
         guard item.kind != .directory, item.state == .placeholder, item.onStore, item.etag != nil,
               item.size <= maximumSize, !item.kindConfirmed, let parent = item.parent else { return nil }
         return KindToConfirm(inode: item.inode, parent: parent, path: item.path)

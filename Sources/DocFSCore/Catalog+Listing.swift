@@ -1,5 +1,4 @@
 import DocFSStore
-import Foundation
 import GRDB
 import Synchronization
 

@@ -1,6 +1,4 @@
-import DocFSStore
 import GRDB
-import Synchronization
 
 /// Items whose shown state may have changed, told after each commit. A transaction observer on
 /// the state's columns, so no writer can forget to tell. (New items need no word.)

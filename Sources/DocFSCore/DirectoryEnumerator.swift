@@ -100,11 +100,7 @@ public actor DirectoryEnumerator {
                 if progress.hasSeen(name), (try? catalog.child(of: directory.inode, named: name)) != nil { return }
             }
         }
-        do {
-            try await task.value
-        } catch {
-            throw (error as? FSError) ?? .io("\(error)")
-        }
+        try await task.valueOrFSError
     }
 
     /// Whether a first listing of `directory` under way has put `child` in the catalog: then
@@ -212,11 +208,7 @@ public actor DirectoryEnumerator {
     public func refresh(_ directory: Item) async throws(FSError) {
         // A file is never listed: a folder made there elsewhere would become the file's children.
         guard directory.isDirectory else { throw .notADirectory }
-        do {
-            try await listing(directory).value
-        } catch {
-            throw (error as? FSError) ?? .io("\(error)")
-        }
+        try await listing(directory).valueOrFSError
     }
 
     /// `awaited`: a caller waits, so thumbnails are waited for and rows read into the cache.

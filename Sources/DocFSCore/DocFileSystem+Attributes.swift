@@ -1,7 +1,6 @@
 // setattr: a new size is a content change; the rest lives in the catalog and goes to the store.
 
 import DocFSStore
-import Foundation
 import Logging
 
 extension DocFileSystem {

@@ -1,7 +1,6 @@
 // Reads never touch the network on the caller's thread; a close commits and hands over the copy.
 
 import DocFSStore
-import Foundation
 import Logging
 
 extension DocFileSystem {

@@ -1,13 +1,10 @@
 import DocFSStore
 import Foundation
-import Logging
 
 /// docfs's attributes are answered by name and never listed (`listxattr` is empty), as kernel
 /// file systems do with virtual ones (CephFS's `ceph.*`, kAFS's `afs.*`): `cp -a`, `mv`,
-/// `rsync -X`, `tar --xattrs` and a file manager's copy restore what they list, so a listed
-/// `user.docfs.id` went with a file copied out of the mount, `cp --preserve=xattr` within it
-/// failed on each name it may not set, and `cp -a` of a pinned file pinned the copy. A file
-/// manager asking every attribute (GIO's `*`) also no longer makes five more calls per file.
+/// `rsync -X`, `tar --xattrs` and a file manager's copy restore what they list: a listed
+/// `user.docfs.id` or pin would go with the copy, and names they may not set would fail them.
 extension DocFileSystem {
     public static let stateAttribute = "user.docfs.state"
     public static let identifierAttribute = "user.docfs.id"

@@ -1,5 +1,4 @@
 import DocFSStore
-import Foundation
 import Logging
 
 extension DocFileSystem {

@@ -1,6 +1,5 @@
 import DocFSStore
 import Foundation
-import Logging
 
 extension DocFileSystem {
     /// A file with a copy shows the copy's size (what reads return), except while it downloads; its
@@ -49,8 +48,7 @@ extension DocFileSystem {
             return try item(child.inode)  // made, changed or open here: the catalog knows better
         }
         await enumerator.noteLookupByName(in: directory)
-        let path: StorePath
-        do { path = try directory.path.appending(name) } catch { throw .invalidArgument }
+        let path = try storePath(directory.path, name)
         let askedAt = Date().timeIntervalSince1970
         let entry: RemoteEntry
         do {

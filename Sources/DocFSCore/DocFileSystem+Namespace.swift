@@ -24,7 +24,6 @@ extension DocFileSystem {
     /// mknod/mkfifo/bind; `EPERM` where the store cannot represent them. Metadata only.
     public func makeSpecial(in parent: Inode, name: String, _ special: SpecialFile, mode: UInt32, owner: UInt32,
                             group: UInt32) async throws(FSError) -> Item {
-        if readOnly { throw .readOnly }
         let path = try await pathForNewEntry(named: name, in: parent)
         let (group, mode) = try inheriting(group: group, mode: mode, from: parent, directory: false)
         let entry = try await makeOnStore(touching: [path]) { () async throws(StoreError) in
@@ -205,7 +204,7 @@ extension DocFileSystem {
         return try storePath(directory.path, name)
     }
 
-    private func storePath(_ directory: StorePath, _ name: String) throws(FSError) -> StorePath {
+    func storePath(_ directory: StorePath, _ name: String) throws(FSError) -> StorePath {
         do { return try directory.appending(name) } catch { throw .invalidArgument }
     }
 }

@@ -2,8 +2,6 @@
 // one its change belongs to.
 
 import DocFSStore
-import Foundation
-import Logging
 
 extension DocFileSystem {
     /// Large files and writers get sparse copies; uncovered bytes are fetched before commit.

@@ -1,7 +1,6 @@
 // Pin ("keep downloaded"), unpin and evict: which copies stay local.
 
 import DocFSStore
-import Foundation
 import Logging
 
 extension DocFileSystem {

@@ -1,7 +1,5 @@
 // Calls only tests make (through `@testable import`), to wait for or start background work.
 
-import DocFSStore
-
 extension DocFileSystem {
     /// Background refreshes included.
     func waitForListings() async {

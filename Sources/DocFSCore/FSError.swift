@@ -79,3 +79,12 @@ extension FSError {
         }
     }
 }
+
+extension Task where Failure == any Error {
+    /// The task's value, its error as the core's own.
+    var valueOrFSError: Success {
+        get async throws(FSError) {
+            do { return try await value } catch { throw (error as? FSError) ?? .io("\(error)") }
+        }
+    }
+}

@@ -1,5 +1,4 @@
 import DocFSStore
-import Foundation
 import Logging
 
 /// Settles changes a killed daemon left under way by asking the store: made, the catalog

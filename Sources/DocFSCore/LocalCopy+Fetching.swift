@@ -1,5 +1,4 @@
 import DocFSStore
-import Foundation
 
 extension LocalCopy {
     func attach(_ fetcher: RangeFetcher) {

@@ -1,4 +1,3 @@
-import DocFSStore
 import Foundation
 
 extension LocalCopy {

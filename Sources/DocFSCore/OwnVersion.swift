@@ -61,7 +61,6 @@ final class SnapshotComparison: ContentSink, Sendable {
         var next: Int64 = 0
         var inOrder = true
         var identical = true
-        var closed = false
     }
     private let descriptor: Int32
     let length: Int64

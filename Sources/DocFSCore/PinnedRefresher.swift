@@ -1,4 +1,3 @@
-import DocFSStore
 import Logging
 import Synchronization
 

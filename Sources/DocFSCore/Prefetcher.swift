@@ -1,5 +1,3 @@
-import DocFSStore
-import Foundation
 import Logging
 import Synchronization
 

@@ -1,6 +1,3 @@
-import DocFSStore
-import Foundation
-
 /// When copies go: last release, `--evict-delay`, `--cache-max`, pin changes, `docfs evict`.
 extension Provider {
     public func pinsChanged(_ inodes: Set<Inode>? = nil) async {

@@ -56,6 +56,11 @@ public actor Provider {
         /// lands on a version it was not made against. Versions this mount made from it since
         /// are followed (`VersionsMadeHere`).
         case writer(opened: RemoteEntry)
+
+        var isStreamed: Bool {
+            if case .writer = self { return true }
+            return self == .streamed
+        }
     }
 
     public init(store: any Store, catalog: Catalog, cacheDirectory: String, retry: RetryPolicy = .interactive,
@@ -99,7 +104,7 @@ public actor Provider {
                 let timedOut = { @Sendable [ioTimeout] in Self.gaveUp(on: item, after: ioTimeout, trouble: entry.trouble) }
                 let fetchedAtOpen = intent.isStreamed ? min(item.size, streaming.wholeFileLimit) : item.size
                 try await CallerWait.run(limit: ioTimeout.map { Self.wholeTransferLimit($0, bytes: fetchedAtOpen) }, timeout: timedOut) { () throws(FSError) in
-                    do { try await fetch.value } catch { throw (error as? FSError) ?? .io("\(error)") }
+                    try await fetch.valueOrFSError
                 }
                 if providing[item.inode]?.copy === entry.copy { providing[item.inode]?.fetch = nil }
             }
@@ -362,10 +367,8 @@ public actor Provider {
                 evict(copy)
             }
             return false
-        case .upload:
-            return true
-        case .none:
-            return false
+        case .upload: return true
+        case .none: return false
         }
     }
 
@@ -526,14 +529,6 @@ public actor Provider {
         providing[entry.copy.inode] = entry
         presentCopies.withLock { $0[entry.copy.inode] = entry.copy }
         return entry
-    }
-
-}
-
-extension Provider.OpenIntent {
-    var isStreamed: Bool {
-        if case .writer = self { return true }
-        return self == .streamed
     }
 }
 

@@ -148,13 +148,10 @@ public final class RangeFetcher: Sendable {
             state.reads += 1
             stream.lastRead = state.reads
             state.streams[id] = stream
-            guard !copy.held.contains(range) else {
-                launch(&state)
-                return true
-            }
-            request(alignedDown(range.lowerBound)..<ownEnd, urgent: true, in: &state)
+            let local = copy.held.contains(range)
+            if !local { request(alignedDown(range.lowerBound)..<ownEnd, urgent: true, in: &state) }
             launch(&state)
-            return false
+            return local
         }
     }
 
@@ -208,8 +205,7 @@ public final class RangeFetcher: Sendable {
 
     /// Returns once no request can write into the copy.
     public func stop(_ reason: FSError) async {
-        let tasks = cancel(reason)
-        for task in tasks { await task.value }
+        for task in cancel(reason) { await task.value }
     }
 
     @discardableResult

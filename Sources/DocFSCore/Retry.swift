@@ -33,8 +33,7 @@ public struct RetryPolicy: Sendable {
         let (seconds, attoseconds) = ceiling.components
         let ceilingNanoseconds = max(0, seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
         let jittered = Duration.nanoseconds(Int64.random(in: 0...ceilingNanoseconds, using: &generator))
-        guard let retryAfter else { return jittered }
-        return max(retryAfter, jittered)
+        return retryAfter.map { max($0, jittered) } ?? jittered
     }
 
     /// `beforeRetry` resets partial state before each new attempt.

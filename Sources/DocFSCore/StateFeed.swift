@@ -1,4 +1,3 @@
-import DocFSStore
 import Synchronization
 
 /// Shown-state changes in batches: told within `delay`, each item once, in its state by then.

@@ -77,7 +77,7 @@ actor KindConfirmations {
         if storeSeemsDown { return }
         lookupNeededKindAt = .now
         startSweep(item.parent)
-        if let task = pending[item.inode] ?? (stillToConfirm(item) ? start(item) : nil) {
+        if let task = pending[item.inode] ?? (stillToConfirm(item) ? startProbe([item], in: item.parent, concurrency: 1) : nil) {
             await task.value
         }
     }
@@ -141,12 +141,12 @@ actor KindConfirmations {
         return (try? catalog.kindToConfirm(current, maximumSize: maximumSize)) != nil
     }
 
-    private func start(_ item: Catalog.KindToConfirm) -> Task<Void, Never> {
+    private func startProbe(_ batch: [Catalog.KindToConfirm], in directory: Inode, concurrency: Int) -> Task<Void, Never> {
         let task = Task {
-            let storeDown = await self.probe([item], in: item.parent, concurrency: 1)
-            self.finished([item.inode], storeDown: storeDown)
+            let storeDown = await self.probe(batch, in: directory, concurrency: concurrency)
+            self.finished(batch.map(\.inode), storeDown: storeDown)
         }
-        pending[item.inode] = task
+        for item in batch { pending[item.inode] = task }
         return task
     }
 
@@ -163,12 +163,7 @@ actor KindConfirmations {
             let batch = candidates[start..<end].filter { pending[$0.inode] == nil && stillToConfirm($0) }
             start = end
             guard !batch.isEmpty else { continue }
-            let task = Task {
-                let storeDown = await self.probe(batch, in: directory, concurrency: max(1, self.concurrency / 2))
-                self.finished(batch.map(\.inode), storeDown: storeDown)
-            }
-            for item in batch { pending[item.inode] = task }
-            running.append(task)
+            running.append(startProbe(batch, in: directory, concurrency: max(1, concurrency / 2)))
             if running.count >= 2 { await running.removeFirst().value }
         }
         for task in running { await task.value }

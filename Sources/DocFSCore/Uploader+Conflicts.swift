@@ -1,5 +1,4 @@
 import DocFSStore
-import Foundation
 import Logging
 
 /// When the store moved on, both versions are kept, unless the store holds our own lost upload.

@@ -187,21 +187,18 @@ public actor Uploader {
         while inFlight.count < Self.maximumConcurrentUploads && index < queue.count {
             let inode = queue[index]
             guard inFlight[inode] == nil else { index += 1; continue }
-            let path: StorePath
-            let large: Bool
-            do {
-                guard let item = try catalog.item(inode) else {
-                    queue.remove(at: index)
-                    queued.remove(inode)
-                    wakeItemWaiters(inode)
-                    continue
-                }
-                path = item.path
-                large = item.size >= Self.largeUpload
-            } catch {
+            let found: Item?
+            do { found = try catalog.item(inode) } catch {
                 index += 1
                 continue
             }
+            guard let item = found else {
+                queue.remove(at: index)
+                queued.remove(inode)
+                wakeItemWaiters(inode)
+                continue
+            }
+            let (path, large) = (item.path, item.size >= Self.largeUpload)
             guard !exclusiveHolders.values.contains(where: { Uploader.overlaps(path, $0) }),
                   !large || inFlight.values.count(where: \.large) < Self.maximumConcurrentLargeUploads else { index += 1; continue }
             queue.remove(at: index)
@@ -471,8 +468,7 @@ public actor Uploader {
                          metadata: ["path": "\(item.path)", "error": "\(error)"])
             recordUploadError(of: item, reason, .refused)
             // A newer commit is other content than the one refused: it gets a try of its own.
-            if await ended(copy, failing: commit, refused: true) { return .done }
-            refused[item.inode] = reason
+            if await !ended(copy, failing: commit, refused: true) { refused[item.inode] = reason }
             return .done
         }
         let retryAfter = (error as? StoreError)?.retryAfter
