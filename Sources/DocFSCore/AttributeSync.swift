@@ -38,7 +38,7 @@ enum AttributeSync {
             case .kept(let newVersion?): made = newVersion
             case .kept(nil): made = try await store.stat(item.path).etag
             }
-            try await provider.storeVersionChanged(item.inode, from: version, to: made)
+            try await provider.storeVersionChanged(item.inode, from: version, to: made, named: outcome != .kept(newVersion: nil))
         } catch let error as FSError {
             logger.warning("cannot record the store's new version after an attribute change", metadata: ["path": "\(item.path)", "error": "\(error)"])
         } catch {

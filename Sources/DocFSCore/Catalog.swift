@@ -139,15 +139,16 @@ public final class Catalog: Sendable {
         }
     }
 
-    public func updateMetadata(of inode: Inode, from entry: RemoteEntry) throws(FSError) {
+    /// `askedAt`: not if docfs learned a version of the item since.
+    public func updateMetadata(of inode: Inode, from entry: RemoteEntry, askedAt: Double? = nil) throws(FSError) {
         try write(invalidating: .item(inode)) { db in
             try db.cachedExecute(sql: """
                 UPDATE item SET size = ?, modifiedNs = CASE WHEN etag IS NOT NULL AND etag = ? THEN modifiedNs ELSE ? END,
                     etag = COALESCE(?, etag), mode = COALESCE(?, mode), owner = COALESCE(?, owner), "group" = COALESCE(?, "group")
-                WHERE inode = ?
+                WHERE inode = ? AND (versionAt IS NULL OR versionAt < ?)
                 """, arguments: [entry.size, entry.etag?.value, Timestamp(seconds: entry.modified).nanoseconds, entry.etag?.value,
                                  entry.mode.map { Int64($0) }, Catalog.storeOwner(of: entry), Catalog.storeGroup(of: entry),
-                                 Int64(bitPattern: inode)])
+                                 Int64(bitPattern: inode), askedAt ?? .infinity])
         }
     }
 

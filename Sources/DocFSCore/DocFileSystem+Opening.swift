@@ -2,6 +2,7 @@
 // one its change belongs to.
 
 import DocFSStore
+import Foundation
 
 extension DocFileSystem {
     /// Large files and writers get sparse copies; uncovered bytes are fetched before commit.
@@ -12,7 +13,8 @@ extension DocFileSystem {
         // A writer that may not fetch needs every byte local already.
         var intent: Provider.OpenIntent = truncating ? .empty : mode.writable && !mode.mayFetch ? .content : .streamed
         if intent == .streamed, mode.writable, mode.fetchOnFirstUse, item.kind == .file, item.onStore {
-            intent = .writer(opened: try await versionToEdit(item))
+            let since = provider.versionsMadeMark
+            intent = .writer(opened: try await versionToEdit(item), since: since)
         }
         if intent == .streamed, mode.mayFetch, let cached = mode.cachedVersion, let entry = try await storeStillHas(cached, of: item) {
             intent = .cached(entry)
@@ -40,6 +42,7 @@ extension DocFileSystem {
         guard item.size > provider.wholeFileLimit, item.etag != nil, store.capabilities.hasRangeReads, !item.hasUnsyncedChanges,
               !joined else { return listed }
         let entry: RemoteEntry
+        let askedAt = Date().timeIntervalSince1970
         do {
             entry = try await askStore(about: item.path)
         } catch .storeUnreachable, .timedOut {
@@ -47,7 +50,8 @@ extension DocFileSystem {
         }
         guard entry.kind == .file else { throw entry.kind == .directory ? .isADirectory : .stale }
         if entry.etag != item.etag || entry.size != item.size {
-            try await Blocking.run { [catalog] () throws(FSError) in try catalog.updateMetadata(of: item.inode, from: entry) }
+            // Unless this mount made a version meanwhile: the answer is older than what it knows.
+            try await Blocking.run { [catalog] () throws(FSError) in try catalog.updateMetadata(of: item.inode, from: entry, askedAt: askedAt) }
         }
         return entry
     }

@@ -21,10 +21,14 @@ public actor Provider {
     let retention: RetentionPolicy
     /// Released clean copies the retention policy keeps, with their release time.
     var idle: [Inode: ContinuousClock.Instant] = [:]
-    private var madeHere = VersionsMadeHere()
+    /// Read by a writer's open before it decides its version (`versionsMadeMark`).
+    private nonisolated let madeHere = Mutex(VersionsMadeHere())
     private var beingMade = VersionsBeingMade()
 
     public nonisolated var wholeFileLimit: Int64 { streaming.wholeFileLimit }
+
+    /// Taken by a writer's open before it decides its version (`OpenIntent.writer`).
+    public nonisolated var versionsMadeMark: UInt64 { madeHere.withLock { $0.mark } }
 
     public nonisolated let writeback = Writeback()
 
@@ -54,8 +58,8 @@ public actor Provider {
         case empty
         /// A writer's open of `opened`: a large file gets a sparse copy pinned to it, so an edit never
         /// lands on a version it was not made against. Versions this mount made from it since
-        /// are followed (`VersionsMadeHere`).
-        case writer(opened: RemoteEntry)
+        /// are followed (`VersionsMadeHere`): `since` is its `versionsMadeMark` before it decided.
+        case writer(opened: RemoteEntry, since: UInt64)
 
         var isStreamed: Bool {
             if case .writer = self { return true }
@@ -220,7 +224,7 @@ public actor Provider {
         case .stored(let commit, let version):
             let base = copy.life.base
             let action = try copy.uploaded(commit, etag: version.etag)
-            if let base { madeHere.uploaded(copy.inode, over: base, as: version) }
+            if let base { madeHere.withLock { $0.uploaded(copy.inode, over: base, as: version) } }
             return perform(action, on: copy)
         case .keptAsConflict(let commit, let conflictCopy, let storeVersion):
             return perform(try copy.conflictKept(commit, as: conflictCopy, storeVersion: storeVersion), on: copy)
@@ -244,11 +248,12 @@ public actor Provider {
     /// The store's version moved from `old` to `new` by docfs's own change of attributes: the
     /// catalog learns it, and a copy based on `old` follows, or its next upload would conflict
     /// with that change. The base is written by the copy that holds it, or, for a copy no
-    /// `LocalCopy` holds, here on the actor, where none can begin meanwhile.
-    public func storeVersionChanged(_ inode: Inode, from old: ETag?, to new: ETag?) throws(FSError) {
+    /// `LocalCopy` holds, here on the actor, where none can begin meanwhile. `named`: the store's
+    /// answer named `new` (else a stat found it, and it may be another client's).
+    public func storeVersionChanged(_ inode: Inode, from old: ETag?, to new: ETag?, named: Bool) throws(FSError) {
         try catalog.recordVersion(of: inode, etag: new)
         guard let old, let new else { return }
-        madeHere.moved(inode, from: old, to: new)
+        if named { madeHere.withLock { $0.moved(inode, from: old, to: new) } }
         guard let copy = providing[inode]?.copy else {
             try catalog.rebaseUnheldCopy(inode, from: old, to: new)
             return
@@ -421,8 +426,8 @@ public actor Provider {
         // An upload of the empty copy meets any newer version as a conflict.
         var base = item.onStore ? item.etag : nil
         var writersVersion: RemoteEntry?
-        if case .writer(let opened) = intent, item.onStore {
-            writersVersion = madeHere.newest(of: item.inode, after: opened)
+        if case .writer(let opened, let since) = intent, item.onStore {
+            writersVersion = madeHere.withLock { $0.newest(of: item.inode, after: opened, since: since) }
             base = writersVersion?.etag
         }
         let life = CopyLife(content: fetchNeeded ? .fetching : .present, base: base, startedFromNothing: !item.onStore, pinned: pinned)

@@ -1,10 +1,11 @@
 import DocFSStore
 
 /// The store versions this mount made of an item itself, each from the one before: an upload
-/// over its base, or a change of attributes that gave the same content a new version. A writer
-/// decides its version before its open reaches the provider; if this mount made newer versions
-/// meanwhile, its change belongs to the newest of them, as on a local disk, where programs on
-/// one machine share one file. A version another client made is never followed.
+/// over its base, or a change of attributes whose answer named the same content's new version.
+/// A writer decides its version before its open reaches the provider; if this mount made newer
+/// versions since (`mark`), its change belongs to the newest of them, as on a local disk, where
+/// programs on one machine share one file. A version another client made is never followed, nor
+/// a step older than the writer's decision (an old ETag that came back, as S3's MD5 does).
 /// In memory: after a restart such a writer's change becomes a conflict copy at worst.
 struct VersionsMadeHere {
     private enum Made {
@@ -12,7 +13,9 @@ struct VersionsMadeHere {
         case sameContent(ETag)
     }
 
-    private var steps: [Inode: [(from: ETag, to: Made)]] = [:]
+    private var steps: [Inode: [(number: UInt64, from: ETag, to: Made)]] = [:]
+    /// The number of the last step.
+    private(set) var mark: UInt64 = 0
     private static let keptPerItem = 8
     /// Past it all is forgotten: at worst a conflict copy.
     private static let keptItems = 1024
@@ -27,13 +30,12 @@ struct VersionsMadeHere {
         add(inode, from: old, to: .sameContent(new))
     }
 
-    /// `opened`, or the newest version this mount made from it.
-    func newest(of inode: Inode, after opened: RemoteEntry) -> RemoteEntry {
+    /// `opened`, or the newest version this mount made from it after `since` (a `mark`).
+    func newest(of inode: Inode, after opened: RemoteEntry, since: UInt64) -> RemoteEntry {
         guard let made = steps[inode] else { return opened }
         var entry = opened
         // Each step is taken once at most, so versions that repeat cannot loop.
-        for step in made {
-            guard step.from == entry.etag else { continue }
+        for step in made where step.number > since && step.from == entry.etag {
             switch step.to {
             case .content(let stored): entry = RemoteEntry(path: opened.path, kind: .file, size: stored.size, modified: stored.modified, etag: stored.etag)
             case .sameContent(let new): entry.etag = new
@@ -44,7 +46,8 @@ struct VersionsMadeHere {
 
     private mutating func add(_ inode: Inode, from old: ETag, to made: Made) {
         if steps[inode] == nil, steps.count >= Self.keptItems { steps.removeAll() }
-        steps[inode] = (steps[inode] ?? []).suffix(Self.keptPerItem - 1) + [(old, made)]
+        mark += 1
+        steps[inode] = (steps[inode] ?? []).suffix(Self.keptPerItem - 1) + [(mark, old, made)]
     }
 }
 

@@ -284,6 +284,59 @@ struct WriterBaseTests {
 
     enum OwnChange: Sendable, CaseIterable { case upload, chmod }
 
+    /// The same slow writer, but the chmod's answer names no version (a WebDAV PROPPATCH), and
+    /// another client stores theirs between it and the stat that follows: the version the stat
+    /// finds is theirs, and the writer never follows it. Their version stays whole under the
+    /// name; ours is kept next to it.
+    @Test func aWriterNeverFollowsAVersionThatAStatFoundAfterThisMountsChmod() async throws {
+        let original = randomBytes(3 << 20)
+        let store = InMemoryStore(attributesMakeVersions: true)
+        let fixture = try CoreFixture(store: store, ttl: 0, readOnly: false)
+        store.addFile("disk.img", original)
+        let item = try await fixture.lookup("disk.img")
+        let gate = Gate()
+        store.holdNextStat(until: { await gate.wait() })
+        let asked = store.statCount
+        let slow = Task { try await fixture.fs.open(item.inode, mode: Self.writer) }
+        try await eventually("the slow writer's question to the store") { store.statCount != asked }
+        let theirs = randomBytes((3 << 20) + 10)
+        store.afterSettingAttributes { path in
+            guard path.description == "/disk.img" else { return }
+            store.afterSettingAttributes(nil)
+            store.addFile("disk.img", theirs, modified: 1_700_000_100)
+        }
+        _ = try await fixture.fs.setAttributes(of: item.inode, .init(mode: 0o600), handle: nil)
+        await gate.open()
+
+        let handle = try await slow.value
+        try fixture.write(handle: handle, Array("SLOW".utf8), at: 100)
+        try? await fixture.fs.flush(handle: handle)  // ESTALE: the version opened is gone
+        await fixture.fs.release(handle: handle)
+        await fixture.settle()
+        let theirsStays = store.content("disk.img") == theirs
+        #expect(theirsStays, "their version is never written into")
+        let copies = Self.conflictCopies(of: "disk", in: fixture)
+        try #require(copies.count == 1, "ours is kept next to it")
+        #expect(copies[0].count == original.count && Array(copies[0][100..<104]) == Array("SLOW".utf8))
+    }
+
+    /// What `VersionsMadeHere` follows: this mount's steps after the writer's mark, in order,
+    /// never one from before it, nor past a version this mount did not make.
+    @Test func versionsMadeHereFollowOnlyThisMountsStepsSinceTheMark() throws {
+        func entry(_ tag: String, size: Int64 = 10) -> RemoteEntry {
+            RemoteEntry(path: try! StorePath("/f"), kind: .file, size: size, modified: 0, etag: ETag(tag))
+        }
+        var made = VersionsMadeHere()
+        made.uploaded(7, over: ETag("a"), as: entry("b", size: 20))
+        let mark = made.mark
+        #expect(made.newest(of: 7, after: entry("a"), since: mark).etag == ETag("a"), "a step from before the mark (an old ETag back)")
+        #expect(made.newest(of: 7, after: entry("a"), since: 0).size == 20, "a step after it, with the size it made")
+        made.moved(7, from: ETag("b"), to: ETag("b2"))
+        made.uploaded(7, over: ETag("c"), as: entry("d"))
+        #expect(made.newest(of: 7, after: entry("a"), since: 0).etag == ETag("b2"), "c was not made here: the chain stops")
+        #expect(made.newest(of: 8, after: entry("a"), since: 0).etag == ETag("a"), "another item")
+    }
+
     /// A writer of a small file has the whole file at its open: nothing waits for a first use.
     @Test func aSmallFileIsWholeAtAWritersOpen() async throws {
         let (fixture, item) = try await Self.storeWith("s.txt", Array("hello".utf8))
