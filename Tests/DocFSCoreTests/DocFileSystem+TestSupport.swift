@@ -1,4 +1,6 @@
-// Calls only tests make (through `@testable import`), to wait for or start background work.
+// Calls only tests make, to wait for or start the core's background work.
+
+@testable import DocFSCore
 
 extension DocFileSystem {
     /// Background refreshes included.
