@@ -29,10 +29,10 @@ struct HTTPTransport: Sendable {
         // A refused connection fails the call at once: the core retries with its own policy,
         // so a stopped server gives a clear error in a second or two, not at the deadline.
         configuration.connectionPool.retryConnectionEstablishment = false
-        // Sixteen uploads (on S3 each asks up to three questions at once before its PUT), eight
-        // prefetches and a listing may be under way at once: at a distance each waits a round
-        // trip for a connection the default eight would make it share.
-        configuration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = 48
+        // Thirty-two uploads (on S3 each asks up to three questions at once before its PUT),
+        // eight prefetches and a listing may be under way at once: at a distance each waits a
+        // round trip for a connection the default eight would make it share.
+        configuration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = 80
         self.client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
         self.authorization = authorization
         self.timeouts = timeouts

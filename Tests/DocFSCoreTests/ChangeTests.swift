@@ -261,9 +261,9 @@ struct ChangeTests {
         #expect(kept.modified == Timestamp(seconds: 1_600_000_000))
     }
 
-    /// Small files go up sixteen at a time (a round trip each, not a queue of them); large ones
-    /// at most four at a time, as they share the bandwidth.
-    @Test func sixteenSmallUploadsGoAtOnceAndFourLargeOnes() async throws {
+    /// Small files go up thirty-two at a time (a few round trips each, not a queue of them);
+    /// large ones at most four at a time, as they share the bandwidth.
+    @Test func thirtyTwoSmallUploadsGoAtOnceAndFourLargeOnes() async throws {
         for (size, slots) in [(16, Uploader.maximumConcurrentUploads), (Int(Uploader.largeUpload), Uploader.maximumConcurrentLargeUploads)] {
             let fixture = try CoreFixture.writable()
             let begun = Mutex(0)
