@@ -20,9 +20,10 @@ import Synchronization
 /// - With `renamesByCopying` (over an `InMemoryStore`), a file moves as on S3: a copy to the new
 ///   name ("COPY /a /b", the same version there), then a deletion of the old one ("DELETE /a"),
 ///   two changes a kill can fall between.
-/// - ETags are made distinct over the store's life: the inner ETag plus the entry's mtime.
-///   (`InMemoryStore` numbers versions per path, so a path deleted and made again starts at
-///   `"v1"` again, and an `If-Match` from before the delete would match other content.)
+/// - ETags are the inner store's, whichever call reports them: `InMemoryStore` never gives two
+///   contents one version, also not after a delete and a new file under the same name. (They
+///   once had the entry's time appended, and a listing that shows stored times, as S3's does,
+///   then named one version with two ETags: its upload met a false conflict after a restart.)
 public final class CrashableStore: Store, Sendable {
     public let inner: any Store
     /// The inner store, when a file's rename is a copy and a deletion.
@@ -96,28 +97,21 @@ public final class CrashableStore: Store, Sendable {
 
     public func list(_ directory: StorePath, page: PageToken?) async throws(StoreError) -> ListPage {
         try await gate()
-        var result = try await inner.list(directory, page: page)
-        result.entries = result.entries.map(Self.distinct)
+        let result = try await inner.list(directory, page: page)
         try await answer()
         return result
     }
 
     public func stat(_ path: StorePath) async throws(StoreError) -> RemoteEntry {
         try await gate()
-        let entry = Self.distinct(try await inner.stat(path))
+        let entry = try await inner.stat(path)
         try await answer()
         return entry
     }
 
     public func read(_ path: StorePath, range: ByteRange?, ifMatch: ETag?, into sink: any ContentSink) async throws(StoreError) -> RemoteEntry {
         try await gate()
-        var innerMatch: ETag?
-        if let ifMatch {
-            let current = Self.distinct(try await inner.stat(path))
-            guard current.etag == ifMatch else { throw .versionMismatch(path) }
-            innerMatch = try await inner.stat(path).etag
-        }
-        let entry = Self.distinct(try await inner.read(path, range: range, ifMatch: innerMatch, into: sink))
+        let entry = try await inner.read(path, range: range, ifMatch: ifMatch, into: sink)
         try await answer()
         return entry
     }
@@ -125,8 +119,7 @@ public final class CrashableStore: Store, Sendable {
     public func write(_ path: StorePath, fromLocalFile localFile: String, condition: WriteCondition) async throws(StoreError) -> RemoteEntry {
         try await change("PUT \(path)") { () async throws(StoreError) -> RemoteEntry in
             try await self.requireParentDirectory(path)
-            let condition = try await self.innerCondition(path, condition)
-            return Self.distinct(try await self.inner.write(path, fromLocalFile: localFile, condition: condition))
+            return try await self.inner.write(path, fromLocalFile: localFile, condition: condition)
         }
     }
 
@@ -134,8 +127,7 @@ public final class CrashableStore: Store, Sendable {
                       attributes: StoreAttributes) async throws(StoreError) -> RemoteEntry {
         try await change("PUT \(path)") { () async throws(StoreError) -> RemoteEntry in
             try await self.requireParentDirectory(path)
-            let condition = try await self.innerCondition(path, condition)
-            return Self.distinct(try await self.inner.write(path, growing: content, condition: condition, attributes: attributes))
+            return try await self.inner.write(path, growing: content, condition: condition, attributes: attributes)
         }
     }
 
@@ -143,8 +135,7 @@ public final class CrashableStore: Store, Sendable {
                       attributes: StoreAttributes) async throws(StoreError) -> RemoteEntry {
         try await change("PUT \(path)") { () async throws(StoreError) -> RemoteEntry in
             try await self.requireParentDirectory(path)
-            let condition = try await self.innerCondition(path, condition)
-            return Self.distinct(try await self.inner.write(path, fromLocalFile: localFile, condition: condition, attributes: attributes))
+            return try await self.inner.write(path, fromLocalFile: localFile, condition: condition, attributes: attributes)
         }
     }
 
@@ -178,12 +169,12 @@ public final class CrashableStore: Store, Sendable {
             let replacing = try? await self.inner.stat(target)
             if moving?.isDirectory == true, replacing != nil { throw .alreadyExists(target) }
             if replacing?.isDirectory == true, moving?.isDirectory != true { throw .isADirectory(target) }
-            return Self.distinct(try await self.inner.move(source, to: target, replace: replace))
+            return try await self.inner.move(source, to: target, replace: replace)
         }
     }
 
     public func makeSymlink(_ path: StorePath, target: String) async throws(StoreError) -> RemoteEntry {
-        try await change("SYMLINK \(path)") { () async throws(StoreError) -> RemoteEntry in Self.distinct(try await self.inner.makeSymlink(path, target: target)) }
+        try await change("SYMLINK \(path)") { () async throws(StoreError) -> RemoteEntry in try await self.inner.makeSymlink(path, target: target) }
     }
 
     public func setAttributes(_ path: StorePath, _ attributes: StoreAttributes) async throws(StoreError) -> Bool {
@@ -237,22 +228,6 @@ public final class CrashableStore: Store, Sendable {
         let entry: RemoteEntry
         do throws(StoreError) { entry = try await inner.stat(parent) } catch { throw .notFound(parent) }
         guard entry.isDirectory else { throw .notFound(parent) }
-    }
-
-    /// `If-Match` with one of our ETags, as the inner store's condition.
-    private func innerCondition(_ path: StorePath, _ condition: WriteCondition) async throws(StoreError) -> WriteCondition {
-        guard case .ifMatch(let etag) = condition else { return condition }
-        let current: RemoteEntry
-        do throws(StoreError) { current = try await inner.stat(path) } catch .notFound { throw .versionMismatch(path) }
-        guard Self.distinct(current).etag == etag, let innerEtag = current.etag else { throw .versionMismatch(path) }
-        return .ifMatch(innerEtag)
-    }
-
-    private static func distinct(_ entry: RemoteEntry) -> RemoteEntry {
-        guard let etag = entry.etag else { return entry }
-        var entry = entry
-        entry.etag = ETag(etag.value + "@\(entry.modified)")
-        return entry
     }
 }
 
