@@ -90,11 +90,17 @@ class Session:
         config = self.work / "bus.conf"
         config.write_text(BUS_CONFIG.format(socket=self.bus, services=self.work / "services"))
         self._spawn(["dbus-daemon", "--config-file", str(config), "--nofork", "--nopidfile"], "dbus")
-        self._spawn(["Xvfb", f":{self.display}", "-screen", "0", f"{self.size}x24", "-nolisten", "tcp"], "xvfb")
+        xvfb = self._spawn(["Xvfb", f":{self.display}", "-screen", "0", f"{self.size}x24", "-nolisten", "tcp"], "xvfb")
         deadline = time.monotonic() + 20
-        while not (Path(f"/tmp/.X11-unix/X{self.display}").exists() and self.bus.exists()):
+        # Until the server answers a client, not until its socket exists: Xvfb binds the socket
+        # before it listens, and a file manager started in between could not open the display
+        # (a CI run under load: "nemo exited 1: Cannot open display").
+        while not (self.bus.exists() and Path(f"/tmp/.X11-unix/X{self.display}").exists()
+                   and self.xdotool("getdisplaygeometry", check=False).strip()):
+            if xvfb.poll() is not None:
+                raise RuntimeError(f"Xvfb exited {xvfb.returncode}: {self.log('xvfb')[-2000:]}")
             if time.monotonic() > deadline:
-                raise RuntimeError("Xvfb or dbus-daemon did not start")
+                raise RuntimeError(f"Xvfb or dbus-daemon did not start: {self.log('xvfb')[-2000:]}")
             time.sleep(0.1)
         return self
 
