@@ -90,11 +90,14 @@ class Session:
         config = self.work / "bus.conf"
         config.write_text(BUS_CONFIG.format(socket=self.bus, services=self.work / "services"))
         self._spawn(["dbus-daemon", "--config-file", str(config), "--nofork", "--nopidfile"], "dbus")
-        xvfb = self._spawn(["Xvfb", f":{self.display}", "-screen", "0", f"{self.size}x24", "-nolisten", "tcp"], "xvfb")
+        # -noreset: an X server resets when its last client leaves, and closes the connections
+        # that arrive meanwhile. The readiness check below and `open`'s window search are such
+        # clients: a file manager connecting as one of them left was dropped at once ("nemo
+        # exited 1: Cannot open display", half the runs under CI load).
+        xvfb = self._spawn(["Xvfb", f":{self.display}", "-screen", "0", f"{self.size}x24", "-nolisten", "tcp", "-noreset"],
+                           "xvfb")
         deadline = time.monotonic() + 20
-        # Until the server answers a client, not until its socket exists: Xvfb binds the socket
-        # before it listens, and a file manager started in between could not open the display
-        # (a CI run under load: "nemo exited 1: Cannot open display").
+        # Until the server answers a client, not until its socket exists.
         while not (self.bus.exists() and Path(f"/tmp/.X11-unix/X{self.display}").exists()
                    and self.xdotool("getdisplaygeometry", check=False).strip()):
             if xvfb.poll() is not None:
