@@ -11,10 +11,10 @@ enum AttributeSync {
     static func push(_ attributes: StoreAttributes, of item: Item, to store: any Store, provider: Provider, logger: Logger) async {
         guard !attributes.isEmpty, item.onStore, !item.isDirectory || store.capabilities.keepsFolderAttributes else { return }
         // A folder has no version to move, and no reader waits for one.
-        guard !item.isDirectory else { return await pushToStore(attributes, of: item, to: store, provider: provider, logger: logger) }
-        await provider.versionMayMove(item.inode)
+        let movesVersion = !item.isDirectory
+        if movesVersion { await provider.versionMayMove(item.inode) }
         await pushToStore(attributes, of: item, to: store, provider: provider, logger: logger)
-        await provider.versionMoveEnded(item.inode)
+        if movesVersion { await provider.versionMoveEnded(item.inode) }
     }
 
     private static func pushToStore(_ attributes: StoreAttributes, of item: Item, to store: any Store, provider: Provider, logger: Logger) async {
