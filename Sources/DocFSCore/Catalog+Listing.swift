@@ -115,19 +115,29 @@ extension Catalog {
     /// One query refills the cache the listing's write dropped, for the lookups that follow.
     private func rememberChildren(of directory: Inode) throws(FSError) {
         let ticket = cache.ticket()
-        let rows = try read { db in
-            try Row.fetchAll(db.cachedStatement(sql: """
+        // Decoded off the statement as it steps: a row copied out first decodes each column
+        // through a generic conversion, the larger part of this read for a big folder.
+        let items = try read { db in
+            try Array(Row.fetchCursor(db.cachedStatement(sql: """
                 SELECT \(Catalog.itemColumns) FROM item WHERE inode = ?1
                 UNION ALL SELECT * FROM (SELECT \(Catalog.itemColumns) FROM item WHERE parent = ?1 LIMIT ?2)
-                """), arguments: [Int64(bitPattern: directory), cache.capacity - 1])
+                """), arguments: [Int64(bitPattern: directory), cache.capacity - 1]).map(Catalog.item(from:)))
         }
-        cache.fill(rows.lazy.map(Catalog.item(from:)), ticket: ticket)
+        cache.fill(items, ticket: ticket)
     }
 
     private static func apply(page entries: [RemoteEntry], kindUnknown: Set<FileName>, of directory: Inode,
                               askedAt: Double, progress: ListingProgress, removedNames: RemovedNames, in db: Database) throws {
         guard let dirPath = try String.fetchOne(db.cachedStatement(sql: "SELECT path FROM item WHERE inode = ?"),
                                                 arguments: [Int64(bitPattern: directory)]) else { return }
+        // Looked up once a page, not once an entry: the cache of statements hashes their text.
+        let existing = try db.cachedStatement(sql: "SELECT inode FROM item WHERE parent = ? AND name = ?")
+        let wholeRow = try db.cachedStatement(sql: "SELECT * FROM item WHERE parent = ? AND name = ?")
+        let insert = try db.cachedStatement(sql: """
+            INSERT INTO item (id, parent, name, path, kind, size, modifiedNs, etag, symlinkTarget, mode, state, kindKnownFor, rdev,
+                              owner, "group", links)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """)
         for entry in foldersFirst(entries) {
             let key = entry.name.fileName
             let kind = kind(of: entry)
@@ -143,10 +153,8 @@ extension Catalog {
             guard first else { continue }
             // Most names of a first listing are new: an existence check is cheaper than a row.
             let arguments: StatementArguments = [Int64(bitPattern: directory), entry.name]
-            let exists = try Int64.fetchOne(db.cachedStatement(sql: "SELECT inode FROM item WHERE parent = ? AND name = ?"),
-                                            arguments: arguments) != nil
-            let row = exists ? try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM item WHERE parent = ? AND name = ?"),
-                                                arguments: arguments) : nil
+            let exists = try Int64.fetchOne(existing, arguments: arguments) != nil
+            let row = exists ? try Row.fetchOne(wholeRow, arguments: arguments) : nil
             if row == nil, removedNames.removed(key, from: directory, since: askedAt) {
                 // A local unlink or rename took the name away after the page was asked for.
                 continue
@@ -174,11 +182,7 @@ extension Catalog {
                 }
                 try db.cachedExecute(sql: "DELETE FROM item WHERE inode = ?", arguments: [row["inode"] as Int64])
             }
-            try db.cachedExecute(sql: """
-                INSERT INTO item (id, parent, name, path, kind, size, modifiedNs, etag, symlinkTarget, mode, state, kindKnownFor, rdev,
-                                  owner, "group", links)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """, arguments: [ItemIdentifier.make(), Int64(bitPattern: directory), entry.name,
+            try insert.execute(arguments: [ItemIdentifier.make(), Int64(bitPattern: directory), entry.name,
                                  join(dirPath, entry.name), kind.rawValue, entry.size, Timestamp(seconds: entry.modified).nanoseconds,
                                  entry.etag?.value, target(of: entry), entry.mode.map { Int64($0) },
                                  kind == .directory ? ItemState.directory.rawValue : ItemState.placeholder.rawValue,

@@ -22,8 +22,13 @@ public final class Catalog: Sendable {
             // SQLite's default page cache is 2 MiB per connection, and the pool holds up to six
             // (a writer, five readers): 12 MiB of copies of pages the kernel's page cache already
             // holds, filled in whatever order a big listing happened to use the readers. 256 KiB
-            // each keeps the hot B-tree pages; a miss is a pread from the kernel's cache.
-            configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA cache_size = -256") }
+            // each keeps a reader's hot B-tree pages; a miss is a pread from the kernel's cache.
+            // The writer keeps 4 MiB: a page of a listing (1,000 rows, each in four B-trees, one
+            // keyed by a random identifier) dirties more pages than 256 KiB holds, and SQLite
+            // then spills them to the WAL mid-transaction and writes them again at commit.
+            configuration.prepareDatabase { db in
+                try db.execute(sql: db.configuration.readonly ? "PRAGMA cache_size = -256" : "PRAGMA cache_size = -4096")
+            }
             db = try DatabasePool(path: path, configuration: configuration)
             try Catalog.migrator.migrate(db)
         } catch {
@@ -63,13 +68,22 @@ public final class Catalog: Sendable {
     }
 
     private static func item(_ inode: Inode, in db: Database) throws -> Item? {
-        try Row.fetchOne(db.cachedStatement(sql: "SELECT \(itemColumns) FROM item WHERE inode = ?"),
-                         arguments: [Int64(bitPattern: inode)]).map(item(from:))
+        try firstItem(db.cachedStatement(sql: "SELECT \(itemColumns) FROM item WHERE inode = ?"),
+                      arguments: [Int64(bitPattern: inode)])
     }
 
     private static func child(of parent: Inode, named name: String, in db: Database) throws -> Item? {
-        try Row.fetchOne(db.cachedStatement(sql: "SELECT \(itemColumns) FROM item WHERE parent = ? AND name = ?"),
-                         arguments: [Int64(bitPattern: parent), name]).map(item(from:))
+        try firstItem(db.cachedStatement(sql: "SELECT \(itemColumns) FROM item WHERE parent = ? AND name = ?"),
+                      arguments: [Int64(bitPattern: parent), name])
+    }
+
+    /// Decoded off the statement, not from a copied row (whose columns each decode through a
+    /// generic conversion): the lookups of a listing under way each read one.
+    private static func firstItem(_ statement: Statement, arguments: StatementArguments) throws -> Item? {
+        let cursor = try Row.fetchCursor(statement, arguments: arguments)
+        guard let row = try cursor.next() else { return nil }
+        // The row reads the statement's current step: the cursor must not end (and reset it) first.
+        return withExtendedLifetime(cursor) { item(from: row) }
     }
 
     /// Ordered by name (a stable order for readdir offsets).

@@ -147,20 +147,43 @@ private struct MultistatusHandler: XMLPushHandler {
         return completed
     }
 
-    mutating func startElement(_ name: XMLName, attributes: [(name: String, value: [UInt8])]) throws(StoreError) {
-        text.removeAll(keepingCapacity: true)
+    /// The elements this grammar reads; anything else is `.other`.
+    enum Element {
+        case dav(DAV)
+        /// docfs's dead properties, by local name.
+        case posix(String)
+        case hasPreview(fromNextcloud: Bool)
+        case other
+    }
+
+    enum DAV: String {
+        case multistatus, response, href, status, propstat, prop, getcontentlength, getlastmodified, getetag
+        case resourcetype, collection, locktoken
+    }
+
+    func element(named name: XMLName) -> Element {
+        if name.namespace == PosixProperties.namespace { return .posix(name.local) }
+        if name.local == "has-preview", let namespace = name.namespace, PreviewProperty.namespaces.contains(namespace) {
+            return .hasPreview(fromNextcloud: namespace == PreviewProperty.nextcloud)
+        }
+        guard name.namespace == Self.dav, let dav = DAV(rawValue: name.local) else { return .other }
+        return .dav(dav)
+    }
+
+    mutating func startElement(_ element: Element, attributes: [(name: String, value: [UInt8])]) throws(StoreError) {
+        text.clear()
         if !sawMultistatus {
             // The root decides at once: a login page is not read to its end.
-            guard name.namespace == Self.dav, name.local == "multistatus" else {
+            guard case .dav(.multistatus) = element else {
                 throw .protocolError("PROPFIND answer is not a DAV: multistatus")
             }
             sawMultistatus = true
             return
         }
-        guard name.namespace == Self.dav else { return }
-        switch name.local {
-        case "response": current = WebDAVResponse(href: "")
-        case "propstat":
+        guard case .dav(let name) = element else { return }
+        switch name {
+        case .response: current = WebDAVResponse(href: "")
+        case .propstat:
             inPropstat = true
             propstatIsCollection = false
             propstatLength = nil
@@ -171,11 +194,11 @@ private struct MultistatusHandler: XMLPushHandler {
             propstatHasPreview = false
             propstatPreviewFromNextcloud = false
             propstatLockTokens = []
-        case "prop": inProp = true
-        case "locktoken": inLockToken = inProp
-        case "resourcetype": inResourceType = true
-        case "collection": if inResourceType { propstatIsCollection = true }
-        default: break
+        case .prop: inProp = true
+        case .locktoken: inLockToken = inProp
+        case .resourcetype: inResourceType = true
+        case .collection: if inResourceType { propstatIsCollection = true }
+        case .multistatus, .href, .status, .getcontentlength, .getlastmodified, .getetag: break
         }
     }
 
@@ -204,39 +227,43 @@ private struct MultistatusHandler: XMLPushHandler {
         return encoded
     }
 
-    mutating func endElement(_ name: XMLName, at offset: Int) throws(StoreError) {
-        defer { text.removeAll(keepingCapacity: true) }
-        if name.namespace == PosixProperties.namespace {
-            if inProp { propstatPosix.set(name.local, to: value) }
+    mutating func endElement(_ element: Element, at offset: Int) throws(StoreError) {
+        defer { text.clear() }
+        let name: DAV
+        switch element {
+        case .posix(let local):
+            if inProp { propstatPosix.set(local, to: value) }
             return
-        }
-        if name.local == "has-preview", let namespace = name.namespace, PreviewProperty.namespaces.contains(namespace) {
+        case .hasPreview(let fromNextcloud):
             if inProp, value == "true" || value == "1" {
                 propstatHasPreview = true
-                if name.namespace == PreviewProperty.nextcloud { propstatPreviewFromNextcloud = true }
+                if fromNextcloud { propstatPreviewFromNextcloud = true }
             }
             return
+        case .other:
+            return
+        case .dav(let dav):
+            name = dav
         }
-        guard name.namespace == Self.dav else { return }
-        switch name.local {
-        case "href":
+        switch name {
+        case .href:
             if current != nil, !inPropstat {
                 let href = hrefValue
                 current?.href = href
             } else if inLockToken {
                 propstatLockTokens.append(value)
             }
-        case "status":
+        case .status:
             let code = Self.statusCode(value)
             if inPropstat { propstatStatus = code } else { current?.status = code }
-        case "getcontentlength": if inProp { propstatLength = Int64(value) }
-        case "getlastmodified": if inProp { propstatModified = value }
-        case "getetag": if inProp { propstatETag = value.isEmpty ? nil : value }
-        case "multistatus": closedMultistatus = true
-        case "resourcetype": inResourceType = false
-        case "locktoken": inLockToken = false
-        case "prop": inProp = false
-        case "propstat":
+        case .getcontentlength: if inProp { propstatLength = Int64(value) }
+        case .getlastmodified: if inProp { propstatModified = value }
+        case .getetag: if inProp { propstatETag = value.isEmpty ? nil : value }
+        case .multistatus: closedMultistatus = true
+        case .resourcetype: inResourceType = false
+        case .locktoken: inLockToken = false
+        case .prop: inProp = false
+        case .propstat:
             inPropstat = false
             if let status = propstatStatus { current?.propstatStatuses.append(status) }
             // Only properties the server reports as found (2xx) count.
@@ -250,7 +277,7 @@ private struct MultistatusHandler: XMLPushHandler {
                 if propstatPreviewFromNextcloud { current?.previewFromNextcloud = true }
                 current?.lockTokens += propstatLockTokens
             }
-        case "response":
+        case .response:
             count += 1
             guard count <= maximumEntries else {
                 throw .protocolError("PROPFIND answer: more than \(maximumEntries) entries")

@@ -24,12 +24,35 @@ struct XMLName: Sendable, Equatable {
 
 /// What a push parser tells its handler, in document order.
 protocol XMLPushHandler {
+    /// What the handler makes of an element's name. A listing repeats a dozen names thousands
+    /// of times: each is turned into an `Element` once (while the bindings in scope stay), so
+    /// the handler switches over a small value instead of comparing strings per element.
+    associatedtype Element
+    /// Pure: the parser keeps what it returns for every element of that name in scope.
+    func element(named name: XMLName) -> Element
     /// An element begins. `attributes` are raw names (`p:name`) with decoded values.
-    mutating func startElement(_ name: XMLName, attributes: [(name: String, value: [UInt8])]) throws(StoreError)
+    mutating func startElement(_ element: Element, attributes: [(name: String, value: [UInt8])]) throws(StoreError)
     /// An element ends; `offset` is the count of document bytes read up to its `>`.
-    mutating func endElement(_ name: XMLName, at offset: Int) throws(StoreError)
+    mutating func endElement(_ element: Element, at offset: Int) throws(StoreError)
     /// Character data (entities decoded, CDATA as is); one run may come in several calls.
     mutating func characters(_ bytes: ArraySlice<UInt8>) throws(StoreError)
+}
+
+/// An element's name as written (`D:href`), hashed in one pass over its bytes (an array of
+/// bytes hashes byte by byte, a measurable share of parsing a listing).
+private struct RawName: Hashable {
+    let bytes: [UInt8]
+
+    init(_ bytes: [UInt8]) { self.bytes = bytes }
+
+    func hash(into hasher: inout Hasher) {
+        bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
+    }
+}
+
+private struct UnprefixedName: Hashable {
+    let raw: RawName
+    let namespace: String?
 }
 
 struct XMLPushParser<Handler: XMLPushHandler> {
@@ -75,13 +98,20 @@ struct XMLPushParser<Handler: XMLPushHandler> {
     private var attributes: [(name: [UInt8], value: [UInt8])] = []
     private var bangBytes: [UInt8] = []
     private var doctypeBytes = 0
-    /// Open elements: raw name (to match the end tag) and resolved name.
-    private var open: [(raw: [UInt8], name: XMLName)] = []
+    /// Open elements: raw name (to match the end tag) and what the handler made of it.
+    private var open: [(raw: [UInt8], element: Handler.Element)] = []
     /// Namespace bindings per open element (prefix "" is the default namespace).
     private var scopes: [[String: String]] = []
-    /// Raw element names resolved under the bindings open now; emptied whenever an element
-    /// that declares bindings begins or ends. A listing repeats a dozen names thousands of times.
-    private var resolved: [[UInt8]: XMLName] = [:]
+    /// Raw element names with a prefix (`D:href`) resolved under the bindings open now;
+    /// emptied when an element binds a prefix anew. A listing repeats a dozen names thousands
+    /// of times.
+    private var resolvedPrefixed: [RawName: Handler.Element] = [:]
+    /// Names without a prefix (`mode`), by the default namespace they were resolved under:
+    /// rclone binds the default namespace on each property it does not have, twice per entry,
+    /// and back again after it.
+    private var resolvedUnprefixed: [UnprefixedName: Handler.Element] = [:]
+    /// The default namespace bound now (nil: none).
+    private var defaultNamespace: String?
     /// Bytes of a UTF-8 byte order mark read at the start.
     private var byteOrderMark = 0
 
@@ -176,7 +206,7 @@ struct XMLPushParser<Handler: XMLPushHandler> {
         } else {
             try handler.characters(text[...])
         }
-        text.removeAll(keepingCapacity: true)
+        text.clear()
     }
 
     private mutating func step(_ byte: UInt8) throws(StoreError) {
@@ -194,7 +224,7 @@ struct XMLPushParser<Handler: XMLPushHandler> {
                 state = .markupStart
             case UInt8(ascii: "&"):
                 entityQuote = 0
-                entity.removeAll(keepingCapacity: true)
+                entity.clear()
                 state = .entity
             default:
                 text.append(byte)
@@ -220,17 +250,19 @@ struct XMLPushParser<Handler: XMLPushHandler> {
         case .markupStart:
             switch byte {
             case UInt8(ascii: "/"):
-                name.removeAll(keepingCapacity: true)
+                name.clear()
                 state = .endName
             case UInt8(ascii: "?"):
                 state = .processing(question: false)
             case UInt8(ascii: "!"):
-                bangBytes.removeAll(keepingCapacity: true)
+                bangBytes.clear()
                 state = .bang
             default:
                 guard Self.isNameByte(byte) else { throw Self.malformed("`<` followed by \(byte)") }
-                name = [byte]
-                attributes.removeAll(keepingCapacity: true)
+                // The buffer is reused: open elements keep the resolved cache's copy of their name.
+                name.clear()
+                name.append(byte)
+                attributes.clear()
                 state = .startName
             }
         case .bang:
@@ -325,7 +357,7 @@ struct XMLPushParser<Handler: XMLPushHandler> {
         case .beforeValue:
             if Self.isSpace(byte) { return }
             guard byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "'") else { throw Self.malformed("an unquoted attribute value") }
-            attributeValue.removeAll(keepingCapacity: true)
+            attributeValue.clear()
             state = .value(quote: byte)
         case .value(let quote):
             if byte == quote {
@@ -333,7 +365,7 @@ struct XMLPushParser<Handler: XMLPushHandler> {
                 state = .inTag
             } else if byte == UInt8(ascii: "&") {
                 entityQuote = quote
-                entity.removeAll(keepingCapacity: true)
+                entity.clear()
                 state = .entity
             } else if byte == UInt8(ascii: "<") {
                 throw Self.malformed("`<` in an attribute value")
@@ -373,22 +405,25 @@ struct XMLPushParser<Handler: XMLPushHandler> {
         var plain: [(name: String, value: [UInt8])] = []
         for (rawName, value) in attributes {
             let attribute = String(decoding: rawName, as: UTF8.self)
+            let prefix: String
             if attribute == "xmlns" {
-                scope[""] = String(decoding: value, as: UTF8.self)
+                prefix = ""
             } else if attribute.hasPrefix("xmlns:") {
-                scope[String(attribute.dropFirst(6))] = String(decoding: value, as: UTF8.self)
+                prefix = String(attribute.dropFirst(6))
             } else {
                 plain.append((attribute, value))
+                continue
             }
+            // A declaration that binds a prefix to the URI it has already changes nothing (rclone
+            // repeats `xmlns:D="DAV:"` inside every entry): only a new binding empties the cache.
+            let uri = String(decoding: value, as: UTF8.self)
+            if scope[prefix] != nil || binding(of: prefix) != uri { scope[prefix] = uri }
         }
-        // A declaration that binds a prefix to the URI it has already changes nothing (rclone
-        // repeats `xmlns:D="DAV:"` inside every entry): only a new binding empties the cache.
-        scope = scope.filter { prefix, uri in binding(of: prefix) != uri }
-        if !scope.isEmpty { resolved.removeAll(keepingCapacity: true) }
         scopes.append(scope)
-        let resolvedName = resolve(name)
-        open.append((name, resolvedName))
-        try handler.startElement(resolvedName, attributes: plain)
+        bindingsChanged(scope)
+        let (raw, element) = resolve(name)
+        open.append((raw, element))
+        try handler.startElement(element, attributes: plain)
         if selfClosing { try endElement() }
     }
 
@@ -398,18 +433,42 @@ struct XMLPushParser<Handler: XMLPushHandler> {
             throw Self.malformed("</\(String(decoding: name, as: UTF8.self))> closes <\(String(decoding: top.raw, as: UTF8.self))>")
         }
         open.removeLast()
-        if !scopes.removeLast().isEmpty { resolved.removeAll(keepingCapacity: true) }
+        bindingsChanged(scopes.removeLast())
         if open.isEmpty { rootClosed = true }
-        try handler.endElement(top.name, at: offset + 1)
+        try handler.endElement(top.element, at: offset + 1)
     }
 
-    /// The namespace of `raw` (`p:local` or `local`) in the open scopes.
-    private mutating func resolve(_ raw: [UInt8]) -> XMLName {
-        if let known = resolved[raw] { return known }
-        let name = resolveInScopes(raw)
-        if resolved.count >= 256 { resolved.removeAll(keepingCapacity: true) }
-        resolved[raw] = name
-        return name
+    /// What the handler makes of `raw` (`p:local` or `local`) under the open scopes, and the
+    /// cache's copy of `raw` (an open element holds that one, not the parser's buffer).
+    private mutating func resolve(_ raw: [UInt8]) -> (raw: [UInt8], element: Handler.Element) {
+        if raw.contains(UInt8(ascii: ":")) {
+            if let index = resolvedPrefixed.index(forKey: RawName(raw)) {
+                let (key, element) = resolvedPrefixed[index]
+                return (key.bytes, element)
+            }
+            let element = handler.element(named: resolveInScopes(raw))
+            if resolvedPrefixed.count >= 256 { resolvedPrefixed.removeAll(keepingCapacity: true) }
+            let key = RawName(Array(raw))
+            resolvedPrefixed[key] = element
+            return (key.bytes, element)
+        }
+        if let index = resolvedUnprefixed.index(forKey: UnprefixedName(raw: RawName(raw), namespace: defaultNamespace)) {
+            let (key, element) = resolvedUnprefixed[index]
+            return (key.raw.bytes, element)
+        }
+        let element = handler.element(named: resolveInScopes(raw))
+        if resolvedUnprefixed.count >= 256 { resolvedUnprefixed.removeAll(keepingCapacity: true) }
+        let key = UnprefixedName(raw: RawName(Array(raw)), namespace: defaultNamespace)
+        resolvedUnprefixed[key] = element
+        return (key.raw.bytes, element)
+    }
+
+    /// An element that declared `scope` begins or ends: names resolved under the bindings it
+    /// changes no longer hold.
+    private mutating func bindingsChanged(_ scope: [String: String]) {
+        guard !scope.isEmpty else { return }
+        if scope[""] != nil { defaultNamespace = binding(of: "") }
+        if scope.count > (scope[""] != nil ? 1 : 0) { resolvedPrefixed.removeAll(keepingCapacity: true) }
     }
 
     /// The URI `prefix` names in the open scopes (`""`: the default namespace); nil if unbound.
@@ -460,5 +519,13 @@ struct XMLPushParser<Handler: XMLPushHandler> {
             throw malformed("a character reference that names no character")
         }
         return Array(String(Character(scalar)).utf8)
+    }
+}
+
+extension Array {
+    /// Empties the array and keeps its storage. `removeAll(keepingCapacity:)` is a generic
+    /// `replaceSubrange` even on an empty array: per element of a listing, a share of the parse.
+    mutating func clear() {
+        if !isEmpty { removeAll(keepingCapacity: true) }
     }
 }

@@ -23,6 +23,24 @@ struct CatalogTests {
         #expect(try catalog.item(Item.rootInode)?.listedAt == 1)
     }
 
+    /// An item's identifier names its copy in the cache: a version 4 UUID, written as
+    /// Foundation writes one, and a new one for every row.
+    @Test func identifiersAreRandomUUIDsWrittenAsFoundationWritesThem() throws {
+        for _ in 0..<100 {
+            let uuid = UUID()
+            let written = withUnsafeBytes(of: uuid.uuid) { ItemIdentifier.formatted($0) }
+            #expect(written == uuid.uuidString)
+        }
+        let made = (0..<1000).map { _ in ItemIdentifier.make() }
+        #expect(Set(made).count == made.count)
+        for id in made.prefix(20) {
+            let parsed = try #require(UUID(uuidString: id))
+            #expect(parsed.uuidString == id)
+            #expect(withUnsafeBytes(of: parsed.uuid) { $0[6] >> 4 } == 4)
+            #expect(withUnsafeBytes(of: parsed.uuid) { $0[8] >> 6 } == 2)
+        }
+    }
+
     /// `docfs unmount` decides on what kind of failure an upload met, kept beside its message:
     /// never on the message's words.
     @Test func anUploadsFailureKeepsItsKind() throws {

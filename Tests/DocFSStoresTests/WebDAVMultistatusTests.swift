@@ -47,6 +47,41 @@ struct WebDAVMultistatusTests {
         </d:multistatus>
         """
 
+    /// Names are resolved once and remembered while the bindings in scope stay: a binding made
+    /// and undone inside an entry (rclone declares a default namespace on each property it does
+    /// not have) must still change what a name means inside it, and only there.
+    @Test func aNameMeansWhatTheBindingsOpenAtItsElementSay() throws {
+        let body = """
+            <D:multistatus xmlns:D="DAV:">
+              <D:response><D:href>/dav/a</D:href><D:propstat><D:prop>
+                <mode xmlns="urn:x-docfs:posix">644</mode>
+                <getetag xmlns="DAV:">"e1"</getetag>
+                <getcontentlength>5</getcontentlength>
+                <X:getcontentlength xmlns:X="DAV:">7</X:getcontentlength>
+                <D:getlastmodified xmlns:D="urn:elsewhere">not a date</D:getlastmodified>
+                <D:getlastmodified>Sun, 06 Nov 1994 08:49:37 GMT</D:getlastmodified>
+                <mode>755</mode>
+              </D:prop><D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response>
+              <D:response><D:href>/dav/b</D:href><D:propstat><D:prop xmlns="urn:x-docfs:posix">
+                <mode>600</mode><D:getcontentlength>3</D:getcontentlength>
+              </D:prop><D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response>
+              <D:response><D:href>/dav/c</D:href><D:propstat><D:prop>
+                <mode>700</mode><getetag xmlns="DAV:">"e3"</getetag><getetag>"not DAV"</getetag>
+              </D:prop><D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response>
+            </D:multistatus>
+            """
+        let responses = try WebDAVMultistatus.parse(Data(body.utf8))
+        #expect(responses.map(\.href) == ["/dav/a", "/dav/b", "/dav/c"])
+        #expect(responses[0].posix.mode == 0o644)
+        #expect(responses[0].etag == "\"e1\"")
+        #expect(responses[0].contentLength == 7)
+        #expect(responses[0].lastModified == "Sun, 06 Nov 1994 08:49:37 GMT")
+        #expect(responses[1].posix.mode == 0o600)
+        #expect(responses[1].contentLength == 3)
+        #expect(responses[2].posix.mode == nil)
+        #expect(responses[2].etag == "\"e3\"")
+    }
+
     @Test func parsesResponsesAndProperties() throws {
         let responses = try WebDAVMultistatus.parse(Data(Self.sample.utf8))
         #expect(responses.count == 11)

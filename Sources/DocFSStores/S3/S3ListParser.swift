@@ -62,17 +62,19 @@ enum S3XML {
 
         init(groups: Set<String>) { self.groups = groups }
 
-        mutating func startElement(_ name: XMLName, attributes: [(name: String, value: [UInt8])]) throws(StoreError) {
-            if root == nil { root = name.local }
-            path.append(name.local)
+        /// S3's answers use one namespace: the local name says it all.
+        func element(named name: XMLName) -> String { name.local }
+
+        mutating func startElement(_ name: String, attributes: [(name: String, value: [UInt8])]) throws(StoreError) {
+            if root == nil { root = name }
+            path.append(name)
             text.removeAll(keepingCapacity: true)
-            if current == nil, groups.contains(name.local), path.count == 2 { current = (name.local, [:], []) }
+            if current == nil, groups.contains(name), path.count == 2 { current = (name, [:], []) }
         }
 
         mutating func characters(_ bytes: ArraySlice<UInt8>) throws(StoreError) { text.append(contentsOf: bytes) }
 
-        mutating func endElement(_ element: XMLName, at offset: Int) throws(StoreError) {
-            let name = element.local
+        mutating func endElement(_ name: String, at offset: Int) throws(StoreError) {
             if path.count == 2, let record = current, record.group == name {
                 records.append(record)
                 current = nil
