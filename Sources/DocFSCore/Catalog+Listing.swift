@@ -82,18 +82,58 @@ extension Catalog {
                              listedAt: Double, askedAt: Double? = nil) throws(FSError) {
         let progress = ListingProgress(startedAt: askedAt ?? listedAt)
         try write { db in
+            var changes = PageChanges()
             try Catalog.apply(page: entries, kindUnknown: kindUnknown, of: directory, askedAt: progress.startedAt,
-                              progress: progress, removedNames: removedNames, in: db)
-            try Catalog.finish(listing: progress, of: directory, listedAt: listedAt, moving: moving, in: db)
+                              progress: progress, removedNames: removedNames, changes: &changes, in: db)
+            try Catalog.finish(listing: progress, of: directory, listedAt: listedAt, moving: moving, changes: &changes, in: db)
         }
     }
 
+    /// `rememberNew`: lookups follow (a first listing someone waits for), so the rows the page
+    /// adds are read into the cache at once. The cache forgets only the rows the page changed:
+    /// the lookups answered meanwhile from earlier pages stay in memory.
     public func applyListingPage(_ entries: [RemoteEntry], kindUnknown: Set<FileName> = [], of directory: Inode,
-                                 askedAt: Double, progress: ListingProgress) throws(FSError) {
-        try write { db in
-            try Catalog.apply(page: entries, kindUnknown: kindUnknown, of: directory, askedAt: askedAt,
-                              progress: progress, removedNames: removedNames, in: db)
+                                 askedAt: Double, progress: ListingProgress, rememberNew: Bool = false) throws(FSError) {
+        var changes = PageChanges()
+        do {
+            try write(invalidating: .nothing) { db in
+                try Catalog.apply(page: entries, kindUnknown: kindUnknown, of: directory, askedAt: askedAt,
+                                  progress: progress, removedNames: removedNames, changes: &changes, in: db)
+            }
+        } catch {
+            cache.invalidateAll()  // a rollback leaves nothing changed; a failed commit may not
+            throw error
         }
+        if changes.removedRows {
+            cache.invalidateAll()  // a folder's rows take its subtree with them
+        } else {
+            for inode in changes.updated { cache.invalidate(Inode(bitPattern: inode)) }
+        }
+        if rememberNew, let added = changes.added { try remember(added, in: directory) }
+    }
+
+    /// What applying one page did to the catalog's rows.
+    struct PageChanges {
+        /// Rows written in place (their inode and name stay).
+        var updated: [Int64] = []
+        var removedRows = false
+        /// Rows inserted: consecutive inodes (`AUTOINCREMENT` in one transaction).
+        var added: ClosedRange<Int64>?
+
+        mutating func inserted(_ inode: Int64) {
+            added = added.map { $0.lowerBound...max($0.upperBound, inode) } ?? inode...inode
+        }
+    }
+
+    private func remember(_ added: ClosedRange<Int64>, in directory: Inode) throws(FSError) {
+        let ticket = cache.ticket()
+        let items = try read { db in
+            try Array(Row.fetchCursor(db.cachedStatement(sql: """
+                SELECT \(Catalog.itemColumns) FROM item WHERE inode BETWEEN ? AND ? AND parent = ? LIMIT ?
+                """), arguments: [added.lowerBound, added.upperBound, Int64(bitPattern: directory), cache.capacity])
+                .map(Catalog.item(from:)))
+        }
+        cache.fill(items, ticket: ticket)
     }
 
     public func foldersNeverListed(in directory: Inode, after name: String, limit: Int) throws(FSError) -> [Item] {
@@ -108,7 +148,18 @@ extension Catalog {
     /// `lookupsFollow`: a caller waits, so the folder's rows are read into the cache at once.
     public func finishListing(_ progress: ListingProgress, of directory: Inode, listedAt: Double,
                               lookupsFollow: Bool = false) throws(FSError) {
-        try write { db in try Catalog.finish(listing: progress, of: directory, listedAt: listedAt, moving: moving, in: db) }
+        var changes = PageChanges()
+        do {
+            try write(invalidating: .item(directory)) { db in
+                try Catalog.finish(listing: progress, of: directory, listedAt: listedAt, moving: moving, changes: &changes, in: db)
+            }
+        } catch {
+            cache.invalidateAll()
+            throw error
+        }
+        for inode in changes.updated { cache.invalidate(Inode(bitPattern: inode)) }
+        guard changes.removedRows else { return }  // the pages' rows are in the cache still
+        cache.invalidateAll()
         if lookupsFollow { try rememberChildren(of: directory) }
     }
 
@@ -127,7 +178,8 @@ extension Catalog {
     }
 
     private static func apply(page entries: [RemoteEntry], kindUnknown: Set<FileName>, of directory: Inode,
-                              askedAt: Double, progress: ListingProgress, removedNames: RemovedNames, in db: Database) throws {
+                              askedAt: Double, progress: ListingProgress, removedNames: RemovedNames,
+                              changes: inout PageChanges, in db: Database) throws {
         guard let dirPath = try String.fetchOne(db.cachedStatement(sql: "SELECT path FROM item WHERE inode = ?"),
                                                 arguments: [Int64(bitPattern: directory)]) else { return }
         // Looked up once a page, not once an entry: the cache of statements hashes their text.
@@ -166,11 +218,13 @@ extension Catalog {
             if let row, kindUnknown.contains(key) {
                 // An unconfirmed kind keeps what the catalog knows until the next lookup.
                 try updateKeepingKind(row, to: entry, in: db)
+                changes.updated.append(row["inode"])
                 continue
             }
             if let row, keepsSpecialKind(row, entry) { continue }
             if let row, (row["kind"] as Int) == kind.rawValue {
                 try update(row, to: entry, in: db)
+                changes.updated.append(row["inode"])
                 continue
             }
             if let row {
@@ -178,9 +232,11 @@ extension Catalog {
                 if try holdsLocalCopies(db, row) {
                     try db.cachedExecute(sql: "UPDATE item SET onStore = 0 WHERE inode = ? AND kind != ?",
                                    arguments: [row["inode"] as Int64, Item.Kind.directory.rawValue])
+                    changes.updated.append(row["inode"])
                     continue
                 }
                 try db.cachedExecute(sql: "DELETE FROM item WHERE inode = ?", arguments: [row["inode"] as Int64])
+                changes.removedRows = true
             }
             try insert.execute(arguments: [ItemIdentifier.make(), Int64(bitPattern: directory), entry.name,
                                  join(dirPath, entry.name), kind.rawValue, entry.size, Timestamp(seconds: entry.modified).nanoseconds,
@@ -188,6 +244,7 @@ extension Catalog {
                                  kind == .directory ? ItemState.directory.rawValue : ItemState.placeholder.rawValue,
                                  kindUnknown.contains(key) ? nil : entry.etag?.value, rdev(of: entry),
                                  storeOwner(of: entry), storeGroup(of: entry), entry.links])
+            changes.inserted(db.lastInsertedRowID)
         }
     }
 
@@ -266,7 +323,7 @@ extension Catalog {
     }
 
     private static func finish(listing progress: ListingProgress, of directory: Inode, listedAt: Double, moving: MovingItems,
-                               in db: Database) throws {
+                               changes: inout PageChanges, in db: Database) throws {
         // Three columns of every child, whole rows only of those gone: most of a big folder stays.
         // Read before the names seen are looked at: lookups asking them never wait for SQLite.
         var children: [(inode: Int64, name: String)] = []
@@ -291,10 +348,12 @@ extension Catalog {
             if try holdsLocalCopies(db, row) {
                 if (row["kind"] as Int) != Item.Kind.directory.rawValue {
                     try db.cachedExecute(sql: "UPDATE item SET onStore = 0 WHERE inode = ?", arguments: [inode])
+                    changes.updated.append(inode)
                 }
                 continue
             }
             try db.cachedExecute(sql: "DELETE FROM item WHERE inode = ?", arguments: [inode])
+            changes.removedRows = true
         }
         try db.cachedExecute(sql: "UPDATE item SET listedAt = ? WHERE inode = ?", arguments: [listedAt, Int64(bitPattern: directory)])
     }

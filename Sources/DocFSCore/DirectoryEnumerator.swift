@@ -295,7 +295,7 @@ public actor DirectoryEnumerator {
                            awaitingSince: ContinuousClock.Instant?) async throws(FSError) {
         try await Blocking.run { [catalog] () throws(FSError) in
             try catalog.applyListingPage(page.entries, kindUnknown: page.kindUnknown, of: directory.inode,
-                                         askedAt: page.askedAt, progress: progress)
+                                         askedAt: page.askedAt, progress: progress, rememberNew: awaitingSince != nil)
         }
         if let previews {
             let withPreviews = page.entries.filter { $0.hasPreview && $0.kind == .file }.map(\.path)
