@@ -125,7 +125,9 @@ extension Catalog {
         }
     }
 
+    /// Not once the cache is full: a huge folder's later pages would be read for nothing.
     private func remember(_ added: ClosedRange<Int64>, in directory: Inode) throws(FSError) {
+        guard cache.count < cache.capacity else { return }
         let ticket = cache.ticket()
         let items = try read { db in
             try Array(Row.fetchCursor(db.cachedStatement(sql: """
@@ -145,7 +147,8 @@ extension Catalog {
         }.map(Catalog.item(from:))
     }
 
-    /// `lookupsFollow`: a caller waits, so the folder's rows are read into the cache at once.
+    /// `lookupsFollow`: a caller waits, so the folder's rows are read into the cache at once
+    /// if the end of the listing dropped the cache (rows went); otherwise its pages put them there.
     public func finishListing(_ progress: ListingProgress, of directory: Inode, listedAt: Double,
                               lookupsFollow: Bool = false) throws(FSError) {
         var changes = PageChanges()
