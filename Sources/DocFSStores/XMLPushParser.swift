@@ -50,9 +50,10 @@ private struct RawName: Hashable {
     }
 }
 
-private struct UnprefixedName: Hashable {
+/// A raw name and, for one without a prefix, the default namespace it was resolved under.
+private struct ResolvedName: Hashable {
     let raw: RawName
-    let namespace: String?
+    let defaultNamespace: String?
 }
 
 struct XMLPushParser<Handler: XMLPushHandler> {
@@ -102,14 +103,11 @@ struct XMLPushParser<Handler: XMLPushHandler> {
     private var open: [(raw: [UInt8], element: Handler.Element)] = []
     /// Namespace bindings per open element (prefix "" is the default namespace).
     private var scopes: [[String: String]] = []
-    /// Raw element names with a prefix (`D:href`) resolved under the bindings open now;
-    /// emptied when an element binds a prefix anew. A listing repeats a dozen names thousands
-    /// of times.
-    private var resolvedPrefixed: [RawName: Handler.Element] = [:]
-    /// Names without a prefix (`mode`), by the default namespace they were resolved under:
-    /// rclone binds the default namespace on each property it does not have, twice per entry,
-    /// and back again after it.
-    private var resolvedUnprefixed: [UnprefixedName: Handler.Element] = [:]
+    /// Raw element names resolved under the bindings open now; emptied when an element binds a
+    /// prefix anew. A name without a prefix (`mode`) is kept by the default namespace it was
+    /// resolved under: rclone binds the default namespace on each property it does not have,
+    /// twice per entry, and back again after it. A listing repeats a dozen names thousands of times.
+    private var resolved: [ResolvedName: Handler.Element] = [:]
     /// The default namespace bound now (nil: none).
     private var defaultNamespace: String?
     /// Bytes of a UTF-8 byte order mark read at the start.
@@ -441,26 +439,15 @@ struct XMLPushParser<Handler: XMLPushHandler> {
     /// What the handler makes of `raw` (`p:local` or `local`) under the open scopes, and the
     /// cache's copy of `raw` (an open element holds that one, not the parser's buffer).
     private mutating func resolve(_ raw: [UInt8]) -> (raw: [UInt8], element: Handler.Element) {
-        if raw.contains(UInt8(ascii: ":")) {
-            if let index = resolvedPrefixed.index(forKey: RawName(raw)) {
-                let (key, element) = resolvedPrefixed[index]
-                return (key.bytes, element)
-            }
-            let element = handler.element(named: resolveInScopes(raw))
-            if resolvedPrefixed.count >= 256 { resolvedPrefixed.removeAll(keepingCapacity: true) }
-            let key = RawName(Array(raw))
-            resolvedPrefixed[key] = element
-            return (key.bytes, element)
-        }
-        if let index = resolvedUnprefixed.index(forKey: UnprefixedName(raw: RawName(raw), namespace: defaultNamespace)) {
-            let (key, element) = resolvedUnprefixed[index]
+        let namespace = raw.contains(UInt8(ascii: ":")) ? nil : defaultNamespace
+        if let index = resolved.index(forKey: ResolvedName(raw: RawName(raw), defaultNamespace: namespace)) {
+            let (key, element) = resolved[index]
             return (key.raw.bytes, element)
         }
         let element = handler.element(named: resolveInScopes(raw))
-        if resolvedUnprefixed.count >= 256 { resolvedUnprefixed.removeAll(keepingCapacity: true) }
-        let key = UnprefixedName(raw: RawName(Array(raw)), namespace: defaultNamespace)
-        resolvedUnprefixed[key] = element
-        return (key.raw.bytes, element)
+        if resolved.count >= 256 { resolved.removeAll(keepingCapacity: true) }
+        resolved[ResolvedName(raw: RawName(raw), defaultNamespace: namespace)] = element
+        return (raw, element)
     }
 
     /// An element that declared `scope` begins or ends: names resolved under the bindings it
@@ -468,7 +455,7 @@ struct XMLPushParser<Handler: XMLPushHandler> {
     private mutating func bindingsChanged(_ scope: [String: String]) {
         guard !scope.isEmpty else { return }
         if scope[""] != nil { defaultNamespace = binding(of: "") }
-        if scope.count > (scope[""] != nil ? 1 : 0) { resolvedPrefixed.removeAll(keepingCapacity: true) }
+        if scope.count > (scope[""] != nil ? 1 : 0) { resolved.removeAll(keepingCapacity: true) }
     }
 
     /// The URI `prefix` names in the open scopes (`""`: the default namespace); nil if unbound.
