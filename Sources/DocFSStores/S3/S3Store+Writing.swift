@@ -31,6 +31,8 @@ extension S3Store {
             return RemoteEntry(path: path, kind: .file, size: file.size, modified: attributes.modified?.seconds ?? Date().timeIntervalSince1970,
                                etag: etag, mode: attributes.mode, owner: attributes.owner, group: attributes.group)
         }
+        // Any other write uses the name too: a folder made at it a moment later must ask first.
+        knownFolders.used(path)
 
         // What S3 does not check for us: a directory at the path, a missing parent; and the
         // condition, for servers that ignore conditional headers (see the top of the file).
