@@ -68,13 +68,19 @@ extension DocFileSystem {
         }
     }
 
-    /// Nil if the store moved on. Asked even with a copy there: a close just before may evict it.
+    /// Nil if the store moved on. Asked even with a copy there: a close just before may evict it;
+    /// not asked again within `--attr-timeout` of the store's last word (`ConfirmedVersions`).
     private func storeStillHas(_ version: ETag, of item: Item) async throws(FSError) -> RemoteEntry? {
         guard item.kind == .file, item.onStore, item.etag == version, !item.hasUnsyncedChanges,
               store.capabilities.hasRangeReads else { return nil }
+        if let recent = confirmedVersions.recent(item.inode, version: version, path: item.path), recent.size == item.size {
+            return recent
+        }
         do {
+            let asked = ContinuousClock.now
             let entry = try await askStore(about: item.path)
             guard entry.kind == .file, entry.etag == version, entry.size == item.size else { return nil }
+            confirmedVersions.confirmed(item.inode, entry, asked: asked)
             return entry
         } catch .notFound {
             return nil  // the open finds out and says so

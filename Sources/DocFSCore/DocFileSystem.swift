@@ -26,6 +26,8 @@ public final class DocFileSystem: Sendable {
     /// `--io-timeout`; nil: the store's own deadlines.
     let ioTimeout: Duration?
     let retry: RetryPolicy
+    /// The store's recent answers about versions the kernel caches pages of.
+    let confirmedVersions: ConfirmedVersions
 
     public struct OpenMode: Sendable, Equatable {
         public var writable: Bool
@@ -73,7 +75,7 @@ public final class DocFileSystem: Sendable {
                 uploadBackoff: Duration = .seconds(15), streaming: StreamingPolicy = .default, ioTimeout: Duration? = nil,
                 retry: RetryPolicy? = nil, retention: RetentionPolicy = .onLastRelease,
                 listAhead: DirectoryEnumerator.ListAhead = .default, prefetch: Prefetcher.Policy = .off, conflictClock: @escaping @Sendable () -> Date = { Date() }, stateDirectory: String? = nil,
-                streamedUploads: StreamedUpload.Policy? = .default, logger: Logger) {
+                streamedUploads: StreamedUpload.Policy? = .default, versionTrust: Duration = .zero, logger: Logger) {
         // Store calls a caller waits for are retried within the caller's patience.
         let retry = retry ?? ioTimeout.map { RetryPolicy.interactive.within($0) } ?? .interactive
         self.store = store
@@ -84,6 +86,7 @@ public final class DocFileSystem: Sendable {
         self.logger = logger
         self.ioTimeout = ioTimeout
         self.retry = retry
+        self.confirmedVersions = ConfirmedVersions(trust: versionTrust)
         self.provider = Provider(store: store, catalog: catalog, cacheDirectory: cacheDirectory, retry: retry, streaming: streaming,
                                  ioTimeout: ioTimeout, retention: retention, logger: logger)
         // Files held ahead cannot be evicted, so a mount with `--cache-max` reads nothing ahead.

@@ -93,7 +93,7 @@ struct MountCommand: AsyncParsableCommand {
                                valueName: "seconds"))
     var entryTimeout: Double = 1
 
-    @Option(help: ArgumentHelp("Seconds the kernel may trust a file's size, times and mode before asking docfs again.",
+    @Option(help: ArgumentHelp("Seconds the kernel may trust a file's size, times and mode before asking docfs again; also how long a reopen of a file the kernel caches takes the store's last word on its version.",
                                valueName: "seconds"))
     var attrTimeout: Double = 1
 
@@ -274,7 +274,8 @@ struct MountCommand: AsyncParsableCommand {
                                                                   cacheMax: cacheMax.flatMap(RetentionPolicy.parseSize)),
                                        listAhead: DirectoryEnumerator.ListAhead(folders: listAhead),
                                        prefetch: Prefetcher.Policy(files: prefetch),
-                                       stateDirectory: layout.stateDirectory, streamedUploads: streamedUploads, logger: logger)
+                                       stateDirectory: layout.stateDirectory, streamedUploads: streamedUploads,
+                                       versionTrust: .milliseconds(Int64(attrTimeout * 1000)), logger: logger)
         // The source the mount table shows is the store as given (without credentials): what
         // an fstab line names, so `mount -a` sees the line is mounted already, and what df shows.
         var mountOptions = ["fsname=" + Self.escapedMountOption(StoreLocator.redacted(self.store)), "subtype=docfs", "default_permissions"]

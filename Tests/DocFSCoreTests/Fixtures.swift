@@ -28,7 +28,7 @@ struct CoreFixture {
          streaming: StreamingPolicy = .default, retention: RetentionPolicy = .onLastRelease,
          listAhead: DirectoryEnumerator.ListAhead = .default,
          conflictClock: @escaping @Sendable () -> Date = { Date() }, streamedUploads: StreamedUpload.Policy = .default,
-         reuse directory: String? = nil, capturing capturedLog: CapturedLog? = nil) throws {
+         reuse directory: String? = nil, capturing capturedLog: CapturedLog? = nil, versionTrust: Duration = .zero) throws {
         let directory = directory ?? FileManager.default.temporaryDirectory.appendingPathComponent("docfs-core-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: directory + "/cache", withIntermediateDirectories: true)
         self.directory = directory
@@ -43,7 +43,7 @@ struct CoreFixture {
         fs = DocFileSystem(store: proxy ?? store, catalog: catalog, cacheDirectory: directory + "/cache", directoryTTL: ttl,
                            readOnly: readOnly, uploadBackoff: .milliseconds(200), streaming: streaming,
                            retry: Self.quickRetry, retention: retention, listAhead: listAhead, conflictClock: conflictClock,
-                           stateDirectory: directory, streamedUploads: streamedUploads, logger: logger)
+                           stateDirectory: directory, streamedUploads: streamedUploads, versionTrust: versionTrust, logger: logger)
     }
 
     /// A few quick tries: the tests' outages are switched on and off by the test itself, and
