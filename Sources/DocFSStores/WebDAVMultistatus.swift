@@ -27,6 +27,8 @@ struct WebDAVResponse: Sendable, Equatable {
     var hasPreview = false
     /// `hasPreview` was said in Nextcloud's namespace (whose preview endpoint differs from ownCloud's).
     var previewFromNextcloud = false
+    /// The server answered `has-preview` (true or false): it makes previews of some files.
+    var answersPreview = false
     /// The tokens of the locks `lockdiscovery` names (asked only under docfs's own lock).
     var lockTokens: [String] = []
 
@@ -134,6 +136,7 @@ private struct MultistatusHandler: XMLPushHandler {
     private var propstatPosix = PosixProperties()
     private var propstatHasPreview = false
     private var propstatPreviewFromNextcloud = false
+    private var propstatAnswersPreview = false
     private var inProp = false
     private var inResourceType = false
     private var inLockToken = false
@@ -193,6 +196,7 @@ private struct MultistatusHandler: XMLPushHandler {
             propstatPosix = PosixProperties()
             propstatHasPreview = false
             propstatPreviewFromNextcloud = false
+            propstatAnswersPreview = false
             propstatLockTokens = []
         case .prop: inProp = true
         case .locktoken: inLockToken = inProp
@@ -235,6 +239,7 @@ private struct MultistatusHandler: XMLPushHandler {
             if inProp { propstatPosix.set(local, to: value) }
             return
         case .hasPreview(let fromNextcloud):
+            if inProp { propstatAnswersPreview = true }
             if inProp, value == "true" || value == "1" {
                 propstatHasPreview = true
                 if fromNextcloud { propstatPreviewFromNextcloud = true }
@@ -275,6 +280,7 @@ private struct MultistatusHandler: XMLPushHandler {
                 current?.posix.merge(propstatPosix)
                 if propstatHasPreview { current?.hasPreview = true }
                 if propstatPreviewFromNextcloud { current?.previewFromNextcloud = true }
+                if propstatAnswersPreview { current?.answersPreview = true }
                 current?.lockTokens += propstatLockTokens
             }
         case .response:

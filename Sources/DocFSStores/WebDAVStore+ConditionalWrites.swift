@@ -187,7 +187,7 @@ extension WebDAVStore {
         var current: RemoteEntry?
         var othersLocked = false
         do {
-            if let match = try await propfindItself(path, body: Self.lockPropfindBody) {
+            if let match = try await propfindItself(path, body: propfindBody(lockDiscovery: true)) {
                 current = match.isLockNull ? nil : entry(path, match)
                 othersLocked = match.lockTokens.contains { $0 != lock.token }
             } else {
@@ -208,7 +208,6 @@ extension WebDAVStore {
         if othersLocked { throw .busy(status: 423, retryAfter: nil, message: "\(path): the server granted another client's lock beside docfs's") }
     }
 
-    static let lockPropfindBody = propfindBody.replacingOccurrences(of: "</D:prop>", with: "<D:lockdiscovery/></D:prop>")
 
     /// The probe of conditions on PUT (see the top of the file), run once, near `path`.
     func probeConditions(near path: StorePath) async -> ConditionSupport {

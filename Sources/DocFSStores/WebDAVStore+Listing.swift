@@ -90,7 +90,7 @@ extension WebDAVStore {
     private func startPropfind(_ directory: StorePath) async throws(StoreError) -> PropfindListing {
         let response = try await transport.start(.PROPFIND, url: url(directory, collection: true), path: directory,
                                                  headers: ["Depth": "1", "Content-Type": "application/xml; charset=utf-8"],
-                                                 body: .bytes(ByteBuffer(string: Self.propfindBody)), timeout: Self.metadataTimeout)
+                                                 body: .bytes(ByteBuffer(string: propfindBody())), timeout: Self.metadataTimeout)
         switch Int(response.status.code) {
         case 207: break
         case 404, 409:

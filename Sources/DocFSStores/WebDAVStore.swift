@@ -29,6 +29,8 @@ public final class WebDAVStore: Store {
     let logger: Logger
     /// Whether the server keeps docfs's dead properties (WebDAVDeadProperties.swift).
     let deadProperties = DeadPropertySupport()
+    /// What a PROPFIND need not ask of this server (WebDAVStore+PropfindAsks.swift).
+    let propfindAsks = PropfindAsks()
     /// Bounds of a listing, and the PROPFIND answers read page by page (WebDAVStore+Listing.swift).
     let listingLimits: ListingLimits
     let propfindListings = PropfindListings()
@@ -62,11 +64,6 @@ public final class WebDAVStore: Store {
     /// A whole metadata answer (Depth 0 PROPFIND, PROPPATCH) larger than this is refused;
     /// listings are read as they stream, bounded by `ListingLimits` instead.
     static let maximumMultistatusBytes = 256 * 1024 * 1024
-
-    static let propfindBody = """
-        <?xml version="1.0" encoding="utf-8"?>
-        <D:propfind xmlns:D="DAV:" xmlns:P="\(PosixProperties.namespace)" \(PreviewProperty.declarations)><D:prop><D:resourcetype/><D:getcontentlength/><D:getlastmodified/><D:getetag/>\(PosixProperties.propfindNames)\(PreviewProperty.propfindNames)</D:prop></D:propfind>
-        """
 
     /// - Parameters:
     ///   - baseURL: `http(s)://host[:port]/path/`; credentials in it are taken out (and used when
@@ -118,6 +115,7 @@ public final class WebDAVStore: Store {
         // A special file is an empty resource marked so (WebDAVStore+SpecialFiles.swift).
         let special = size == 0 && !response.isCollection ? response.posix.special : nil
         if response.previewFromNextcloud, !saidNextcloud.load(ordering: .relaxed) { saidNextcloud.store(true, ordering: .relaxed) }
+        propfindAsks.saw(response)
         return RemoteEntry(path: path,
                            kind: response.isCollection ? .directory : special.map { .special($0) } ?? .file,
                            size: response.isCollection ? 0 : max(0, response.contentLength ?? 0),
@@ -136,7 +134,7 @@ public final class WebDAVStore: Store {
     // MARK: - stat
 
     public func stat(_ path: StorePath) async throws(StoreError) -> RemoteEntry {
-        guard let match = try await propfindItself(path, body: Self.propfindBody) else { return try await head(path) }
+        guard let match = try await propfindItself(path, body: propfindBody()) else { return try await head(path) }
         if match.isLockNull { throw .notFound(path) }
         return entry(path, match)
     }
