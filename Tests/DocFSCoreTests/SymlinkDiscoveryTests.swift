@@ -44,8 +44,9 @@ struct SymlinkDiscoveryTests {
 
     @Test func aStoreThatIsDownDoesNotHoldLookupsOfSmallFiles() async throws {
         let store = Self.linkHidingStore()
-        // More names than the sweep asks about at once (32): the first wave may all be asked.
-        let names = (0..<100).map { "small\($0)" }
+        // More names than the sweep may ask about before it sees the store down: its first wave
+        // (64 at once, 3 attempts each) and a lookup's own question or two.
+        let names = (0..<300).map { "small\($0)" }
         for name in names { store.addFile(name, [1]) }
         let fixture = try CoreFixture(store: store)
         _ = try await fixture.fs.children(of: Item.rootInode)
@@ -100,7 +101,7 @@ struct SymlinkDiscoveryTests {
             try inodes.allSatisfy { try fixture.childrenToConfirm(of: $0).isEmpty }
         }
         #expect(store.statCount == Self.folders * Self.files)
-        let bound = 3 * 32 + 1  // the reader's folder, two ahead, 32 HEADs each, and the lookup's own
+        let bound = 2 * 64 + 1  // the reader's folder (64 HEADs), two ahead (32 each), and the lookup's own
         #expect(store.peakStatsInFlight <= bound, "\(store.peakStatsInFlight) HEADs at once (at most \(bound))")
     }
 
