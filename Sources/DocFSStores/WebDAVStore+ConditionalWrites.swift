@@ -208,7 +208,6 @@ extension WebDAVStore {
         if othersLocked { throw .busy(status: 423, retryAfter: nil, message: "\(path): the server granted another client's lock beside docfs's") }
     }
 
-
     /// The probe of conditions on PUT (see the top of the file), run once, near `path`.
     func probeConditions(near path: StorePath) async -> ConditionSupport {
         let task = conditionProbe.running.withLock { running in
