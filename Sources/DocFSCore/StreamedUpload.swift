@@ -160,10 +160,12 @@ public final class StreamedUpload: GrowingContent, Sendable {
 
     // MARK: GrowingContent
 
+    /// `.cancelled` also to a caller whose task was cancelled (the store gave up on this body: a
+    /// question asked alongside it found the name taken); the stream itself goes on.
     public func next(after offset: Int64) async -> GrowingExtent {
         while true {
             let answer = state.withLock { state -> GrowingExtent? in
-                if state.abandoned { return .cancelled }
+                if state.abandoned || Task.isCancelled { return .cancelled }
                 if offset < state.written { return .written(upTo: state.end.map { min($0, state.written) } ?? state.written) }
                 if let end = state.end, offset >= end { return .end }
                 let elapsed = ContinuousClock.now - started
@@ -191,13 +193,19 @@ public final class StreamedUpload: GrowingContent, Sendable {
             waiter?.resume()
         }
         defer { timer.cancel() }
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let now = state.withLock { state -> Bool in
-                if state.abandoned || offset < state.written || state.end != nil { return true }
-                state.waiter = continuation
-                return false
+        // The cancellation is looked at under the lock the handler takes: either the wait sees it,
+        // or the handler finds the waiter.
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let now = state.withLock { state -> Bool in
+                    if state.abandoned || offset < state.written || state.end != nil || Task.isCancelled { return true }
+                    state.waiter = continuation
+                    return false
+                }
+                if now { continuation.resume() }
             }
-            if now { continuation.resume() }
+        } onCancel: {
+            state.withLock { $0.waiter.take() }?.resume()
         }
     }
 

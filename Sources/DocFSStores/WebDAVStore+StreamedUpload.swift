@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import DocFSStore
 import Foundation
 import NIOCore
+import Synchronization
 
 // A PUT whose body is sent while the file is still being written (`GrowingContent`): chunked
 // transfer encoding, since the length is known only at the end. Used for a new file copied in
@@ -57,44 +58,32 @@ extension WebDAVStore {
                       attributes: StoreAttributes) async throws(StoreError) -> RemoteEntry {
         guard !path.isRoot else { throw .isADirectory(path) }
         if let refusal = streamedUploadRefusal.withLock({ $0 }) { throw .notSupported(refusal) }
-        // The MOVE's `Overwrite: F` keeps what stands there; the question first saves sending a
-        // body for nothing, and is not asked in a folder made here a moment ago.
-        let fresh = knownFolders.isFresh(path)
+        // The MOVE's `Overwrite: F` keeps what stands there. Whether the name is free is asked
+        // while the body goes (asked first, it cost a round trip before the first byte), and
+        // answered before the MOVE: a name another client took meanwhile costs that body, which
+        // is then deleted once the server answered for it (a PUT cut off mid-body could still be
+        // writing the file when the DELETE came). Not asked in a folder made here a moment ago.
         let replace: Bool
         switch condition {
-        case .mustNotExist:
-            if !fresh, try await statIfExists(path) != nil { throw .alreadyExists(path) }
-            replace = false
-        case .always:
-            replace = true
-        case .ifMatch:
-            throw .notSupported("a streamed upload over a version")
+        case .mustNotExist: replace = false
+        case .always: replace = true
+        case .ifMatch: throw .notSupported("a streamed upload over a version")
+        }
+        let nameIsFree: Task<Result<Void, StoreError>, Never>? = replace || knownFolders.isFresh(path) ? nil : Task {
+            do throws(StoreError) {
+                return try await self.statIfExists(path) == nil ? .success(()) : .failure(.alreadyExists(path))
+            } catch {
+                return .failure(error)
+            }
         }
         return try await putThenMove(path, replace: replace, put: { (temporary) throws(StoreError) in
-            let (answer, sent): (HTTPTransport.Answer, Int64)
-            do {
-                // No fixed deadline (the length is unknown): the transfer fails once it falls
-                // behind the minimum rate, as a download does, besides the client's idle timeouts.
-                (answer, sent) = try await HTTPTransport.withTransferDeadline(transport.timeouts, what: "PUT \(path)") { progress in
-                    let body = HTTPClientRequest.Body.stream(GrowingChunks(content: content, progress: progress), length: .unknown)
-                    let answer = try await self.transport.metadata(.PUT, url: self.url(temporary), path: temporary,
-                                                                   headers: ["If-None-Match": "*"], body: body, timeout: .hours(24))
-                    return (answer, progress.bytes)
-                }
+            do throws(StoreError) {
+                try await self.putGrowing(content, to: temporary, for: path)
             } catch {
-                throw HTTPTransport.storeError(error, method: "PUT", path: path)
+                nameIsFree?.cancel()
+                throw error
             }
-            if [411, 501].contains(answer.status) { throw refused("PUT with a chunked body: HTTP \(answer.status)") }
-            try await checkPUT(answer, temporary, .mustNotExist)
-            // A server or proxy that mishandles a chunked body keeps less than was sent. It does so
-            // every time: asked until one body as long as this one was found whole (a round trip
-            // less for the uploads after).
-            guard sent > chunkedBodiesKeptWhole.withLock({ $0 }) else { return }
-            let stored = try await stat(temporary)
-            guard stored.kind == .file, stored.size == sent else {
-                throw refused("PUT with a chunked body: the server kept \(stored.size) of \(sent) bytes")
-            }
-            chunkedBodiesKeptWhole.withLock { $0 = max($0, sent) }
+            try await nameIsFree?.value.get()
         }, moveFailed: { error in
             switch error {
             case .notSupported(let why), .accessDenied(let why): return refused(why)
@@ -102,6 +91,38 @@ extension WebDAVStore {
             default: return error
             }
         })
+    }
+
+    /// The PUT of a streamed upload's body to its temporary name, checked.
+    private func putGrowing(_ content: any GrowingContent, to temporary: StorePath, for path: StorePath) async throws(StoreError) {
+        let (answer, sent): (HTTPTransport.Answer, Int64)
+        let givenUp = GivenUp()
+        do {
+            // No fixed deadline (the length is unknown): the transfer fails once it falls
+            // behind the minimum rate, as a download does, besides the client's idle timeouts.
+            (answer, sent) = try await HTTPTransport.withTransferDeadline(transport.timeouts, what: "PUT \(path)") { progress in
+                let body = HTTPClientRequest.Body.stream(GrowingChunks(content: content, progress: progress, givenUp: givenUp),
+                                                         length: .unknown)
+                let answer = try await self.transport.metadata(.PUT, url: self.url(temporary), path: temporary,
+                                                               headers: ["If-None-Match": "*"], body: body, timeout: .hours(24))
+                return (answer, progress.bytes)
+            }
+        } catch {
+            throw HTTPTransport.storeError(error, method: "PUT", path: path)
+        }
+        if [411, 501].contains(answer.status) { throw refused("PUT with a chunked body: HTTP \(answer.status)") }
+        // The core gave up on the body: it was ended short, and the server is done with it.
+        if givenUp.yes { throw .timedOut("the upload was cancelled") }
+        try await checkPUT(answer, temporary, .mustNotExist)
+        // A server or proxy that mishandles a chunked body keeps less than was sent. It does so
+        // every time: asked until one body as long as this one was found whole (a round trip
+        // less for the uploads after).
+        guard sent > chunkedBodiesKeptWhole.withLock({ $0 }) else { return }
+        let stored = try await stat(temporary)
+        guard stored.kind == .file, stored.size == sent else {
+            throw refused("PUT with a chunked body: the server kept \(stored.size) of \(sent) bytes")
+        }
+        chunkedBodiesKeptWhole.withLock { $0 = max($0, sent) }
     }
 
     /// A name of docfs's own work: `prefix` and 16 random hex digits (`isScratchName`).
@@ -153,24 +174,39 @@ extension WebDAVStore {
     }
 }
 
-/// The bytes of growing content as they are written, in chunks of at most 1 MiB.
+/// Whether the core gave up on a streamed body (`GrowingExtent.cancelled`).
+final class GivenUp: Sendable {
+    private let flag = Mutex(false)
+
+    var yes: Bool { flag.withLock { $0 } }
+
+    func note() { flag.withLock { $0 = true } }
+}
+
+/// The bytes of growing content as they are written, in chunks of at most 1 MiB. When the core
+/// gives up on it, the body ends there, short but well framed, and `givenUp` says so: a body
+/// cut off mid-stream leaves the server writing a file we cannot know when to delete.
 struct GrowingChunks: AsyncSequence, Sendable {
     typealias Element = ByteBuffer
     static let chunkSize = 1 << 20
 
     let content: any GrowingContent
     let progress: TransferProgress
+    let givenUp: GivenUp
 
     struct AsyncIterator: AsyncIteratorProtocol {
         let content: any GrowingContent
         let progress: TransferProgress
+        let givenUp: GivenUp
         var offset: Int64 = 0
 
         mutating func next() async throws -> ByteBuffer? {
             let upTo: Int64
             switch await content.next(after: offset) {
             case .end: return nil
-            case .cancelled: throw StoreError.timedOut("the upload was cancelled")
+            case .cancelled:
+                givenUp.note()
+                return nil
             case .written(let end): upTo = end
             }
             guard upTo > offset else { return nil }
@@ -182,6 +218,6 @@ struct GrowingChunks: AsyncSequence, Sendable {
     }
 
     func makeAsyncIterator() -> AsyncIterator {
-        AsyncIterator(content: content, progress: progress)
+        AsyncIterator(content: content, progress: progress, givenUp: givenUp)
     }
 }

@@ -198,4 +198,31 @@ struct StreamedUploadTests {
         #expect(conflict.contains("conflict"))
         #expect(fixture.store.content(conflict) == content)
     }
+
+    /// A store that gives up on a body (a question asked alongside it found the name taken)
+    /// cancels the task reading it: that reader is told `.cancelled` at once, though the writer
+    /// is idle, and the stream itself goes on for whoever reads it next.
+    @Test func aReaderWhoseTaskIsCancelledIsToldSoWhileTheWriterIsIdle() async throws {
+        let descriptor = open("/dev/null", O_RDONLY)
+        #expect(descriptor >= 0)
+        let path = try StorePath("/idle.bin")
+        let stream = StreamedUpload(inode: 2, path: path, descriptor: descriptor, written: 0, policy: Self.policy) {
+            (stream) throws(StoreError) -> RemoteEntry in
+            let reader = Task { await stream.next(after: 0) }
+            try? await Task.sleep(for: .milliseconds(100))
+            reader.cancel()
+            #expect(await reader.value == .cancelled)
+            #expect(await Task { () -> GrowingExtent in
+                withUnsafeCurrentTask { $0?.cancel() }
+                return await stream.next(after: 0)
+            }.value == .cancelled, "a reader cancelled before it asks")
+            stream.wrote(0..<10)
+            #expect(await stream.next(after: 0) == .written(upTo: 10), "the stream goes on")
+            throw .notSupported("given up")
+        }
+        guard case .failed(.notSupported("given up")) = await stream.outcome() else {
+            Issue.record("the store's answer is the stream's outcome")
+            return
+        }
+    }
 }

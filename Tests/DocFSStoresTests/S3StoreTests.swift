@@ -296,6 +296,24 @@ struct S3StoreTests {
         }
     }
 
+    @Test("write growing content over a name another client holds: the questions asked alongside stop it; nothing is left")
+    func growingContentOverATakenName() async throws {
+        let content = randomBytes(8 * 1024 * 1024, seed: 23)
+        try await withS3Store(partSize: 5 * 1024 * 1024) { store, server in
+            _ = try await server.python("s3.put_object(Bucket=B, Key='taken.bin', Body=b'theirs')", bucket: "docfs-test")
+            // The writer stops past the first part and never ends: only the answer can end the upload.
+            let growing = GrowingBytes(content)
+            growing.grow(to: 6 * 1024 * 1024)
+            await expectStoreError(.alreadyExists(path("taken.bin"))) { () throws(StoreError) in
+                try await store.write(path("taken.bin"), growing: growing, condition: .mustNotExist, attributes: StoreAttributes())
+            }
+            let remote = try await server.python("""
+                print(len(s3.list_multipart_uploads(Bucket=B).get('Uploads', [])), s3.get_object(Bucket=B, Key='taken.bin')['Body'].read())
+                """, bucket: "docfs-test").trimmingCharacters(in: .whitespacesAndNewlines)
+            #expect(remote == "0 b'theirs'", "the upload begun alongside was aborted; theirs stays")
+        }
+    }
+
     @Test("write: a failing part aborts the multipart upload; nothing is left behind")
     func multipartAbort() async throws {
         let content = randomBytes(11 * 1024 * 1024, seed: 4)
@@ -568,7 +586,8 @@ final class GrowingBytes: GrowingContent, Sendable {
     func next(after offset: Int64) async -> GrowingExtent {
         while true {
             let now = state.withLock { $0 }
-            if now.cancelled { return .cancelled }
+            // As the core's stream: the caller's cancelled task is told so (see StreamedUpload).
+            if now.cancelled || Task.isCancelled { return .cancelled }
             if offset < now.written { return .written(upTo: now.written) }
             if now.ended { return .end }
             try? await Task.sleep(for: .milliseconds(5))

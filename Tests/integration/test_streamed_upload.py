@@ -13,7 +13,7 @@ import pytest
 
 from fault_proxy import FaultProxy
 from helpers import wait_until
-from write_support import make_store, methods_log, moves, puts, sigkill_daemon, wait_server_bytes
+from write_support import change_on_server, make_store, methods_log, moves, puts, sigkill_daemon, wait_server_bytes
 
 pytestmark = pytest.mark.fuse
 
@@ -58,6 +58,56 @@ def test_dd_of_a_large_new_file_streams_it_to_a_temporary_name_and_moves_it_in_p
     assert ledgers and not [record for ledger in ledgers for record in ledger.iterdir()], ledgers
     with open(m / "copied.bin", "rb") as f:
         assert f.read() == data
+
+
+def test_the_body_of_a_large_new_file_goes_while_its_name_is_asked_about(store_server, store, mount, tmp_path):
+    """Whether the name is free is asked alongside the PUT, not before it: far from the store
+    that question was a round trip before the first byte went. The proxy holds the question
+    1.5 s; the body reaches the server meanwhile, and the MOVE waits for the answer."""
+    server = store_server(store)
+    proxy = FaultProxy(server.port, log_path=tmp_path / "proxy.log").start()
+    try:
+        question = proxy.latency(1.5, method="PROPFIND", path=r"^/fresh\.bin$", count=1)
+        m = mount(proxy.url)
+        source = tmp_path / "source.bin"
+        data = os.urandom(12 * MIB)
+        source.write_bytes(data)
+        subprocess.run(["dd", f"if={source}", f"of={m / 'fresh.bin'}", "bs=1M", "status=none"], check=True)
+        wait_server_bytes(server, "fresh.bin", data)
+        m.wait_uploads_done()
+        assert question.hits == 1, methods_log(server)
+        seen = proxy.requests()
+        asked = next(r for r in seen if r.method == "PROPFIND" and r.target == "/fresh.bin")
+        body = next(r for r in seen if r.method == "PUT" and TEMPORARY.match(r.target.lstrip("/")))
+        moved = next(r for r in seen if r.method == "MOVE")
+        # Asking first, the PUT would have come 1.5 s after the question, once it was answered.
+        assert body.at - asked.at < 1.0, seen
+        assert moved.at >= asked.at + 1.5, seen
+        assert temporary_names(server) == []
+    finally:
+        proxy.stop()
+
+
+def test_a_large_new_file_whose_name_another_client_took_meanwhile_keeps_both(store_server, store, mount, tmp_path):
+    """The name is taken by another client between the create and the stream's question: the
+    body sent alongside is stopped and leaves nothing behind, theirs stays under the name, and
+    ours goes up at close as a conflict copy beside it."""
+    server = store_server(store)
+    m = mount(server.url)
+    os.listdir(m.path)
+    ours = os.urandom(10 * MIB)
+    theirs = b"theirs, written while ours was being made\n"
+    with open(m / "taken.bin", "wb") as f:
+        change_on_server(server, "taken.bin", theirs, 1_700_000_000)
+        for offset in range(0, len(ours), MIB):
+            f.write(ours[offset:offset + MIB])
+    m.wait_uploads_done()
+    assert (server.root / "taken.bin").read_bytes() == theirs, methods_log(server)
+    copies = [name for name in os.listdir(server.root) if name.startswith("taken (conflict ")]
+    assert len(copies) == 1, (os.listdir(server.root), methods_log(server))
+    assert (server.root / copies[0]).read_bytes() == ours
+    assert temporary_names(server) == [], methods_log(server)
+    assert not moves(server), methods_log(server)
 
 
 def test_once_the_server_kept_a_chunked_body_whole_shorter_ones_are_not_asked_about(store_server, store, mount, tmp_path):

@@ -17,32 +17,42 @@ extension S3Store {
                       attributes: StoreAttributes) async throws(StoreError) -> RemoteEntry {
         guard !path.isRoot else { throw .isADirectory(path) }
         knownFolders.used(path)
-        async let isDirectory = Self.catching { () throws(StoreError) in try await self.directoryExists(path).exists }
-        async let parentExists = Self.catching { () throws(StoreError) in try await self.parentExists(of: path) }
-        async let current = Self.catching { () throws(StoreError) -> RemoteEntry? in
-            condition == .mustNotExist ? try await self.headObject(path) : nil
-        }
-        if try await isDirectory.get() { throw .isADirectory(path) }
-        if try await !parentExists.get() { throw .notFound(path.parent ?? .root) }
         var conditionHeaders: [(name: String, value: String)] = []
         switch condition {
         case .always: break
-        case .mustNotExist:
-            if try await current.get() != nil { throw .alreadyExists(path) }
-            conditionHeaders.append(("If-None-Match", "*"))
-        case .ifMatch:
-            throw .notSupported("a streamed upload over a version")
+        case .mustNotExist: conditionHeaders.append(("If-None-Match", "*"))
+        case .ifMatch: throw .notSupported("a streamed upload over a version")
+        }
+        // Asked while the upload begins (a round trip less) and answered before it completes (S3
+        // checks only that no object is there): a wrong answer cancels it, and its parts go with
+        // the abort.
+        let answered = Task { () async -> Result<Void, StoreError> in
+            await Self.catching { () throws(StoreError) in
+                async let isDirectory = Self.catching { () throws(StoreError) in try await self.directoryExists(path).exists }
+                async let parentExists = Self.catching { () throws(StoreError) in try await self.parentExists(of: path) }
+                async let current = Self.catching { () throws(StoreError) -> RemoteEntry? in
+                    condition == .mustNotExist ? try await self.headObject(path) : nil
+                }
+                if try await isDirectory.get() { throw .isADirectory(path) }
+                if try await !parentExists.get() { throw .notFound(path.parent ?? .root) }
+                if try await current.get() != nil { throw .alreadyExists(path) }
+            }
         }
         let carried = StoreAttributes(mode: attributes.mode, owner: attributes.owner, group: attributes.group)
         let objectKey = key(path)
-        let (etag, size) = try await withMultipartUpload(objectKey, path: path, metadata: S3Metadata.headers(for: carried)) {
-            (uploadId) throws(StoreError) -> (ETag, Int64) in
-            let etags = PartETags()
-            let size = try await uploadParts(of: content, key: objectKey, uploadId: uploadId, path: path, etags: etags)
-            let etag = try await completeMultipartUpload(objectKey, uploadId: uploadId, parts: etags.sorted(), path: path,
-                                                         conditionHeaders: conditionHeaders, condition: condition)
-            return (etag, size)
-        }
+        let headers = conditionHeaders
+        let (etag, size) = try await asking({ () throws(StoreError) in try await answered.value.get() }, alongside: {
+            () throws(StoreError) -> (ETag, Int64) in
+            try await self.withMultipartUpload(objectKey, path: path, metadata: S3Metadata.headers(for: carried)) {
+                (uploadId) throws(StoreError) -> (ETag, Int64) in
+                let etags = PartETags()
+                let size = try await self.uploadParts(of: content, key: objectKey, uploadId: uploadId, path: path, etags: etags)
+                try await answered.value.get()
+                let etag = try await self.completeMultipartUpload(objectKey, uploadId: uploadId, parts: etags.sorted(), path: path,
+                                                                  conditionHeaders: headers, condition: condition)
+                return (etag, size)
+            }
+        })
         return RemoteEntry(path: path, kind: .file, size: size, modified: Date().timeIntervalSince1970, etag: etag,
                            mode: carried.mode, owner: carried.owner, group: carried.group)
     }
