@@ -338,9 +338,12 @@ public final class Catalog: Sendable {
     static func holdsLocalCopies(_ db: Database, _ row: Row) throws -> Bool {
         if hasLocalCopy(row) { return true }
         guard (row["kind"] as Int) == Item.Kind.directory.rawValue else { return false }
+        // A folder made ahead, its MKCOL not answered yet (`Catalog+FoldersAhead`), is a change of its own.
+        if (row["onStore"] as Int64) == 0 { return true }
         let path: String = row["path"]
         return try Bool.fetchOne(db.cachedStatement(sql: """
-            SELECT EXISTS(SELECT 1 FROM item WHERE (state IN ('modified', 'uploading', 'local', 'downloading') OR uncommitted != 0)
+            SELECT EXISTS(SELECT 1 FROM item WHERE (state IN ('modified', 'uploading', 'local', 'downloading') OR uncommitted != 0
+                                                    OR (kind = \(Item.Kind.directory.rawValue) AND onStore = 0))
                           AND path > ? AND path < ?)
             """), arguments: [path + "/", path + "0"]) ?? false
     }

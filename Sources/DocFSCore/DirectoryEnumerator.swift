@@ -47,6 +47,7 @@ public actor DirectoryEnumerator {
     /// Returns once the thumbnails are written or patience ran out; at once when no one waits.
     public typealias PreviewsHandler = @Sendable (Item, [StorePath], ContinuousClock.Instant?) async -> Void
     private nonisolated let goneHandler = Mutex<(@Sendable ([Inode]) async -> Bool)?>(nil)
+    private nonisolated let foldersBeingMade = Mutex<(@Sendable (StorePath) async -> Void)?>(nil)
 
     public init(store: any Store, catalog: Catalog, ttl: Double, retry: RetryPolicy = .interactive,
                 listAhead: ListAhead = .default, logger: Logger) {
@@ -68,6 +69,12 @@ public actor DirectoryEnumerator {
     /// Runs on the listing's task, which ends when it returns: a first `readdir` waits for thumbnails.
     public nonisolated func whenPreviewsListed(_ handler: @escaping PreviewsHandler) {
         previewsHandler.withLock { $0 = handler }
+    }
+
+    /// Returns once the store has the folder at `path` and those above and below it that this
+    /// mount made ahead (`Uploader+FoldersAhead`): a listing never asks for one before.
+    public nonisolated func whenFoldersBeingMade(_ wait: @escaping @Sendable (StorePath) async -> Void) {
+        foldersBeingMade.withLock { $0 = wait }
     }
 
     /// Returns whether any went; then the folder is listed again to show what is there now.
@@ -276,6 +283,7 @@ public actor DirectoryEnumerator {
     }
 
     nonisolated func readPage(_ token: PageToken?, of directory: Item) async throws(FSError) -> ReadPage {
+        if let wait = foldersBeingMade.withLock({ $0 }) { await wait(directory.path) }
         let askedAt = Date().timeIntervalSince1970
         let result: ListPage
         do {

@@ -49,7 +49,11 @@ extension DocFileSystem {
         if !current.hasUnsyncedChanges {
             let carried = StoreAttributes(mode: changes.mode.map { $0 & 0o7777 }, modified: changes.modified, accessed: changes.accessed,
                                           owner: changes.owner, group: changes.group)
-            await AttributeSync.push(carried, of: current, to: store, provider: provider, logger: logger)
+            if current.isDirectory && !current.onStore {
+                await uploader.pushWhenMade(inode, carried)  // a folder made ahead, not on the store yet
+            } else {
+                await AttributeSync.push(carried, of: current, to: store, provider: provider, logger: logger)
+            }
         }
         return try self.item(inode)
     }

@@ -12,6 +12,8 @@ extension DocFileSystem {
         // Before anything is committed: from now on a machine crash is told from a daemon's.
         try sessionMarker?.markRunning(bootID: bootID)
         try await settleChangesCutShort()
+        // Before the uploads below them (which wait for them).
+        try await uploader.remakeFoldersAhead()
         try await uploader.resumePending()
         // Set-aside items show the store's version: ask its size now, so stat is right at once.
         for item in reverted {

@@ -40,6 +40,14 @@ extension DocFileSystem {
     public func makeDirectory(in parent: Inode, name: String, mode: UInt32, owner: UInt32, group: UInt32) async throws(FSError) -> Item {
         let path = try await pathForNewEntry(named: name, in: parent)
         let (group, mode) = try inheriting(group: group, mode: mode, from: parent, directory: true)
+        // In a folder this mount just made, the store gets it in the background (Uploader+FoldersAhead).
+        if let ahead = try await uploader.makeAhead(path, in: parent, create: { [catalog] () throws(FSError) -> Item in
+            try catalog.createItem(in: parent, name: name, kind: .directory, modified: .now, mode: mode & 0o7777,
+                                   owner: owner, group: group, state: .directory, onStore: false,
+                                   listedAt: Date().timeIntervalSince1970, folderChanged: .now)
+        }) {
+            return ahead
+        }
         let entry = try await uploader.exclusively(touching: [path]) { () async throws(FSError) -> RemoteEntry in
             do throws(StoreError) { return try await store.makeDirectory(path) } catch { throw FSError(error) }
         }
@@ -49,6 +57,7 @@ extension DocFileSystem {
                                    mode: mode & 0o7777, owner: owner, group: group, state: .directory, onStore: true,
                                    listedAt: Date().timeIntervalSince1970, folderChanged: .now)
         }
+        await uploader.noteFolderMade(created.inode)
         return await withOwnerOnStore(created)
     }
 

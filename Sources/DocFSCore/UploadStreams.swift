@@ -9,6 +9,9 @@ public final class UploadStreams: Sendable {
     public let policy: StreamedUpload.Policy
     private let state = Mutex(State())
     private let ended = Mutex<(@Sendable (Inode) -> Void)?>(nil)
+    /// Whether a folder at or above a path is still being made (`Uploader+FoldersAhead`): no
+    /// stream starts there; the file goes up after its close, once the folder is on the store.
+    private let beingMade = Mutex<(@Sendable (StorePath) -> Bool)?>(nil)
 
     private struct State {
         var unsettled: [Inode: StreamedUpload] = [:]
@@ -36,6 +39,7 @@ public final class UploadStreams: Sendable {
         guard copy.mayStream(policy), let generation = state.withLock({ $0.admits(copy.inode, policy) ? $0.generation : nil }) else { return }
         guard let item = try? catalog.item(copy.inode) else { return }
         let path = item.path
+        if let beingMade = beingMade.withLock({ $0 }), beingMade(path) { return }
         // Times are the store's; a later mode or owner change is pushed at settling.
         let attributes = StoreAttributes(mode: item.mode, owner: item.owner, group: item.group)
         let store = store
@@ -60,6 +64,10 @@ public final class UploadStreams: Sendable {
 
     func whenEnded(_ handler: @escaping @Sendable (Inode) -> Void) {
         ended.withLock { $0 = handler }
+    }
+
+    func whenFoldersBeingMade(_ test: @escaping @Sendable (StorePath) -> Bool) {
+        beingMade.withLock { $0 = test }
     }
 
     var hasCompletedUnsettled: Bool {

@@ -4,7 +4,9 @@ import DocFSStore
 /// namespace just moved away; uploads elsewhere go on.
 extension Uploader {
     /// No upload of `paths` (or below) is in flight or starts meanwhile.
+    /// A folder being made at, above or below `paths` is made first (`Uploader+FoldersAhead`).
     public func exclusively<T: Sendable>(touching paths: [StorePath], _ body: @Sendable () async throws(FSError) -> T) async throws(FSError) -> T {
+        await waitForFoldersBeingMade(overlapping: paths)
         let holder = hold(paths)
         defer {
             streams?.release(holder)

@@ -1,6 +1,7 @@
 import DocFSStore
 import Foundation
 import Logging
+import Synchronization
 
 /// Sends changed copies back. The catalog is the journal: an unconfirmed commit keeps its copy,
 /// and the next mount resumes it. Uploads are conditional on the base version, so a change
@@ -24,8 +25,8 @@ public actor Uploader {
     static let maximumConcurrentLargeUploads = 4
     static let largeUpload: Int64 = 1 << 20
     /// Only `delay` is used: a background upload has no caller whose patience ends.
-    private let retryDelays: RetryPolicy
-    private var jitter = SystemRandomNumberGenerator()
+    let retryDelays: RetryPolicy
+    var jitter = SystemRandomNumberGenerator()
 
     private var queue: [Inode] = []
     private var queued: Set<Inode> = []
@@ -47,7 +48,15 @@ public actor Uploader {
     /// After this many such rounds the upload counts as refused.
     public static let maximumFolderRemakes = 3
     private var refused: [Inode: String] = [:]
-    private var stopped = false
+    var stopped = false
+    /// Folders this mount made, and when (`Uploader+FoldersAhead.swift`).
+    var foldersMade: [Inode: ContinuousClock.Instant] = [:]
+    /// Attributes set on folders being made, pushed once they are made.
+    var attributesWhenMade: [Inode: StoreAttributes] = [:]
+    /// Folders made ahead whose MKCOL has not ended.
+    var foldersAhead: [Inode: (path: StorePath, task: Task<Void, Never>)] = [:]
+    /// Their paths, for a look without entering the actor (a listing asks before each folder).
+    nonisolated let aheadPaths = Mutex<[Inode: StorePath]>([:])
     /// `stop` returned: the catalog and the snapshots' paths may be the next mount's. An upload
     /// that hung past the unmount's patience and ends after all records nothing and removes
     /// nothing; its change is still committed, and the next mount sends it (and knows its own
@@ -131,7 +140,8 @@ public actor Uploader {
 
     /// `untilStalled`: until all pending items wait for a retry.
     public func waitUntilIdle(untilStalled: Bool = false) async {
-        while !stopped && !(queue.isEmpty && inFlight.isEmpty && (untilStalled || retryTasks.isEmpty) && streams?.hasCompletedUnsettled != true) {
+        while !stopped && !(queue.isEmpty && inFlight.isEmpty && foldersAhead.isEmpty && (untilStalled || retryTasks.isEmpty)
+                            && streams?.hasCompletedUnsettled != true) {
             await withCheckedContinuation { idleWaiters.append($0) }
         }
     }
@@ -202,7 +212,7 @@ public actor Uploader {
                 continue
             }
             let (path, large) = (item.path, item.size >= Self.largeUpload)
-            guard !exclusiveHolders.values.contains(where: { Uploader.overlaps(path, $0) }),
+            guard !exclusiveHolders.values.contains(where: { Uploader.overlaps(path, $0) }), !waitsForFolder(path),
                   !large || inFlight.values.count(where: \.large) < Self.maximumConcurrentLargeUploads else { index += 1; continue }
             queue.remove(at: index)
             queued.remove(inode)
@@ -518,8 +528,8 @@ public actor Uploader {
         for waiter in itemWaiters.removeValue(forKey: inode) ?? [] { waiter.resume() }
     }
 
-    private func wakeIdleWaitersIfIdle() {
-        guard stopped || (queue.isEmpty && inFlight.isEmpty) else { return }
+    func wakeIdleWaitersIfIdle() {
+        guard stopped || (queue.isEmpty && inFlight.isEmpty && foldersAhead.isEmpty) else { return }
         wakeIdleWaiters()
     }
 

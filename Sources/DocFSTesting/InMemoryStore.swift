@@ -69,6 +69,8 @@ public final class InMemoryStore: Store, Sendable {
         var attributeAnswerGate: (@Sendable () async -> Void)?
         var readsOfAnotherVersion = 0
         var writeGate: (@Sendable () async -> Void)?
+        var directoryGate: (@Sendable () async -> Void)?
+        var requiresParents = false
         var uploadReading: UploadReading?
         /// The content of every write that succeeded, in order (what the store ever held).
         var written: [(path: StorePath, content: [UInt8])] = []
@@ -291,6 +293,22 @@ public final class InMemoryStore: Store, Sendable {
         state.withLock { $0.writeGate = gate }
     }
 
+    /// Folders are made only once `gate` returns (nil: at once).
+    public func holdDirectoryMakes(until gate: (@Sendable () async -> Void)?) {
+        state.withLock { $0.directoryGate = gate }
+    }
+
+    /// As a real server: a file or folder is made only in a folder that exists (`.notFound` of
+    /// the parent otherwise). Off by default: many tests write below folders they never made.
+    public func requireParents(_ required: Bool = true) {
+        state.withLock { $0.requiresParents = required }
+    }
+
+    private static func checkParent(of path: StorePath, in state: State) throws(StoreError) {
+        guard state.requiresParents, let parent = path.parent, !state.directories.contains(parent) else { return }
+        throw .notFound(parent)
+    }
+
     /// How a write reads the local file it uploads: `chunk` bytes at a time from one open
     /// descriptor, with `pause` between chunks, as a client streaming a request body does.
     /// Other work runs meanwhile, so a test can change the local copy while an upload is still
@@ -465,6 +483,7 @@ public final class InMemoryStore: Store, Sendable {
     private func store(_ data: [UInt8], at path: StorePath, _ condition: WriteCondition, log line: String) throws(StoreError) -> RemoteEntry {
         try state.withLock { state throws(StoreError) -> RemoteEntry in
             if let fault = state.writeFault { throw fault }
+            try Self.checkParent(of: path, in: state)
             // As on a disk or a WebDAV server: a file never stands where a folder is.
             if state.directories.contains(path) { throw .isADirectory(path) }
             try Self.check(condition, path, state.files[path])
@@ -607,7 +626,9 @@ public final class InMemoryStore: Store, Sendable {
     }
 
     public func makeDirectory(_ path: StorePath) async throws(StoreError) -> RemoteEntry {
-        try state.withLock { state throws(StoreError) -> RemoteEntry in
+        if let gate = state.withLock({ $0.directoryGate }) { await gate() }
+        return try state.withLock { state throws(StoreError) -> RemoteEntry in
+            try Self.checkParent(of: path, in: state)
             if state.directories.contains(path) || state.files[path] != nil { throw .alreadyExists(path) }
             state.directories.insert(path)
             state.log.append("MKDIR \(path)")
@@ -632,6 +653,7 @@ public final class InMemoryStore: Store, Sendable {
 
     public func move(_ source: StorePath, to target: StorePath, replace: Bool) async throws(StoreError) -> RemoteEntry {
         try state.withLock { state throws(StoreError) -> RemoteEntry in
+            try Self.checkParent(of: target, in: state)
             if state.directories.contains(source) {
                 if !replace && state.directories.contains(target) { throw .alreadyExists(target) }
                 let prefix = source.components
