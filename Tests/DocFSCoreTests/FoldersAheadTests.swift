@@ -115,13 +115,33 @@ struct FoldersAheadTests {
     @Test func aListingOfItsParentMeanwhileKeepsIt() async throws {
         let (fixture, tree, gate) = try await Self.mountWithATree()
         let sub = try await fixture.fs.makeDirectory(in: tree.inode, name: "sub", mode: 0o755, owner: 0, group: 0)
-        let listing = Task { () async throws in try await fixture.fs.refresh(directory: tree.inode) }
-        try await Task.sleep(for: .milliseconds(100))
+        try await fixture.fs.refresh(directory: tree.inode)
+        #expect(try fixture.fs.item(sub.inode).parent == tree.inode, "not on the store yet, and kept")
         gate.open()
-        try await listing.value
         await fixture.settle()
         #expect(try fixture.fs.item(sub.inode).onStore)
-        #expect(try await fixture.lookup("tree/sub").inode == sub.inode)
+    }
+
+    /// The listing's first page is asked before the MKCOL and its end comes after it: the folder
+    /// is not on the page it would be on, and its row says it was learned after the listing began.
+    @Test func aListingAskedBeforeItsMkcolAndEndedAfterKeepsIt() async throws {
+        let (fixture, tree, gate) = try await Self.mountWithATree()
+        fixture.store.addFile("tree/a", [1])
+        fixture.store.addFile("tree/b", [2])
+        fixture.store.pageListings(by: 1)
+        let pages = Gate()
+        fixture.store.holdListingPagesAfterTheFirst(until: { await pages.wait() })
+        // Sorts before "a": never on a page asked after the first.
+        let early = try await fixture.fs.makeDirectory(in: tree.inode, name: "0-early", mode: 0o755, owner: 0, group: 0)
+        let listing = Task { () async throws in try await fixture.fs.refresh(directory: tree.inode) }
+        try await eventually("the listing's first page") { fixture.store.listings(of: "/tree") == 1 }
+        gate.open()
+        try await eventually("0-early on the store") { try fixture.fs.item(early.inode).onStore }
+        pages.open()
+        try await listing.value
+        await fixture.settle()
+        #expect(try fixture.fs.item(early.inode).onStore)
+        #expect(try await fixture.lookup("tree/0-early").inode == early.inode)
     }
 
     @Test func aFolderBeingMadeWhenTheDaemonIsKilledIsMadeByTheNextMountBeforeItsFiles() async throws {
