@@ -71,8 +71,8 @@ public actor DirectoryEnumerator {
         previewsHandler.withLock { $0 = handler }
     }
 
-    /// Returns once the store has the folder at `path` and those above and below it that this
-    /// mount made ahead (`Uploader+FoldersAhead`): a listing never asks for one before.
+    /// Returns once the store has the folder at `path` and those above it that this mount made
+    /// ahead (`Uploader+FoldersAhead`): a listing never asks for one before.
     public nonisolated func whenFoldersBeingMade(_ wait: @escaping @Sendable (StorePath) async -> Void) {
         foldersBeingMade.withLock { $0 = wait }
     }

@@ -116,10 +116,10 @@ public final class DocFileSystem: Sendable {
         enumerator.whenCopiesGoneFromStore { [provider] gone in await provider.dropCopiesGoneFromStore(gone) }
         enumerator.whenFoldersBeingMade { [weak uploader] path in
             // Its own and those above it: a folder made ahead below it is kept by the listing (Catalog.holdsLocalCopies).
-            guard let uploader, uploader.isBeingMade(path, orBelow: false) else { return }
+            guard let uploader, uploader.isBeingMade(atOrAbove: path) else { return }
             await uploader.waitForFoldersBeingMade(overlapping: [path], orBelow: false)
         }
-        streams?.whenFoldersBeingMade { [weak uploader] path in uploader?.isBeingMade(path, orBelow: false) ?? false }
+        streams?.whenFoldersBeingMade { [weak uploader] path in uploader?.isBeingMade(atOrAbove: path) ?? false }
     }
 
     /// Its size and times may have changed under the kernel's cache.

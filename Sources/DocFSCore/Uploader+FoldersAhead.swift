@@ -45,8 +45,9 @@ extension Uploader {
         guard foldersAhead[folder.inode] == nil else { return }
         noteFolderMade(folder.inode)
         // Every folder above it that is being made (the nearest is made after the others).
-        let above = foldersAhead.values.filter { $0.path.components.count < folder.path.components.count
-            && Uploader.overlaps($0.path, [folder.path]) }.map(\.task)
+        let above = aheadPaths.withLock { $0 }.compactMap { inode, path in
+            path.components.count < folder.path.components.count && Uploader.overlaps(path, [folder.path]) ? foldersAhead[inode] : nil
+        }
         let task = Task { [store, catalog, logger] in
             for parent in above { await parent.value }
             var failures = 0
@@ -95,7 +96,7 @@ extension Uploader {
                 await self.folderAheadEnded(folder.inode, made: false)
             }
         }
-        foldersAhead[folder.inode] = (folder.path, task)
+        foldersAhead[folder.inode] = task
         aheadPaths.withLock { $0[folder.inode] = folder.path }
     }
 
@@ -132,28 +133,25 @@ extension Uploader {
         attributesWhenMade[inode] = merged
     }
 
-    /// Waits until no folder at, above or (unless `orBelow` is false) below `paths` is being made.
+    /// Waits until no folder at or above any of `paths` (and, unless `orBelow` is false, below
+    /// them) is being made.
     func waitForFoldersBeingMade(overlapping paths: [StorePath], orBelow: Bool = true) async {
-        while let pending = foldersAhead.values.first(where: { folder in
-            paths.contains { Uploader.overlaps(folder.path, [$0]) && (orBelow || folder.path.components.count <= $0.components.count) }
-        }) {
-            await pending.task.value
+        while let pending = aheadPaths.withLock({ folders in
+            folders.first { _, folder in paths.contains { Self.waitsFor(folder, $0, orBelow: orBelow) } }?.key
+        }).flatMap({ foldersAhead[$0] }) {
+            await pending.value
         }
     }
 
-    /// Without entering the actor: whether a folder at or above `path` (or below it, if asked)
-    /// is being made.
-    nonisolated func isBeingMade(_ path: StorePath, orBelow: Bool) -> Bool {
-        aheadPaths.withLock { folders in
-            folders.values.contains { folder in
-                Uploader.overlaps(folder, [path]) && (orBelow || folder.components.count <= path.components.count)
-            }
-        }
+    /// Without entering the actor: whether a folder at or above `path` is being made (an upload,
+    /// a stream or a listing of `path` waits for it).
+    nonisolated func isBeingMade(atOrAbove path: StorePath) -> Bool {
+        aheadPaths.withLock { folders in folders.values.contains { Self.waitsFor($0, path, orBelow: false) } }
     }
 
-    /// Whether an upload of `path` must wait for a folder above it.
-    func waitsForFolder(_ path: StorePath) -> Bool {
-        foldersAhead.values.contains { Uploader.overlaps($0.path, [path]) }
+    /// Whether what touches `path` waits for `folder` being made: it is at or above `path`, or below it.
+    private static func waitsFor(_ folder: StorePath, _ path: StorePath, orBelow: Bool) -> Bool {
+        Uploader.overlaps(folder, [path]) && (orBelow || folder.components.count <= path.components.count)
     }
 
     /// After a kill: the folders a mount made ahead and never saw made, parents first.

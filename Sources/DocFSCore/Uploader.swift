@@ -54,8 +54,8 @@ public actor Uploader {
     /// Attributes set on folders being made, pushed once they are made.
     var attributesWhenMade: [Inode: StoreAttributes] = [:]
     /// Folders made ahead whose MKCOL has not ended.
-    var foldersAhead: [Inode: (path: StorePath, task: Task<Void, Never>)] = [:]
-    /// Their paths, for a look without entering the actor (a listing asks before each folder).
+    var foldersAhead: [Inode: Task<Void, Never>] = [:]
+    /// Their paths, also for a look without entering the actor (a listing asks before each folder).
     nonisolated let aheadPaths = Mutex<[Inode: StorePath]>([:])
     /// `stop` returned: the catalog and the snapshots' paths may be the next mount's. An upload
     /// that hung past the unmount's patience and ends after all records nothing and removes
@@ -212,7 +212,7 @@ public actor Uploader {
                 continue
             }
             let (path, large) = (item.path, item.size >= Self.largeUpload)
-            guard !exclusiveHolders.values.contains(where: { Uploader.overlaps(path, $0) }), !waitsForFolder(path),
+            guard !exclusiveHolders.values.contains(where: { Uploader.overlaps(path, $0) }), !isBeingMade(atOrAbove: path),
                   !large || inFlight.values.count(where: \.large) < Self.maximumConcurrentLargeUploads else { index += 1; continue }
             queue.remove(at: index)
             queued.remove(inode)
@@ -528,7 +528,7 @@ public actor Uploader {
         for waiter in itemWaiters.removeValue(forKey: inode) ?? [] { waiter.resume() }
     }
 
-    func wakeIdleWaitersIfIdle() {
+    private func wakeIdleWaitersIfIdle() {
         guard stopped || (queue.isEmpty && inFlight.isEmpty && foldersAhead.isEmpty) else { return }
         wakeIdleWaiters()
     }
