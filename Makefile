@@ -19,6 +19,7 @@
 #               BIN=.build/debug/docfs: no release build). `make uninstall` takes the same variables
 #               and the file manager extensions (`make install-desktop`; per user: `make install-desktop-user`)
 
+SHELL  := /bin/bash
 SWIFT  ?= swift
 PYTHON ?= python3
 
@@ -44,11 +45,17 @@ test: setup
 	$(MAKE) --no-print-directory integration-test
 
 # The core's tests make a state directory each; they go to a scratch TMPDIR of this run, removed
-# when every test passed (kept, and named, when one failed).
+# when every test passed (kept, and named, when one failed). A crash prints only the crashed
+# thread, and a failure ends with what failed, so the last lines of a CI log say which test it was.
 unit-test:
 	@scratch=$$(mktemp -d -t docfs-unit-XXXXXX); \
-	TMPDIR=$$scratch $(SWIFT) test; status=$$?; \
-	if [ $$status -eq 0 ]; then rm -rf "$$scratch"; else echo "unit tests' files kept in $$scratch"; fi; \
+	set -o pipefail; \
+	TMPDIR=$$scratch SWIFT_BACKTRACE=threads=crashed,registers=none,images=none $(SWIFT) test 2>&1 | tee "$$scratch/unit-tests.log"; \
+	status=$$?; \
+	if [ $$status -eq 0 ]; then rm -rf "$$scratch"; else \
+		echo "--- what failed (the whole log: $$scratch/unit-tests.log)"; \
+		grep -E "(✘|error:|Fatal error|Crash|crashed|Thread [0-9]+ crashed| at /.*\.swift:[0-9]+)" "$$scratch/unit-tests.log" | grep -v "^\[" | tail -40; \
+	fi; \
 	exit $$status
 
 # Two workers: most tests wait on a server, a timeout or a daemon, not on the CPU; each worker

@@ -85,6 +85,14 @@ extension LocalCopy {
 
     public var isSparse: Bool { state.withLock { $0.fetcher != nil } }
 
+    /// Holds part of a version the store no longer has, and nothing of the user's: a new open
+    /// needs a new copy (`Provider.open`). The fetcher is read outside the copy's lock, as it
+    /// takes its own before the copy's.
+    public var isOutdated: Bool {
+        let fetcher = state.withLock { $0.fetcher }
+        return fetcher?.metNewerVersion == true && !life.isDirty
+    }
+
     /// A truncate waits until it is not.
     public var isBeingFilled: Bool { state.withLock { $0.fetcher != nil || $0.draining != nil } }
 

@@ -93,6 +93,7 @@ public actor Provider {
     public func open(_ item: Item, intent: OpenIntent = .content, mayFetch: Bool = true) async throws(FSError) -> LocalCopy {
         guard item.kind == .file else { throw item.isDirectory ? .isADirectory : .invalidArgument }
         guard !isShutDown else { throw .io("the mount is going away") }
+        if let existing = providing[item.inode], existing.copy.isOutdated { try await awaitRelease(ofOutdated: existing.copy) }
         let entry: Providing
         if let existing = providing[item.inode], reusable(existing.copy, for: item) {
             if !mayFetch, intent == .content, existing.copy.isSparse { throw .fetchRefused(item.path.description) }
@@ -374,6 +375,22 @@ public actor Provider {
             return false
         case .upload: return true
         case .none: return false
+        }
+    }
+
+    /// How long a new open waits for the last release of an outdated copy.
+    static let outdatedCopyRelease: Duration = .seconds(2)
+
+    /// FUSE sends RELEASE after `close()` has returned, so a program that closes the handle that
+    /// met ESTALE and opens the file again may come before that copy is let go: it waits for the
+    /// release (`release` evicts the copy), then gets a copy of the store's version. A copy a
+    /// program keeps open fails the open with ESTALE: joining it would show the old version's
+    /// bytes, and fail the reads of the rest.
+    private func awaitRelease(ofOutdated copy: LocalCopy) async throws(FSError) {
+        let deadline = ContinuousClock.now + Self.outdatedCopyRelease
+        while providing[copy.inode]?.copy === copy, !copy.life.isUnused {
+            guard ContinuousClock.now < deadline, !Task.isCancelled else { throw .stale }
+            try? await Task.sleep(for: .milliseconds(10))
         }
     }
 

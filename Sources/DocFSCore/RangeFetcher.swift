@@ -82,6 +82,12 @@ public final class RangeFetcher: Sendable {
         state.withLock { !$0.inFlight.isEmpty || !$0.queued.isEmpty }
     }
 
+    /// The store's version moved on while this fetcher filled the copy: no byte it lacks can be
+    /// had any more (a reader's next read of one fails with ESTALE).
+    public var metNewerVersion: Bool {
+        state.withLock { $0.failure == .stale }
+    }
+
     private struct ReadStream {
         var start: Int64 = 0
         var consumed: Int64 = 0

@@ -100,6 +100,42 @@ struct StreamingTests {
         #expect(fixture.cachedFiles().isEmpty)
     }
 
+    /// `close()` returns before FUSE sends the release, so a program that closes the handle that
+    /// met ESTALE and opens the file again can open before the old copy is let go. The new open
+    /// waits for that release and reads the store's new version, instead of joining the copy of
+    /// the old one and failing as its reads did.
+    @Test func anOpenRightAfterTheCloseOfAStaleHandleReadsTheNewVersion() async throws {
+        let (fixture, item, stale, _) = try await openLarge()
+        let replacement = randomBytes(8 * Self.mebibyte)
+        fixture.store.addFile("movie.bin", replacement)
+        await #expect(throws: FSError.stale) {
+            _ = try await fixture.fs.read(handle: stale, offset: Int64(4 * Self.mebibyte), count: 4096)
+        }
+        let reopened = Task { () throws -> [UInt8] in
+            let handle = try await fixture.fs.open(item.inode, mode: .read)
+            defer { Task { await fixture.fs.release(handle: handle) } }
+            return try await fixture.fs.read(handle: handle, offset: 0, count: replacement.count)
+        }
+        try await Task.sleep(for: .milliseconds(100))  // the open waits, as FUSE's release is on its way
+        await fixture.fs.release(handle: stale)
+        #expect(try await reopened.value == replacement)
+    }
+
+    /// A program that keeps the stale handle open does not make a new open wait for ever: the
+    /// new open fails with ESTALE after a moment, never mixing the old version's bytes with
+    /// the new one's.
+    @Test func anOpenWhileAStaleHandleStaysOpenFailsWithStale() async throws {
+        let (fixture, item, stale, _) = try await openLarge()
+        fixture.store.addFile("movie.bin", randomBytes(8 * Self.mebibyte))
+        await #expect(throws: FSError.stale) {
+            _ = try await fixture.fs.read(handle: stale, offset: Int64(4 * Self.mebibyte), count: 4096)
+        }
+        await #expect(throws: FSError.stale) { _ = try await fixture.fs.open(item.inode, mode: .read) }
+        await fixture.fs.release(handle: stale)
+        let handle = try await fixture.fs.open(item.inode, mode: .read)
+        await fixture.fs.release(handle: handle)
+    }
+
     @Test func aWriterWritesAtOnceAndItsCommitFetchesWhatItDidNotWrite() async throws {
         let (fixture, item, reader, content) = try await openLarge()
         let head = fixture.store.bytesDelivered("movie.bin")
