@@ -12,10 +12,14 @@ import Logging
 final class UploadLedger<Entry: Codable & Equatable & Sendable>: Sendable {
     let directory: String
     private let logger: Logger
+    /// Records are flushed to disk before the server keeps anything (see `record`); false for
+    /// a ledger whose loss in a crash of the machine costs nothing but tidiness.
+    private let durable: Bool
 
-    init(directory: String, logger: Logger) {
+    init(directory: String, logger: Logger, durable: Bool = true) {
         self.directory = directory
         self.logger = logger
+        self.durable = durable
         mkdir(directory, 0o700)
     }
 
@@ -31,8 +35,8 @@ final class UploadLedger<Entry: Codable & Equatable & Sendable>: Sendable {
             guard fd >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
             defer { close(fd) }
             let written = data.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-            guard written == data.count, fsync(fd) == 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
-            Self.syncDirectory(directory)
+            guard written == data.count, !durable || fsync(fd) == 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+            if durable { Self.syncDirectory(directory) }
             return file
         } catch {
             unlink(file)

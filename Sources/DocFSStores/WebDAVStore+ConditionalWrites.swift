@@ -48,10 +48,8 @@ final class ConditionProbe: Sendable {
     let locks = Mutex<Bool?>(nil)
     /// The warning about weak tags without locks was logged.
     let weakNoted = Mutex(false)
-    /// Empty files this mount's LOCKs made and could not take back (a lock granted beside
-    /// ours refused the DELETE), by version: found again under a later lock, they are ours to fill
-    /// (an empty file another client put there meanwhile under the same version is taken for it).
-    let lockMadeFiles = Mutex<[StorePath: ETag]>([:])
+    /// Empty files this mount's LOCKs made, until their PUT (LockMadeFiles.swift).
+    let lockMadeFiles = LockMadeFiles()
 }
 
 extension ConditionSupport: CustomStringConvertible {
@@ -168,7 +166,7 @@ extension WebDAVStore {
                 if !(lock.created && condition == .mustNotExist) { _ = try await check(path, condition) }
                 throw StoreError.busy(status: 412, retryAfter: nil, message: "PUT \(path): the server lost docfs's lock")
             }
-            conditionProbe.lockMadeFiles.withLock { _ = $0.removeValue(forKey: path) }
+            conditionProbe.lockMadeFiles.forget(path)
             pendingUnlocks.start(path) { await self.unlock(path, lock) }
             return result
         } catch {
@@ -196,13 +194,9 @@ extension WebDAVStore {
         } catch .notFound {
             current = nil
         }
-        if condition == .mustNotExist, let made = current, made.kind == .file, made.size == 0 {
-            let ours = conditionProbe.lockMadeFiles.withLock { files in
-                guard let etag = made.etag else { return lock.created }
-                if lock.created { files[path] = etag }
-                return lock.created || files[path] == etag
-            }
-            if ours { current = nil }
+        if condition == .mustNotExist, let made = current,
+           conditionProbe.lockMadeFiles.isOurs(made, at: path, under: lock) {
+            current = nil
         }
         _ = try Self.verify(current, at: path, condition)
         if othersLocked { throw .busy(status: 423, retryAfter: nil, message: "\(path): the server granted another client's lock beside docfs's") }
@@ -341,7 +335,7 @@ extension WebDAVStore {
         let found: RemoteEntry?
         do { found = try await statIfExists(path) } catch { return }  // still recorded: found again at the next try
         guard let found else {
-            conditionProbe.lockMadeFiles.withLock { _ = $0.removeValue(forKey: path) }
+            conditionProbe.lockMadeFiles.forget(path)
             return
         }
         guard found.kind == .file, found.size == 0 else { return }
@@ -349,7 +343,7 @@ extension WebDAVStore {
         let answer = try? await transport.metadata(.DELETE, url: url(path), path: path, headers: ["If": condition], body: nil,
                                                    timeout: Self.metadataTimeout)
         if let answer, (200..<300).contains(answer.status) || answer.status == 404 {
-            conditionProbe.lockMadeFiles.withLock { _ = $0.removeValue(forKey: path) }
+            conditionProbe.lockMadeFiles.forget(path)
         }
     }
 }

@@ -29,8 +29,12 @@ extension WebDAVStore {
     }
 
     /// Records the streamed uploads of this run in `directory/webdav-uploads`, and deletes the
-    /// temporary files of those an earlier run recorded there and never ended.
+    /// temporary files of those an earlier run recorded there and never ended; the empty files
+    /// its LOCKs make in `directory/webdav-locks` (LockMadeFiles.swift).
     public func keepUnfinishedWork(in directory: String) async {
+        conditionProbe.lockMadeFiles.adopt(directory + "/webdav-locks", logger: logger,
+                                           unlock: { path, token in await self.unlock(path, HeldLock(token: token, created: false)) },
+                                           stat: { path throws(StoreError) in try await self.statIfExists(path) })
         let ledger = UploadLedger<TemporaryUpload>(directory: directory + "/webdav-uploads", logger: logger)
         uploadLedger.withLock { $0 = ledger }
         ledger.endUnfinished(what: "a streamed upload's temporary file", path: \.temporary) { upload throws(StoreError) in

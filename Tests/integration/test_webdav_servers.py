@@ -28,8 +28,9 @@ import unicodedata
 import pytest
 
 from conftest import WEBDAV_FIXTURES
+from fault_proxy import FaultProxy
 from helpers import pseudo_random_bytes, wait_until
-from write_support import change_on_server, make_store
+from write_support import change_on_server, make_store, sigkill_daemon
 
 pytestmark = pytest.mark.fuse
 
@@ -121,6 +122,33 @@ def test_edits_right_after_a_save_are_no_conflict(dav, mount):
     assert sorted(os.listdir(m.path)) == sorted(["keep.txt", *expected])
     assert m.unmount().returncode == 0
     assert not m.xdg.cache_files()
+
+
+def test_a_new_file_whose_upload_a_kill_cut_short_goes_up_under_its_name(dav, mount, tmp_path):
+    """A server with locks makes an empty file when docfs locks a new name before its PUT
+    (rclone, Apache, WsgiDAV, sabre/dav). A daemon killed between the two left that empty file,
+    and the next mount took it for another client's: the new file went up as a conflict copy
+    beside an empty one. The proxy holds the PUT; the daemon is killed meanwhile; the next mount
+    fills the name with the file, and leaves no conflict copy."""
+    server = dav({"keep.txt": b"keep\n"})
+    proxy = FaultProxy(server.port, log_path=tmp_path / "proxy.log").start()
+    try:
+        held = proxy.latency(3600, method="PUT", path=r"^/new\.txt$", count=1)
+        m = mount(proxy.url, "--dir-cache-ttl", "1")
+        (m / "new.txt").write_bytes(b"written just before the kill\n")
+        wait_until(lambda: held.hits == 1, 30, lambda: f"the PUT of new.txt (held by the proxy): {proxy.requests()}")
+        sigkill_daemon(m)
+        assert m.unmount().returncode == 0
+
+        m2 = mount(proxy.url, "--dir-cache-ttl", "1")
+        settle(server, m2, {"new.txt": b"written just before the kill\n"})
+        assert not conflict_copies(server), f"a conflict copy on {server.kind}: {os.listdir(server.root)}\n{m2.log_tail(3000)}"
+        assert sorted(os.listdir(m2.path)) == ["keep.txt", "new.txt"]
+        assert m2.unmount().returncode == 0
+        records = list((m2.xdg.state_home / "docfs").glob("*/webdav-locks/*"))
+        assert not records, f"records of filled files are left: {records}"
+    finally:
+        proxy.stop()
 
 
 def test_a_change_on_the_server_while_open_here_is_one_conflict(dav, mount):
