@@ -93,6 +93,9 @@ enum ModelOp: Sendable, CustomStringConvertible {
     case truncatePath(String, size: Int)
     case rename(String, String)
     case unlink(String)
+    /// mkdir(2); in a folder this mount made a moment ago, the folder is made ahead of its files
+    /// (its MKCOL in the background, before any upload below it).
+    case mkdir(String)
     /// Another client writes the file (a new version, or a new file).
     case remoteChange(String, size: Int)
     case remoteDelete(String)
@@ -141,6 +144,7 @@ enum ModelOp: Sendable, CustomStringConvertible {
         case .truncatePath(let path, let size): return ".truncatePath(\"\(path)\", size: \(size))"
         case .rename(let from, let to): return ".rename(\"\(from)\", \"\(to)\")"
         case .unlink(let path): return ".unlink(\"\(path)\")"
+        case .mkdir(let path): return ".mkdir(\"\(path)\")"
         case .remoteChange(let path, let size): return ".remoteChange(\"\(path)\", size: \(size))"
         case .remoteDelete(let path): return ".remoteDelete(\"\(path)\")"
         case .remoteRename(let from, let to): return ".remoteRename(\"\(from)\", \"\(to)\")"

@@ -7,7 +7,8 @@ import Testing
 
 /// A model-based test of the core, in the style of mountpoint-s3's reference-model property
 /// tests: seeded random sequences of local operations (open, read, write, flush, fsync, close,
-/// truncate, create, rename, unlink, pin, unpin), changes another client makes on the store
+/// truncate, create, rename, unlink, mkdir — folders made ahead of their files —, pin, unpin),
+/// changes another client makes on the store
 /// (change, delete, rename, file <-> directory), background listings, server outages and
 /// `kill -9` with a restart, run against `DocFileSystem` on an in-memory store and checked against a
 /// small reference model.
@@ -340,9 +341,11 @@ final class ModelRun {
         var wrote: Bool
     }
 
-    static let files = ["a.txt", "b.txt", "c.txt", "d/x.txt", "d/y.txt", "a.txt/inner.txt"]
+    static let files = ["a.txt", "b.txt", "c.txt", "d/x.txt", "d/y.txt", "a.txt/inner.txt", "n/g.txt", "n/m/f.txt"]
     static let topLevel = ["a.txt", "b.txt", "d"]
-    static let listedDirectories = ["/", "d", "a.txt"]
+    static let listedDirectories = ["/", "d", "a.txt", "n", "n/m"]
+    /// Folders a `mkdir` makes: `n/m` right after `n` is made ahead of its files.
+    static let folders = ["n", "n/m"]
 
     let seed: UInt64
     private var random: SeededGenerator
@@ -493,6 +496,7 @@ final class ModelRun {
         choices.append((2, { .truncatePath(self.pick(Self.files), size: 0) }))
         choices.append((4, { .rename(self.pick(Self.files), self.pick(Self.files)) }))
         choices.append((3, { .unlink(self.pick(Self.files)) }))
+        choices.append((3, { .mkdir(self.pick(Self.folders)) }))
         choices.append((8, { .remoteChange(self.pick(Self.files), size: self.number(4...40)) }))
         choices.append((3, { .remoteDelete(self.pick(Self.files)) }))
         choices.append((3, { .remoteRename(self.pick(Self.files), self.pick(Self.files)) }))
@@ -756,6 +760,15 @@ final class ModelRun {
                 namespaceChangeDone(op, source: source, target: target, replaced: change.replaced, number: number)
             }
             return ""
+
+        case .mkdir(let path):
+            let (directory, name) = Self.split(path)
+            let fixture = self.fixture
+            guard let result = await call({
+                let parent = try await fixture.lookup(directory)
+                _ = try await fixture.fs.makeDirectory(in: parent.inode, name: name, mode: 0o755, owner: 0, group: 0)
+            }) else { return "hung" }
+            return Self.failure(result)
 
         case .remoteChange(let path, let size):
             exposeSparseCopies()
