@@ -54,7 +54,7 @@ unit-test:
 	status=$$?; \
 	if [ $$status -eq 0 ]; then rm -rf "$$scratch"; else \
 		echo "--- what failed (the whole log: $$scratch/unit-tests.log)"; \
-		grep -E "(✘|error:|Fatal error|Crash|crashed|Thread [0-9]+ crashed| at /.*\.swift:[0-9]+)" "$$scratch/unit-tests.log" | grep -v "^\[" | tail -40; \
+		grep -E "(✘|Fatal error|Program crashed|Thread [0-9]+ crashed|Signal [0-9]+:| at /.*\.swift:[0-9]+)" "$$scratch/unit-tests.log" | grep -v "^\[" | tail -40; \
 	fi; \
 	exit $$status
 
