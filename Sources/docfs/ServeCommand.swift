@@ -8,6 +8,7 @@ import Dispatch
 import DocFSServe
 import DocFSStores
 import Logging
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -136,30 +137,55 @@ struct ServeCommand: AsyncParsableCommand {
         let dir = self.dir
         let host = self.host
         let scheme = configuration.scheme
-        let serving = Task {
+        // SIGINT/SIGTERM cancel the server task; run() then returns and we exit 0. The handlers
+        // are in place before the server listens: a signal that came between its "serving" line
+        // and their installation was ignored, and the server never stopped (a test that stops it
+        // at once timed out under load).
+        let serving = ServingTask()
+        var sources: [any DispatchSourceSignal] = []
+        for signalNumber in [SIGINT, SIGTERM] {
+            signal(signalNumber, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
+            source.setEventHandler { serving.stop() }
+            source.resume()
+            sources.append(source)
+        }
+        defer { sources.forEach { $0.cancel() } }
+        let task = serving.start {
             try await server.run { port in
                 let shownHost = host.contains(":") ? "[\(host)]" : host
                 print("docfs serve: serving \(dir) at \(scheme)://\(shownHost):\(port)/")
                 fflush(nil)  // all output streams: stdout itself is not concurrency-safe to name
             }
         }
-        // SIGINT/SIGTERM cancel the server task; run() then returns and we exit 0.
-        var sources: [any DispatchSourceSignal] = []
-        for signalNumber in [SIGINT, SIGTERM] {
-            signal(signalNumber, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
-            source.setEventHandler { serving.cancel() }
-            source.resume()
-            sources.append(source)
-        }
-        defer { sources.forEach { $0.cancel() } }
         do {
-            try await serving.value
+            try await task.value
         } catch is CancellationError {
             // stopped by a signal
         } catch {
-            if serving.isCancelled { return }
+            if task.isCancelled { return }
             throw error
+        }
+    }
+}
+
+/// The server's task, and whether a signal asked it to stop (also before it began).
+private final class ServingTask: Sendable {
+    private let state = Mutex<(task: Task<Void, any Error>?, stopped: Bool)>((nil, false))
+
+    func start(_ body: @escaping @Sendable () async throws -> Void) -> Task<Void, any Error> {
+        let task = Task { try await body() }
+        state.withLock { state in
+            state.task = task
+            if state.stopped { task.cancel() }
+        }
+        return task
+    }
+
+    func stop() {
+        state.withLock { state in
+            state.stopped = true
+            state.task?.cancel()
         }
     }
 }
