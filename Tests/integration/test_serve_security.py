@@ -206,7 +206,12 @@ def test_no_auth_off_loopback_warns(tmp_path):
         assert "serving" in line
     finally:
         proc.terminate()
-        _, err = proc.communicate(timeout=10)
+        try:
+            _, err = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # never left running: it stopped on SIGTERM, or the test fails here
+            proc.communicate()
+            raise
     assert b"without authentication" in err
 
 
