@@ -43,33 +43,30 @@ struct LockMadeFile: Codable, Equatable, Sendable {
 }
 
 final class LockMadeFiles: Sendable {
-    private let files = Mutex<[StorePath: (file: LockMadeFile, record: String?)]>([:])
+    private let files = Mutex<[StorePath: LockMadeFile]>([:])
+    /// Each file's record is known by its path (one lock, so one file, per path at a time).
     private let ledger = Mutex<UploadLedger<LockMadeFile>?>(nil)
 
     /// Whether the empty file `found` at `path`, seen under `lock`, is one of this mount's
     /// LOCKs made. A lock that says it made the file is recorded then.
     func isOurs(_ found: RemoteEntry, at path: StorePath, under lock: HeldLock) -> Bool {
         guard found.kind == .file, found.size == 0 else { return false }
-        guard lock.created else { return files.withLock { $0[path]?.file.isStill(found) ?? false } }
+        guard lock.created else { return files.withLock { $0[path]?.isStill(found) ?? false } }
         let file = LockMadeFile(path: path, found, token: lock.token)
-        let record = ledger.withLock { $0 }?.record(file, identity: path.description, path: path)
-        let replaced = files.withLock { files in
-            defer { files[path] = (file, record) }
-            return files[path]?.record
-        }
-        if let replaced, replaced != record { unlink(replaced) }
+        _ = ledger.withLock { $0 }?.record(file, identity: path.description, path: path)
+        files.withLock { $0[path] = file }
         return true
     }
 
     /// The file at `path` was filled by a PUT, or deleted: no longer one to recognise.
     /// `ifStill`: only if that is the file recorded there (a lock may have made another since).
     func forget(_ path: StorePath, ifStill expected: LockMadeFile? = nil) {
-        let record = files.withLock { files -> String? in
-            guard let held = files[path], expected == nil || held.file == expected else { return nil }
+        let forgotten = files.withLock { files -> Bool in
+            guard let held = files[path], expected == nil || held == expected else { return false }
             files[path] = nil
-            return held.record
+            return true
         }
-        if let record { unlink(record) }
+        if forgotten { ledger.withLock { $0 }?.remove(identity: path.description) }
     }
 
     /// Records this mount's files in `directory`, and takes as its own the ones an earlier run
@@ -82,19 +79,19 @@ final class LockMadeFiles: Sendable {
         // Not flushed: a record is there for a daemon killed, not for a machine that loses the
         // page cache, and costs nothing then but a conflict copy beside an empty file.
         let ledger = UploadLedger<LockMadeFile>(directory: directory, logger: logger, durable: false)
-        let left = ledger.unfinished().compactMap { record -> (StorePath, LockMadeFile, String)? in
+        let left = ledger.unfinished().compactMap { record -> (StorePath, LockMadeFile)? in
             guard let path = try? StorePath(record.entry.path) else { ledger.remove(record.file); return nil }
-            return (path, record.entry, record.file)
+            return (path, record.entry)
         }
         files.withLock { files in
-            for (path, file, record) in left where files[path] == nil { files[path] = (file, record) }
+            for (path, file) in left { files[path] = file }
         }
         self.ledger.withLock { $0 = ledger }
         guard !left.isEmpty else { return }
         logger.info("empty files an earlier run's locks made are this mount's to fill", metadata: ["count": "\(left.count)"])
         Task {
-            for (path, file, _) in left { await unlock(path, file.token) }
-            for (path, file, _) in left {
+            for (path, file) in left { await unlock(path, file.token) }
+            for (path, file) in left {
                 let found: RemoteEntry?
                 do { found = try await stat(path) } catch { continue }  // asked again by the next mount
                 if found.map(file.isStill) != true { forget(path, ifStill: file) }

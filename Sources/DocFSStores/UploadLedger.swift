@@ -51,6 +51,11 @@ final class UploadLedger<Entry: Codable & Equatable & Sendable>: Sendable {
         unlink(file)
     }
 
+    /// The record of the upload known by `identity`, if there is one.
+    func remove(identity: String) {
+        unlink(directory + "/" + Self.name(of: identity))
+    }
+
     /// The uploads recorded and never ended (by an earlier run), with their files.
     func unfinished() -> [(file: String, entry: Entry)] {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return [] }

@@ -4,7 +4,6 @@
 // TLS, a PUT size limit; the server itself checks Host and Destination and never leaves DIR.
 
 import ArgumentParser
-import Dispatch
 import DocFSServe
 import DocFSStores
 import Logging
@@ -142,15 +141,8 @@ struct ServeCommand: AsyncParsableCommand {
         // and their installation was ignored, and the server never stopped (a test that stops it
         // at once timed out under load).
         let serving = ServingTask()
-        var sources: [any DispatchSourceSignal] = []
-        for signalNumber in [SIGINT, SIGTERM] {
-            signal(signalNumber, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
-            source.setEventHandler { serving.stop() }
-            source.resume()
-            sources.append(source)
-        }
-        defer { sources.forEach { $0.cancel() } }
+        let signals = SignalHandlers(signals: [SIGINT, SIGTERM]) { _ in serving.stop() }
+        defer { signals.cancel() }
         let task = serving.start {
             try await server.run { port in
                 let shownHost = host.contains(":") ? "[\(host)]" : host
